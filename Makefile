@@ -1,0 +1,82 @@
+# vllm-sr-c build. `make` builds the library and programs; `make test` runs every test;
+# `make asan` builds and runs the tests under AddressSanitizer + UBSan; `make fuzz`
+# builds the libFuzzer targets (clang). CUDA code builds only where nvcc is found.
+
+CC      ?= cc
+BUILD   ?= build
+CSTD    := -std=c17
+WARN    := -Wall -Wextra -Wshadow -Wpointer-arith -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+OPT     ?= -O2 -g
+ARCHFLAGS ?= -march=x86-64-v2 -mtune=native
+CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE -DVSR_DATA_DIR=\"$(abspath data)\"
+CFLAGS  += $(CSTD) $(WARN) $(OPT) $(ARCHFLAGS) -pthread -fPIC
+LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lmicrohttpd -lyaml -ldl -lm -pthread
+
+NVCC    ?= $(shell command -v nvcc 2>/dev/null)
+ifneq ($(NVCC),)
+ifneq ($(VSR_NO_CUDA),1)
+HAVE_CUDA := 1
+endif
+endif
+
+LIB_SRC   := $(shell find src -name '*.c' | sort)
+CUDA_SRC  := $(shell find src -name '*.cu' | sort)
+TOOL_SRC  := $(shell find tools/vllm-srun -name '*.c' | sort)
+TEST_SRC  := $(shell find tests -maxdepth 1 -name 'test_*.c' | sort)
+TEST_LIB  := $(filter-out $(TEST_SRC),$(shell find tests -maxdepth 1 -name '*.c' | sort))
+
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_LIB_OBJ := $(TEST_LIB:%.c=$(BUILD)/%.o)
+
+ifeq ($(HAVE_CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CPPFLAGS  += -DVSR_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80 -Xcompiler -fPIC -Iinclude -Isrc
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+endif
+
+.PHONY: all test asan fuzz clean format
+all: $(BUILD)/vllm-srun $(TEST_BINS)
+
+$(BUILD)/libvsr.a: $(LIB_OBJ) $(CUDA_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(BUILD)/vllm-srun: $(TOOL_OBJ) $(BUILD)/libvsr.a
+	$(CC) $(CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libvsr.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB_OBJ) $(BUILD)/libvsr.a
+	$(CC) $(CFLAGS) -o $@ $< $(TEST_LIB_OBJ) $(BUILD)/libvsr.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+test: all
+	@BUILD=$(BUILD) tests/run.sh
+
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" VSR_NO_CUDA=1 all
+	BUILD=build-asan VSR_TEST_SANITIZER=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh
+
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzz: $(FUZZ_TARGETS)
+build-fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+	@mkdir -p $(@D)
+	clang $(CSTD) $(CPPFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -pthread -o $@ $< $(LIB_SRC) $(LDLIBS)
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+format:
+	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(shell find include -name '*.h')
+
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BINS:=.d)

@@ -1,0 +1,215 @@
+#include "core/json_util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+vsr_status vsr_json_only_keys(const json_t *obj, const char *const *allowed, const char *where,
+                              vsr_err *err) {
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a; a++)
+            if (!strcmp(*a, key)) ok = true;
+        if (!ok) {
+            char list[512] = "";
+            size_t len = 0;
+            for (const char *const *a = allowed; *a && len < sizeof list - 64; a++)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", a == allowed ? "" : ", ", *a);
+            return vsr_err_set(err, VSR_E_FORMAT, "%s: unknown key \"%s\" (expected one of %s)", where,
+                               key, list);
+        }
+    }
+    return VSR_OK;
+}
+
+vsr_status vsr_json_load_file(const char *path, const char *label, size_t max_bytes, json_t **out,
+                              vsr_err *err) {
+    const char *name = label ? label : path;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT) return vsr_err_set(err, VSR_E_NOT_FOUND, "%s: file is missing", name);
+        return vsr_err_set(err, VSR_E_IO, "%s: cannot open: %s", name, strerror(errno));
+    }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (len < 0 || (size_t)len > max_bytes) {
+        fclose(f);
+        return vsr_err_set(err, VSR_E_FORMAT, "%s: %ld bytes is over the limit of %zu bytes", name, len,
+                           max_bytes);
+    }
+    char *buf = malloc((size_t)len + 1);
+    if (!buf) {
+        fclose(f);
+        return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", name);
+    }
+    size_t got = fread(buf, 1, (size_t)len, f);
+    fclose(f);
+    if (got != (size_t)len) {
+        free(buf);
+        return vsr_err_set(err, VSR_E_IO, "%s: short read", name);
+    }
+    json_error_t je;
+    json_t *j = json_loadb(buf, (size_t)len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    free(buf);
+    if (!j)
+        return vsr_err_set(err, VSR_E_FORMAT, "%s: not valid JSON at line %d column %d: %s", name,
+                           je.line, je.column, je.text);
+    *out = j;
+    return VSR_OK;
+}
+
+/* ---- Python-compatible canonical dump ---- */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+static void put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 256;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+
+/* Decodes one UTF-8 code point; returns bytes consumed (1 on invalid, cp = U+FFFD). */
+static size_t utf8_next(const unsigned char *s, size_t n, unsigned *cp) {
+    unsigned c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    int len = (c >= 0xf0) ? 4 : (c >= 0xe0) ? 3 : (c >= 0xc0) ? 2 : 1;
+    if (len == 1 || (size_t)len > n) { *cp = 0xfffd; return 1; }
+    unsigned v = c & (0x3f >> (len - 1));
+    for (int i = 1; i < len; i++) v = (v << 6) | (s[i] & 0x3f);
+    *cp = v;
+    return (size_t)len;
+}
+
+static void put_string(sbuf *b, const char *s, size_t n) {
+    char tmp[16];
+    put(b, "\"", 1);
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned cp;
+        size_t k = utf8_next(u + i, n - i, &cp);
+        i += k;
+        switch (cp) {
+        case '"': puts_(b, "\\\""); continue;
+        case '\\': puts_(b, "\\\\"); continue;
+        case '\n': puts_(b, "\\n"); continue;
+        case '\r': puts_(b, "\\r"); continue;
+        case '\t': puts_(b, "\\t"); continue;
+        case '\b': puts_(b, "\\b"); continue;
+        case '\f': puts_(b, "\\f"); continue;
+        default: break;
+        }
+        if (cp < 0x20 || cp > 0x7e) {
+            if (cp >= 0x10000) {
+                unsigned v = cp - 0x10000;
+                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
+            } else {
+                snprintf(tmp, sizeof tmp, "\\u%04x", cp);
+            }
+            puts_(b, tmp);
+        } else {
+            char c = (char)cp;
+            put(b, &c, 1);
+        }
+    }
+    put(b, "\"", 1);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Python's float repr: shortest round-trip digits; integral values keep ".0". */
+static void put_real(sbuf *b, double d) {
+    char tmp[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+        if (strtod(tmp, NULL) == d) break;
+    }
+    /* Python uses exponent form only when exp < -4 or >= 16. */
+    char *e = strchr(tmp, 'e');
+    if (e) {
+        int exp = atoi(e + 1);
+        if (exp >= -4 && exp < 16) snprintf(tmp, sizeof tmp, "%.17g", d); /* rare; keep exact */
+        else {
+            /* Python writes e+XX with at least two digits: 1e+20 -> 1e+20 */
+            char mant[40];
+            snprintf(mant, sizeof mant, "%.*s", (int)(e - tmp), tmp);
+            snprintf(tmp, sizeof tmp, "%se%c%02d", mant, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+        }
+    } else if (!strchr(tmp, '.') && !strchr(tmp, 'n') && !strchr(tmp, 'i')) {
+        strcat(tmp, ".0");
+    }
+    puts_(b, tmp);
+}
+
+static void dump(sbuf *b, const json_t *v) {
+    char tmp[48];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        size_t n = json_object_size(v), i = 0;
+        const char **keys = malloc((n ? n : 1) * sizeof *keys);
+        if (!keys) { b->oom = true; return; }
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x) keys[i++] = k;
+        qsort(keys, n, sizeof *keys, cmp_str);
+        put(b, "{", 1);
+        for (i = 0; i < n; i++) {
+            if (i) put(b, ",", 1);
+            put_string(b, keys[i], strlen(keys[i]));
+            put(b, ":", 1);
+            dump(b, json_object_get(v, keys[i]));
+        }
+        put(b, "}", 1);
+        free(keys);
+        break;
+    }
+    case JSON_ARRAY:
+        put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) put(b, ",", 1);
+            dump(b, json_array_get(v, i));
+        }
+        put(b, "]", 1);
+        break;
+    case JSON_STRING: put_string(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_INTEGER:
+        snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(v));
+        puts_(b, tmp);
+        break;
+    case JSON_REAL: put_real(b, json_real_value(v)); break;
+    case JSON_TRUE: puts_(b, "true"); break;
+    case JSON_FALSE: puts_(b, "false"); break;
+    case JSON_NULL: puts_(b, "null"); break;
+    }
+}
+
+char *vsr_json_dumps_python_compact(const json_t *v) {
+    sbuf b = {0};
+    dump(&b, v);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}

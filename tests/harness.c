@@ -1,0 +1,80 @@
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+
+int test_failures, test_checks;
+const char *test_current = "";
+static char tmp_root[PATH_MAX];
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static void cleanup(void) {
+    if (tmp_root[0] && !getenv("VSR_TEST_KEEP")) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *test_tmpdir(void) {
+    if (!tmp_root[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(tmp_root, sizeof tmp_root, "%s/vsr-test-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(tmp_root)) {
+            perror("mkdtemp");
+            exit(2);
+        }
+        atexit(cleanup);
+    }
+    return tmp_root;
+}
+
+static void mkparents(const char *path) {
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *s = buf + 1; *s; s++) {
+        if (*s == '/') {
+            *s = 0;
+            mkdir(buf, 0755);
+            *s = '/';
+        }
+    }
+}
+
+int test_write_file(const char *path, const void *data, size_t n) {
+    mkparents(path);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    return (fclose(f) == 0 && w == n) ? 0 : -1;
+}
+
+char *test_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[len] = 0;
+        if (n) *n = (size_t)len;
+    }
+    return buf;
+}
+
+int test_summary(void) {
+    printf("%d checks, %d failures\n", test_checks, test_failures);
+    return test_failures ? 1 : 0;
+}

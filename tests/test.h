@@ -1,0 +1,65 @@
+/* tests/test.h: a tiny test harness. Each tests/test_*.c is one program:
+ *   TEST(name) { CHECK(...); CHECK_ERR(st, err, VSR_E_FORMAT, "substring"); }
+ *   int main(void) { RUN(name); ...; return test_summary(); }
+ * A failing CHECK prints file:line and the expression and fails the test. */
+#ifndef VSR_TEST_H
+#define VSR_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vsr/error.h"
+
+extern int test_failures, test_checks;
+extern const char *test_current;
+
+#define TEST(name) static void name(void)
+#define RUN(name)                                                                                  \
+    do {                                                                                           \
+        int before_ = test_failures;                                                               \
+        test_current = #name;                                                                      \
+        name();                                                                                    \
+        printf("%s %s\n", test_failures == before_ ? "ok  " : "FAIL", #name);                      \
+    } while (0)
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        test_checks++;                                                                             \
+        if (!(cond)) {                                                                             \
+            test_failures++;                                                                       \
+            fprintf(stderr, "%s:%d: %s: CHECK(%s) failed\n", __FILE__, __LINE__, test_current,     \
+                    #cond);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                       \
+    do {                                                                                           \
+        test_checks++;                                                                             \
+        if (!(cond)) {                                                                             \
+            test_failures++;                                                                       \
+            fprintf(stderr, "%s:%d: %s: CHECK(%s) failed: ", __FILE__, __LINE__, test_current,     \
+                    #cond);                                                                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* The call returned `code` and the message contains `needle`. */
+#define CHECK_ERR(st, err, code, needle)                                                           \
+    CHECK_MSG((st) == (code) && strstr((err).msg, (needle)) != NULL,                               \
+              "got status %s message \"%s\", want status %s containing \"%s\"",                    \
+              vsr_status_name(st), (err).msg, vsr_status_name(code), (needle))
+
+#define CHECK_OK(st, err)                                                                          \
+    CHECK_MSG((st) == VSR_OK, "got status %s: %s", vsr_status_name(st), (err).msg)
+
+int test_summary(void);
+/* A fresh empty directory under $TMPDIR for this test program; removed at exit. */
+const char *test_tmpdir(void);
+/* Writes a file (creating parent dirs). Returns 0 on success. */
+int test_write_file(const char *path, const void *data, size_t n);
+/* Reads a whole file (malloc'd, NUL-terminated); NULL on error. */
+char *test_read_file(const char *path, size_t *n);
+
+#endif

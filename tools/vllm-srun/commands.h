@@ -1,0 +1,18 @@
+/* The vllm-srun subcommands. Each lives in its own cmd_<name>.c and returns the
+ * process exit status (0 ok, 1 refused/failed, 2 usage). */
+#ifndef VSR_TOOLS_COMMANDS_H
+#define VSR_TOOLS_COMMANDS_H
+
+typedef struct vsr_command {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+    const char *summary;
+} vsr_command;
+
+int cmd_devices(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_fixture(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+
+#endif
