@@ -1,0 +1,40 @@
+/* vsr/model.h: the qwen3_5 text backbone plus the Decision 3.0 readout, behind
+ * one call the decision layer uses. Backends (CPU, CUDA) sit behind
+ * src/backend/backend.h; nothing here names a device API. */
+#ifndef VSR_MODEL_H
+#define VSR_MODEL_H
+
+#include <stdint.h>
+
+#include "vsr/device.h"
+#include "vsr/error.h"
+#include "vsr/package.h"
+
+typedef struct vsr_model vsr_model;
+
+typedef struct vsr_model_opts {
+    const vsr_device *device; /* where to run (from vsr_place); CPU when kind == VSR_DEV_CPU */
+    int threads;              /* CPU worker threads; 0 = every online core */
+    const char *dtype;        /* "auto" (default) or an explicit compute dtype */
+    const char *autotune_cache; /* directory or NULL */
+} vsr_model_opts;
+
+/* `pkg` must be verified and mapped; it must outlive the model. */
+vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vsr_model **out,
+                          vsr_err *err);
+void vsr_model_free(vsr_model *m); /* NULL is a no-op */
+
+int64_t vsr_model_hidden_size(const vsr_model *m);
+/* Bytes the loaded weights take on the model's device. */
+uint64_t vsr_model_memory_bytes(const vsr_model *m);
+
+/* Runs n_rows unpadded token sequences (ids[i] has lens[i] tokens) as one batch:
+ * left-padded with the pad id, attention mask applied, plain positions 0..len-1,
+ * attention mode from the package (causal or noncausal_full_attention).
+ * Writes the final-norm hidden state at each row's last position to
+ * hidden[n_rows, hidden_size] (FP32) and, if logits != NULL, the readout
+ * logits[n_rows, 255] (FP32; a bf16 readout is computed in bf16 then widened). */
+vsr_status vsr_model_forward_last(vsr_model *m, int n_rows, const int32_t *const *ids,
+                                  const int *lens, float *hidden, float *logits, vsr_err *err);
+
+#endif
