@@ -100,7 +100,12 @@ static size_t utf8_next(const unsigned char *s, size_t n, unsigned *cp) {
     return (size_t)len;
 }
 
-static void put_string(sbuf *b, const char *s, size_t n) {
+typedef struct {
+    bool sort_keys, ensure_ascii;
+    const char *item_sep, *kv_sep;
+} dump_style;
+
+static void put_string(sbuf *b, const char *s, size_t n, bool ensure_ascii) {
     char tmp[16];
     put(b, "\"", 1);
     const unsigned char *u = (const unsigned char *)s;
@@ -118,7 +123,11 @@ static void put_string(sbuf *b, const char *s, size_t n) {
         case '\f': puts_(b, "\\f"); continue;
         default: break;
         }
-        if (cp < 0x20 || cp > 0x7e) {
+        if (!ensure_ascii && cp >= 0x20 && cp != 0x7f && k > 1) {
+            put(b, (const char *)u + i - k, k);
+            continue;
+        }
+        if (cp < 0x20 || (ensure_ascii && cp > 0x7e)) {
             if (cp >= 0x10000) {
                 unsigned v = cp - 0x10000;
                 snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
@@ -140,7 +149,7 @@ static int cmp_str(const void *a, const void *b) {
 
 /* Python's float repr: shortest round-trip digits; integral values keep ".0". */
 static void put_real(sbuf *b, double d) {
-    char tmp[40];
+    char tmp[64];
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, d);
         if (strtod(tmp, NULL) == d) break;
@@ -152,7 +161,7 @@ static void put_real(sbuf *b, double d) {
         if (exp >= -4 && exp < 16) snprintf(tmp, sizeof tmp, "%.17g", d); /* rare; keep exact */
         else {
             /* Python writes e+XX with at least two digits: 1e+20 -> 1e+20 */
-            char mant[40];
+            char mant[24];
             snprintf(mant, sizeof mant, "%.*s", (int)(e - tmp), tmp);
             snprintf(tmp, sizeof tmp, "%se%c%02d", mant, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
         }
@@ -162,7 +171,7 @@ static void put_real(sbuf *b, double d) {
     puts_(b, tmp);
 }
 
-static void dump(sbuf *b, const json_t *v) {
+static void dump(sbuf *b, const json_t *v, const dump_style *st) {
     char tmp[48];
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
@@ -172,13 +181,13 @@ static void dump(sbuf *b, const json_t *v) {
         const char *k;
         json_t *x;
         json_object_foreach((json_t *)v, k, x) keys[i++] = k;
-        qsort(keys, n, sizeof *keys, cmp_str);
+        if (st->sort_keys) qsort(keys, n, sizeof *keys, cmp_str);
         put(b, "{", 1);
         for (i = 0; i < n; i++) {
-            if (i) put(b, ",", 1);
-            put_string(b, keys[i], strlen(keys[i]));
-            put(b, ":", 1);
-            dump(b, json_object_get(v, keys[i]));
+            if (i) puts_(b, st->item_sep);
+            put_string(b, keys[i], strlen(keys[i]), st->ensure_ascii);
+            puts_(b, st->kv_sep);
+            dump(b, json_object_get(v, keys[i]), st);
         }
         put(b, "}", 1);
         free(keys);
@@ -187,12 +196,14 @@ static void dump(sbuf *b, const json_t *v) {
     case JSON_ARRAY:
         put(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) put(b, ",", 1);
-            dump(b, json_array_get(v, i));
+            if (i) puts_(b, st->item_sep);
+            dump(b, json_array_get(v, i), st);
         }
         put(b, "]", 1);
         break;
-    case JSON_STRING: put_string(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_STRING:
+        put_string(b, json_string_value(v), json_string_length(v), st->ensure_ascii);
+        break;
     case JSON_INTEGER:
         snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(v));
         puts_(b, tmp);
@@ -204,12 +215,17 @@ static void dump(sbuf *b, const json_t *v) {
     }
 }
 
-char *vsr_json_dumps_python_compact(const json_t *v) {
+char *vsr_json_dumps_python(const json_t *v, bool sort_keys, bool ensure_ascii, bool compact) {
+    dump_style st = {sort_keys, ensure_ascii, compact ? "," : ", ", compact ? ":" : ": "};
     sbuf b = {0};
-    dump(&b, v);
+    dump(&b, v, &st);
     if (b.oom) {
         free(b.p);
         return NULL;
     }
     return b.p;
+}
+
+char *vsr_json_dumps_python_compact(const json_t *v) {
+    return vsr_json_dumps_python(v, true, true, true);
 }

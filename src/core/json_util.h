@@ -17,5 +17,9 @@ vsr_status vsr_json_load_file(const char *path, const char *label, size_t max_by
 /* Serializes like Python's json.dumps(obj, sort_keys=True, separators=(",",":"),
  * ensure_ascii=True): used for identities. Returns malloc'd string or NULL. */
 char *vsr_json_dumps_python_compact(const json_t *v);
+/* General form of Python's json.dumps: sort_keys, ensure_ascii, and separators
+ * (",",":") when compact else the default (", ",": "). Object keys otherwise keep
+ * their document order (jansson preserves insertion order). */
+char *vsr_json_dumps_python(const json_t *v, bool sort_keys, bool ensure_ascii, bool compact);
 
 #endif

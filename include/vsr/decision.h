@@ -1,0 +1,93 @@
+/* vsr/decision.h: Decision 3.0 questions: request validation, the prompt, the
+ * code readout and the answers (reference-runtime.md sections 1.4, 2.1, 2.2, 2.4),
+ * and the golden self-check (section 5).
+ *
+ * Split for the server: vsr_decision_parse runs on a request thread (validate,
+ * render, tokenize: no model), vsr_decision_run on the model's scheduler thread
+ * (forwards of 8 rows), vsr_decision_response on either. */
+#ifndef VSR_DECISION_H
+#define VSR_DECISION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vsr/error.h"
+#include "vsr/model.h"
+#include "vsr/package.h"
+#include "vsr/tokenizer.h"
+
+#define VSR_D3_ROWS_PER_FORWARD 8
+#define VSR_D3_SYSTEM_PROMPT                                                                       \
+    "You are a routing decision model. Read the state and the question, then reply with only "    \
+    "the code of the best option."
+
+typedef struct vsr_decider vsr_decider;
+
+/* Builds the decision layer over a loaded model: opens the package's tokenizer,
+ * checks the tokenizer adds no BOS or prefix space, that every code encodes to
+ * exactly its token id, and that chat_template.jinja is a known template. */
+vsr_status vsr_decider_open(const vsr_package *pkg, vsr_model *model, vsr_decider **out,
+                            vsr_err *err);
+void vsr_decider_free(vsr_decider *d);
+int64_t vsr_decider_max_input_tokens(const vsr_decider *d);
+const vsr_tokenizer *vsr_decider_tokenizer(const vsr_decider *d);
+
+/* A request-level failure: HTTP status, error code and message (section 1.2). */
+typedef struct vsr_http_error {
+    int status;       /* 400, 404, 413, 422, 429, 500, 503 */
+    const char *code; /* "invalid_request", "model_not_found", ... */
+    char message[512];
+} vsr_http_error;
+
+typedef struct vsr_decision_job vsr_decision_job;
+
+/* Parses and validates a /v1/decisions body, renders and tokenizes every valid
+ * question. Returns NULL and fills herr on a request-level error. `served_name`
+ * is the model id this process serves (requests naming another get 404). */
+vsr_decision_job *vsr_decision_parse(const vsr_decider *d, const char *body, size_t len,
+                                     const char *served_name, vsr_http_error *herr);
+/* Rows (questions to forward) the job holds, over main state and `states`. */
+int vsr_decision_rows(const vsr_decision_job *j);
+int64_t vsr_decision_tokens(const vsr_decision_job *j);
+double vsr_decision_deadline_ms(const vsr_decision_job *j); /* 0 = none */
+bool vsr_decision_return_meta(const vsr_decision_job *j);
+
+/* Runs the forwards (8 rows per forward, request order). A forward failure or a
+ * non-finite output returns an error (HTTP 500). `cancel` (may be NULL) is polled
+ * between forwards; when it becomes true the run stops with VSR_E_INVALID. */
+vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile int *cancel,
+                            vsr_err *err);
+/* Marks every unanswered question deadline_exceeded (the scheduler dropped it). */
+void vsr_decision_expire(vsr_decision_job *j);
+
+typedef struct vsr_decision_meta {
+    const char *model_id, *revision, *model_sha256, *device, *accelerator;
+    double queue_ms, compute_ms;
+} vsr_decision_meta;
+/* The response body (malloc'd, compact JSON). meta may be NULL. */
+char *vsr_decision_response(const vsr_decision_job *j, const vsr_decision_meta *meta);
+void vsr_decision_free(vsr_decision_job *j);
+
+/* ---- golden self-check ---- */
+#define VSR_GOLDEN_STATE                                                                           \
+    "Write a Python function that merges two sorted lists and explain its running time."
+/* The golden request body (static string). */
+const char *vsr_golden_request(void);
+
+typedef struct vsr_golden_report {
+    char status[16];   /* "matched", "unverified", "failed" */
+    int checked, matched;
+    char reference[16];/* device class compared against: "cpu", "cuda", "rocm" */
+    char reason[512];  /* why unverified or failed; "" when matched */
+    char *answers_json;/* the answers of the first run (malloc'd): what to record */
+} vsr_golden_report;
+
+/* Runs the golden request twice (bit-identical or failed), then compares with
+ * `recorded` ({"cpu":{qid:answer},...}, NULL = none) for `device_class` within
+ * `tol` (1e-3 CPU, 0.02 GPU). */
+vsr_status vsr_golden_check(vsr_decider *d, const char *recorded, const char *device_class,
+                            double tol, vsr_golden_report *out, vsr_err *err);
+void vsr_golden_report_free(vsr_golden_report *r);
+
+#endif
