@@ -11,6 +11,7 @@
 #define VSR_DEVICE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vsr/error.h"
@@ -54,6 +55,9 @@ typedef struct vsr_device {
 typedef struct vsr_device_list {
     int count;
     vsr_device dev[VSR_MAX_DEVICES];
+    /* What the probe could not see, for `vllm-srun devices` (e.g. "cuda: libcuda.so.1 not
+     * found"); lines joined with "\n", "" when everything answered. Never a failure. */
+    char notes[512];
 } vsr_device_list;
 
 const char *vsr_device_kind_name(vsr_device_kind k); /* "cpu", "cuda", "rocm" */
@@ -66,6 +70,20 @@ vsr_status vsr_devices_probe(vsr_device_list *out, vsr_err *err);
  * {"kind":"cuda","index":0,"name":"...","cc":"8.6","mem_total_gib":80,"mem_free_gib":70,...} */
 vsr_status vsr_device_from_json(const char *json, vsr_device *out, vsr_err *err);
 
+/* Does this architecture do BF16 arithmetic? NVIDIA: compute capability >= 8.0; AMD: gfx90a,
+ * gfx94x, gfx95x, gfx11xx, gfx12xx; CPU: yes (software conversion). The probe and
+ * vsr_device_from_json fill vsr_device.bf16 from this; vsr_device_caps_of reads the field. */
+bool vsr_device_bf16_by_arch(vsr_device_kind kind, int cc_major, int cc_minor, const char *gfx);
+
+/* What this build of the runtime brings to NVFP4 (src/device/build_caps.c). */
+typedef struct vsr_device_build {
+    bool cuda;           /* built with VSR_HAVE_CUDA */
+    int cuda_version;    /* CUDA_VERSION of the toolkit headers (12080 = 12.8), 0 without CUDA */
+    bool fp4_toolkit;    /* CUDA >= 12.8 and cuda_fp4.h present */
+    bool fp4_act_kernel; /* VSR_HAVE_FP4_ACT_KERNEL defined */
+} vsr_device_build;
+const vsr_device_build *vsr_device_build_caps(void);
+
 /* What a device can run, one row of the hardware table. */
 typedef enum vsr_support { VSR_SUPPORT_NO, VSR_SUPPORT_YES, VSR_SUPPORT_UNVERIFIED } vsr_support;
 typedef struct vsr_device_caps {
@@ -74,6 +92,11 @@ typedef struct vsr_device_caps {
     bool int4_fused;        /* NVIDIA: fused kernel from packed weights */
 } vsr_device_caps;
 void vsr_device_caps_of(const vsr_device *d, vsr_device_caps *out);
+/* The hardware-table row `d` falls in, e.g. "NVIDIA Ada, Hopper (8.9, 9.0)". */
+const char *vsr_device_class(const vsr_device *d);
+/* What keeps NVFP4 off `d`, the text VSR_REFUSAL_NVFP4 is followed by ("the device is a
+ * CPU", ...); "" when nothing is missing. Several missing parts are joined with ", and ". */
+const char *vsr_device_nvfp4_missing(const vsr_device *d, char *buf, size_t n);
 
 /* ---- gating ---- */
 #define VSR_REFUSAL_FP8                                                                           \
@@ -95,7 +118,9 @@ uint64_t vsr_gate_reserve_bytes(uint64_t weight_bytes);
 
 /* Can `d` run the request? VSR_OK, or VSR_E_DEVICE with the seed's exact text
  * (plus the specific missing part) in err. Checks capability, then memory
- * ("needs about X GiB, Y GiB free"). */
+ * ("needs about X GiB, Y GiB free"). A quantized package of a family that may not carry
+ * quantized weights is VSR_E_UNSUPPORTED (no device changes that). Every message starts
+ * with the device id ("cuda:0: ..."). */
 vsr_status vsr_gate_device(const vsr_device *d, const vsr_gate_request *r, vsr_err *err);
 
 /* Picks the device for `spec` ("auto", "cpu", "cuda", "cuda:1", "rocm:0").
