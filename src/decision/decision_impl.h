@@ -1,0 +1,63 @@
+/* Internal structures of the decision layer (src/decision/). */
+#ifndef VSR_DECISION_IMPL_H
+#define VSR_DECISION_IMPL_H
+
+#include <jansson.h>
+
+#include "vsr/decision.h"
+
+typedef enum d3_qtype { D3_CHOICE, D3_NOUL, D3_SCORE, D3_QTYPE_COUNT } d3_qtype;
+
+typedef struct d3_question {
+    char *id;
+    int type;              /* d3_qtype, or -1 when the type itself was invalid */
+    int n_opt;
+    char **keys;           /* answer keys, n_opt */
+    char **legend;         /* score: level text per level (canonical JSON when not a string) */
+    char *prompt;          /* the rendered prompt, for tests and debugging */
+    int32_t *ids;
+    size_t n_ids;
+    const char *err_code;  /* item-level error code (static string) or NULL */
+    char *err_msg;         /* malloc'd or NULL */
+    bool answered;
+    double probs[VSR_D3_CODES];
+} d3_question;
+
+typedef struct d3_request {
+    char *name;            /* NULL for the main request, else the `states` key */
+    int n_q;
+    d3_question *q;
+    int64_t tokens;        /* tokens forwarded for this request's questions */
+} d3_request;
+
+struct vsr_decision_job {
+    char *model;           /* as the request named it, or the served name */
+    int n_req;
+    d3_request *req;       /* [0] is the main request */
+    double deadline_ms;
+    bool return_meta;
+    char profile[32];
+};
+
+struct vsr_decider {
+    const vsr_package *pkg;
+    vsr_model *model;
+    vsr_tokenizer *tok;
+    int64_t max_input_tokens;
+    double temperature;
+    const char *codes[VSR_D3_CODES];
+    int32_t token_ids[VSR_D3_CODES];
+};
+
+/* render.c */
+char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
+                       int n_opt, char *const *option_text);
+char *d3_value_text(const json_t *v); /* string as is; object/array as Python json.dumps */
+
+/* answer.c */
+/* probs over the first n of 255 logits at temperature t; false if not finite. */
+bool d3_probs_from_logits(const float *logits, int n, double temperature, double *probs);
+json_t *d3_answer_json(const d3_question *q);
+double d3_confidence(const double *p, int n);
+
+#endif
