@@ -36,6 +36,7 @@ const vsr_scheme_traits *vsr_scheme_info(vsr_scheme s);
 bool vsr_scheme_parse(const char *name, vsr_scheme *out); /* CLI --scheme names */
 
 #define VSR_QUANT_MAX_IGNORE 64
+#define VSR_QUANT_MAX_TARGETS 16
 
 typedef struct vsr_quant_config {
     vsr_scheme scheme;
@@ -46,6 +47,11 @@ typedef struct vsr_quant_config {
     int n_ignore;
     char *ignore[VSR_QUANT_MAX_IGNORE]; /* module names or "re:" regexes; owned */
     char version[32];      /* compressed-tensors version that wrote it, "" if absent */
+    /* Additions (quantization formats engineer): the one group's targets and KV cache. */
+    int n_targets;
+    char *targets[VSR_QUANT_MAX_TARGETS]; /* class names ("Linear"), module names, "re:" regexes */
+    char group_name[64];   /* the config group's name, e.g. "group_0" */
+    bool kv_cache_fp8;     /* kv_cache_scheme is FP8 per-tensor symmetric (k_scale/v_scale stored) */
 } vsr_quant_config;
 
 /* Parses config.json's `quantization_config` (NULL or absent = BF16). `json` is a
@@ -57,6 +63,12 @@ vsr_status vsr_quant_config_parse(const void *quantization_config_json, vsr_quan
 void vsr_quant_config_free(vsr_quant_config *q);
 /* Does `module` (e.g. "model.language_model.layers.0.mlp.up_proj") stay unquantized? */
 bool vsr_quant_module_ignored(const vsr_quant_config *q, const char *module);
+/* Does the group target `module` of class `class_name` (e.g. "Linear")? As vLLM's
+ * find_matched_target: exact name or `re:` match on the module, then the class name by
+ * case-insensitive substring (so "Linear" matches "QKVParallelLinear"). Ignoring wins:
+ * callers check vsr_quant_module_ignored first. BF16 configs target nothing. */
+bool vsr_quant_module_targeted(const vsr_quant_config *q, const char *module,
+                               const char *class_name);
 
 /* ---- scalar references (the oracle; slow and obviously right) ---- */
 float vsr_e4m3fn_to_f32(uint8_t v);
