@@ -40,13 +40,24 @@ vsr_status vsr_err_set(vsr_err *err, vsr_status code, const char *fmt, ...) {
 
 vsr_status vsr_err_prefix(vsr_err *err, const char *fmt, ...) {
     if (!err) return VSR_E_INTERNAL;
-    char prefix[VSR_ERR_MSG_MAX], old[VSR_ERR_MSG_MAX];
+    char old[VSR_ERR_MSG_MAX];
+    memcpy(old, err->msg, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
-    memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    if (n < 0) n = 0;
+    size_t len = (size_t)n < sizeof err->msg ? (size_t)n : sizeof err->msg - 1;
+    size_t room = sizeof err->msg - len;
+    if (room > 2) {
+        memcpy(err->msg + len, ": ", 2);
+        len += 2;
+        room -= 2;
+        size_t ol = strnlen(old, sizeof old);
+        if (ol >= room) ol = room - 1;
+        memcpy(err->msg + len, old, ol);
+        err->msg[len + ol] = 0;
+    }
     return err->code;
 }
 
