@@ -84,7 +84,16 @@ typedef struct vsr_package {
     char model_sha256[65];    /* computed identity (after verify) */
     bool verified;
     const struct vsr_builtin *builtin; /* catalogue entry for repo@revision, or NULL */
+    /* Added by the package layer: */
+    vsr_st_file *readout;     /* decision3 readout.safetensors: header after open, mapped after map */
+    int64_t params_vision;    /* counted from headers (not loaded) */
+    int64_t params_readout;   /* 255 x hidden for decision3 */
 } vsr_package;
+
+/* Parameters the runtime loads: text + readout (the vision tower is never loaded). */
+static inline int64_t vsr_package_params_loaded(const vsr_package *p) {
+    return p->params_text + p->params_readout;
+}
 
 typedef struct vsr_progress vsr_progress;
 
