@@ -145,11 +145,18 @@ static void model_name(char *buf, size_t n) {
     for (size_t i = strlen(buf); i > 0 && isspace((unsigned char)buf[i - 1]); i--) buf[i - 1] = '\0';
 }
 
-/* cgroup v2 limit of this process's group, 0 when there is none or it is "max". */
+/* cgroup memory limit of this process's group, 0 when there is none or it is "max".
+ * v2: /sys/fs/cgroup<path>/memory.max; v1 (as a container sees its own group at the mount's
+ * root): /sys/fs/cgroup/memory/memory.limit_in_bytes, where "no limit" is a huge number that
+ * the caller's min() with MemTotal ignores. */
 static uint64_t cgroup_limit(void) {
+    uint64_t lim = 0;
+    char *v1 = read_small_file("/sys/fs/cgroup/memory/memory.limit_in_bytes", 64);
+    if (v1 && v1[0] >= '0' && v1[0] <= '9') lim = strtoull(v1, NULL, 10);
+    free(v1);
+    if (lim) return lim;
     char *cg = read_small_file("/proc/self/cgroup", 4096);
     if (!cg) return 0;
-    uint64_t lim = 0;
     char *p = strstr(cg, "0::");
     if (p) {
         p += 3;
