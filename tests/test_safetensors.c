@@ -512,6 +512,14 @@ TEST(rule_duplicate_names) {
     expect_refused("{\"dup\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
                    "\"dup\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
                    2, "duplicate name", "dup");
+    /* Tricky names: quotes and braces inside the duplicated key. */
+    expect_refused("{\"a\\\"{b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                   "\"a\\\"{b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+                   2, "duplicate name", "a\\\"{b");
+    /* A duplicate key inside an entry or the metadata is not a duplicate tensor. */
+    expect_refused("{\"w\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                   "duplicate key \"dtype\" inside a header entry", NULL);
+    expect_refused("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, "duplicate key \"k\" inside", NULL);
 }
 
 TEST(rule_metadata_string_map) {

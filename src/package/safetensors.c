@@ -266,6 +266,22 @@ static int cmp_by_name(const void *a, const void *b) {
     return strcmp(((const name_idx *)a)->name, ((const name_idx *)b)->name);
 }
 
+/* Object nesting depth at byte `pos` of a JSON text (strings skipped): 1 = top level. */
+static int depth_at(const char *s, size_t pos) {
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < pos; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') in_str = true;
+        else if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') depth--;
+    }
+    return depth;
+}
+
 /* Jansson reports a duplicate key without naming it; the key is the last JSON string that
  * ends before the error position. Copies it into out (truncated) or "?" if not found. */
 static void duplicate_key_near(const char *hdr, size_t pos, char *out, size_t cap) {
@@ -303,10 +319,15 @@ static vsr_status parse_header(vsr_st_file *f, const char *hdr, size_t hlen, con
     if (!root) {
         if (json_error_code(&je) == json_error_duplicate_key) {
             char key[256];
-            duplicate_key_near(hdr, (size_t)je.position, key, sizeof key);
+            size_t at = (size_t)je.position <= hlen ? (size_t)je.position : hlen;
+            duplicate_key_near(hdr, at, key, sizeof key);
+            if (depth_at(hdr, at) == 1)
+                return vsr_err_set(err, VSR_E_FORMAT,
+                                   "%s: tensor \"%s\": duplicate name in the header (near byte %zu)", L,
+                                   key, at);
             return vsr_err_set(err, VSR_E_FORMAT,
-                               "%s: tensor \"%s\": duplicate name in the header (near byte %d)", L, key,
-                               je.position);
+                               "%s: duplicate key \"%s\" inside a header entry (near byte %zu)", L, key,
+                               at);
         }
         return vsr_err_set(err, VSR_E_FORMAT,
                            "%s: header is not valid JSON (byte %d of the header): %s", L, je.position,
