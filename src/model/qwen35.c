@@ -1,0 +1,664 @@
+/* src/model/qwen35.c: the qwen3_5 text backbone (transformers' Qwen3_5TextModel) and the
+ * Decision 3.0 readout, written against the backend table only (src/backend/backend.h).
+ *
+ * Per layer (D = hidden, T = tokens of the batch packed back to back):
+ *   h = RMSNorm_(1+w)(x)
+ *   linear_attention (Gated DeltaNet):
+ *     qkv = h.Wqkv^T [T, 2Kd+Vd] -> causal depthwise conv + silu -> q | k | v
+ *     z = h.Wz^T [T, Vd], b = h.Wb^T [T, Hv], a = h.Wa^T [T, Hv]
+ *     o = gated delta rule(q, k, v, beta = sigmoid(b), g = -exp(A_log)*softplus(a + dt_bias))
+ *     x += (w * RMSNorm(o) * silu(z)).Wout^T
+ *   full_attention (gated):
+ *     [q | gate] per head = h.Wq^T [T, H*2d]; q = RMSNorm_(1+w)(q), k = RMSNorm_(1+w)(h.Wk^T)
+ *     partial rotary on the first rot dims of q and k; v = h.Wv^T
+ *     x += (softmax(q.k^T/sqrt(d)) v * sigmoid(gate)).Wo^T   (causal or bidirectional)
+ *   x += down(silu(gate(h2)) * up(h2)), h2 = RMSNorm_(1+w)(x)
+ * then the final RMSNorm at each row's last token and the readout [255, D].
+ *
+ * Left padding is never materialised: padded positions cannot reach real tokens in
+ * transformers (keys masked in attention; DeltaNet inputs zeroed, so its conv sees the
+ * same zeros as its own padding and its state stays zero), so each row is computed as
+ * its own packed sequence. Positions stay those of the padded batch (0..L-1 over the
+ * padded length), as the reference runtime passes them. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "vsr/model.h"
+#include "vsr/safetensors.h"
+
+#define MAX_ROWS_PLANNED 8 /* decision3 runs 8 questions per forward */
+#define MLP_CHUNK 512      /* tokens per MLP step: bounds the [chunk, I] intermediates */
+
+typedef struct layer {
+    vsr_layer_type type;
+    float *in_norm, *post_norm;                  /* [D] */
+    vsr_bweight *qkv, *z, *b, *a, *out;           /* linear_attn */
+    float *conv_w, *A_log, *dt_bias, *gnorm;      /* [C*Kc], [Hv], [Hv], [dv] */
+    vsr_bweight *q, *k, *v, *o;                   /* self_attn */
+    float *q_norm, *k_norm;                       /* [d] */
+    vsr_bweight *gate, *up, *down;                /* mlp */
+} layer;
+
+struct vsr_model {
+    const vsr_package *pkg;
+    vsr_backend be;
+    vsr_text_config c;
+    int causal;
+    int64_t D, I, Kd, Vd, C; /* hidden, intermediate, DeltaNet key/value dims, conv channels */
+    int H, Hkv, hd, rot, Hk, Hv, dk, dv, Kc;
+    float eps;
+    vsr_bweight *embed, *readout;
+    float *final_norm;
+    layer *layers;
+    vsr_st_file *readout_file;
+    /* every backend allocation, freed together */
+    void **bufs;
+    int n_bufs, cap_bufs;
+    vsr_bweight **ws;
+    int n_ws, cap_ws;
+    uint64_t weight_bytes;
+    /* rotary tables [max_pos, rot/2] */
+    float *cos_t, *sin_t;
+    int64_t max_pos;
+    float *inv_freq;
+    /* activation arena */
+    void *arena;
+    int64_t arena_tokens, arena_rows;
+    pthread_mutex_t lock; /* one forward at a time: the arena is shared */
+};
+
+/* ---- allocation bookkeeping ---- */
+
+static vsr_status track_buf(vsr_model *m, void *p, vsr_err *err) {
+    if (m->n_bufs == m->cap_bufs) {
+        int nc = m->cap_bufs ? m->cap_bufs * 2 : 64;
+        void **nb = realloc(m->bufs, sizeof *nb * (size_t)nc);
+        if (!nb) {
+            m->be.ops->buf_free(m->be.ctx, p);
+            return vsr_err_set(err, VSR_E_NOMEM, "model: out of memory");
+        }
+        m->bufs = nb, m->cap_bufs = nc;
+    }
+    m->bufs[m->n_bufs++] = p;
+    return VSR_OK;
+}
+
+static vsr_status track_w(vsr_model *m, vsr_bweight *w, vsr_err *err) {
+    if (m->n_ws == m->cap_ws) {
+        int nc = m->cap_ws ? m->cap_ws * 2 : 64;
+        vsr_bweight **nw = realloc(m->ws, sizeof *nw * (size_t)nc);
+        if (!nw) {
+            m->be.ops->weight_free(m->be.ctx, w);
+            return vsr_err_set(err, VSR_E_NOMEM, "model: out of memory");
+        }
+        m->ws = nw, m->cap_ws = nc;
+    }
+    m->ws[m->n_ws++] = w;
+    m->weight_bytes += m->be.ops->weight_bytes(m->be.ctx, w);
+    return VSR_OK;
+}
+
+/* ---- tensor lookup ---- */
+
+static const vsr_tensor *find(const vsr_model *m, const char *mod, const char *param) {
+    char name[512];
+    snprintf(name, sizeof name, "%s%s%s%s", m->pkg->text_prefix, mod, param ? "." : "", param ? param : "");
+    return vsr_weights_find(m->pkg->weights, name);
+}
+
+static vsr_status need_shape(const vsr_tensor *t, int ndim, const int64_t *shape, vsr_err *err) {
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
+    if (ok) return VSR_OK;
+    char want[128] = "", got[128] = "";
+    for (int i = 0; i < ndim; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)shape[i]);
+    for (int i = 0; i < t->ndim; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    return vsr_err_set(err, VSR_E_FORMAT, "%s (%s): shape [%s], expected [%s]", t->name, t->file, got, want);
+}
+
+static vsr_status need_data(const vsr_tensor *t, vsr_err *err) {
+    if (!t->data)
+        return vsr_err_set(err, VSR_E_INVALID,
+                           "%s: the package's weights are not mapped (call vsr_package_map before "
+                           "vsr_model_load)",
+                           t->name);
+    int bytes = vsr_dtype_info(t->dtype)->bits / 8;
+    if (bytes > 1 && (uintptr_t)t->data % (uintptr_t)bytes)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED,
+                           "%s (%s): data at file offset %llu is not aligned to its %d-byte elements; "
+                           "rewrite the file with the safetensors writer",
+                           t->name, t->file, (unsigned long long)t->offset, bytes);
+    return VSR_OK;
+}
+
+/* A small per-channel tensor (BF16, F16 or F32, numel n) widened to FP32 and uploaded. */
+static vsr_status load_vec(vsr_model *m, const char *mod, const char *param, int ndim,
+                           const int64_t *shape, float **out, vsr_err *err) {
+    const vsr_tensor *t = find(m, mod, param);
+    if (!t)
+        return vsr_err_set(err, VSR_E_NOT_FOUND, "tensor %s%s%s%s is missing from the package",
+                           m->pkg->text_prefix, mod, param ? "." : "", param ? param : "");
+    vsr_status st = need_shape(t, ndim, shape, err);
+    if (!st) st = need_data(t, err);
+    if (st) return st;
+    if (t->dtype != VSR_DT_BF16 && t->dtype != VSR_DT_F32 && t->dtype != VSR_DT_F16)
+        return vsr_err_set(err, VSR_E_FORMAT, "%s: dtype %s, expected BF16, F16 or F32", t->name,
+                           vsr_dtype_info(t->dtype)->name);
+    float *h = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
+    if (!h) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", t->name);
+    const uint8_t *d = t->data;
+    for (int64_t i = 0; i < t->numel; i++) {
+        if (t->dtype == VSR_DT_F32) {
+            memcpy(&h[i], d + 4 * i, 4);
+        } else {
+            uint16_t u;
+            memcpy(&u, d + 2 * i, 2);
+            h[i] = t->dtype == VSR_DT_BF16 ? vsr_bf16_to_f32(u) : vsr_f16_to_f32(u);
+        }
+    }
+    st = m->be.ops->vec_upload(m->be.ctx, h, t->numel, out, err);
+    free(h);
+    if (st) return vsr_err_prefix(err, "%s", t->name);
+    m->weight_bytes += (uint64_t)t->numel * sizeof(float);
+    return track_buf(m, *out, err);
+}
+
+static vsr_status need_dtype(const vsr_tensor *t, vsr_dtype dt, vsr_err *err) {
+    if (t->dtype == dt) return VSR_OK;
+    return vsr_err_set(err, VSR_E_FORMAT, "%s (%s): dtype %s, expected %s", t->name, t->file,
+                       vsr_dtype_info(t->dtype)->name, vsr_dtype_info(dt)->name);
+}
+
+/* One linear [N, K] in whichever stored form the package has: `.weight` (BF16, or FP8 with
+ * `.weight_scale`), or `.weight_packed` (int4 I32 or NVFP4 U8) with its scales. The backend
+ * decides whether it can run that form. */
+static vsr_status load_linear(vsr_model *m, const char *mod, int64_t N, int64_t K, vsr_bweight **out,
+                              vsr_err *err) {
+    vsr_weight_view v = {.N = N, .K = K};
+    const vsr_tensor *w = find(m, mod, "weight"), *p = find(m, mod, "weight_packed");
+    vsr_status st;
+    if (w) {
+        v.name = w->name;
+        if ((st = need_shape(w, 2, (int64_t[]){N, K}, err)) || (st = need_data(w, err))) return st;
+        v.w = w->data;
+        if (w->dtype == VSR_DT_BF16) {
+            v.kind = VSR_WK_BF16;
+        } else if (w->dtype == VSR_DT_F8_E4M3) {
+            v.kind = VSR_WK_FP8;
+            const vsr_tensor *s = find(m, mod, "weight_scale");
+            v.scale = s ? s->data : NULL;
+        } else {
+            return vsr_err_set(err, VSR_E_FORMAT, "%s: dtype %s, expected BF16 (or F8_E4M3 with weight_scale)",
+                               w->name, vsr_dtype_info(w->dtype)->name);
+        }
+    } else if (p) {
+        v.name = p->name;
+        if (p->dtype == VSR_DT_U8) { /* NVFP4: the backend refuses or runs it */
+            v.kind = VSR_WK_NVFP4;
+            v.w = p->data;
+        } else {
+            if ((st = need_dtype(p, VSR_DT_I32, err))) return st;
+            if (K % 8)
+                return vsr_err_set(err, VSR_E_FORMAT, "%s: int4 needs in_features a multiple of 8 (K %lld)",
+                                   p->name, (long long)K);
+            int group = m->pkg->quant.group_size;
+            int64_t gcols = group > 0 ? group : K;
+            int64_t G = (K + gcols - 1) / gcols;
+            if ((st = need_shape(p, 2, (int64_t[]){N, K / 8}, err)) || (st = need_data(p, err))) return st;
+            const vsr_tensor *s = find(m, mod, "weight_scale");
+            if (!s) return vsr_err_set(err, VSR_E_NOT_FOUND, "%s: weight_scale is missing", p->name);
+            if ((st = need_dtype(s, VSR_DT_BF16, err)) || (st = need_shape(s, 2, (int64_t[]){N, G}, err)) ||
+                (st = need_data(s, err)))
+                return st;
+            const vsr_tensor *sh = find(m, mod, "weight_shape");
+            if (sh && sh->data && sh->numel == 2 && (sh->dtype == VSR_DT_I64 || sh->dtype == VSR_DT_I32)) {
+                int64_t n0, k0;
+                if (sh->dtype == VSR_DT_I64) {
+                    memcpy(&n0, sh->data, 8);
+                    memcpy(&k0, (const char *)sh->data + 8, 8);
+                } else {
+                    int32_t a[2];
+                    memcpy(a, sh->data, 8);
+                    n0 = a[0], k0 = a[1];
+                }
+                if (n0 != N || k0 != K)
+                    return vsr_err_set(err, VSR_E_FORMAT, "%s: weight_shape is [%lld, %lld], expected [%lld, %lld]",
+                                       sh->name, (long long)n0, (long long)k0, (long long)N, (long long)K);
+            }
+            const vsr_tensor *zp = find(m, mod, "weight_zero_point");
+            if (zp) {
+                if ((st = need_dtype(zp, VSR_DT_I32, err)) ||
+                    (st = need_shape(zp, 2, (int64_t[]){(N + 7) / 8, G}, err)) || (st = need_data(zp, err)))
+                    return st;
+            } else if (!m->pkg->quant.symmetric) {
+                return vsr_err_set(err, VSR_E_NOT_FOUND, "%s: asymmetric int4 needs weight_zero_point", p->name);
+            }
+            const vsr_tensor *gi = find(m, mod, "weight_g_idx");
+            if (gi) {
+                if ((st = need_dtype(gi, VSR_DT_I32, err)) || (st = need_shape(gi, 1, (int64_t[]){K}, err)) ||
+                    (st = need_data(gi, err)))
+                    return st;
+                const int32_t *g = gi->data;
+                for (int64_t k = 0; k < K; k++)
+                    if (g[k] < -1 || g[k] >= G)
+                        return vsr_err_set(err, VSR_E_FORMAT, "%s: g_idx[%lld] = %d is outside [0, %lld)",
+                                           gi->name, (long long)k, g[k], (long long)G);
+            }
+            v.kind = VSR_WK_INT4;
+            v.w = p->data;
+            v.scale = s->data;
+            v.zp = zp ? zp->data : NULL;
+            v.g_idx = gi ? gi->data : NULL;
+            v.group = group > 0 ? group : -1;
+        }
+    } else {
+        return vsr_err_set(err, VSR_E_NOT_FOUND,
+                           "tensor %s%s.weight (or .weight_packed) is missing from the package",
+                           m->pkg->text_prefix, mod);
+    }
+    if ((st = m->be.ops->weight_upload(m->be.ctx, &v, out, err))) return st;
+    return track_w(m, *out, err);
+}
+
+/* ---- rotary tables ---- */
+
+/* Rebuilds cos/sin for positions [0, n) as transformers computes them: inv_freq in FP32
+ * (1 / theta^(2i/rot)), angle = float(pos) * inv_freq in FP32, then cos/sin in FP32.
+ * Text-only M-RoPE gives every section the same position, so the interleave is a no-op. */
+static vsr_status rope_tables(vsr_model *m, int64_t n, vsr_err *err) {
+    if (n <= m->max_pos) return VSR_OK;
+    int half = m->rot / 2;
+    size_t bytes = sizeof(float) * (size_t)n * (size_t)half;
+    float *hc = malloc(bytes), *hs = malloc(bytes);
+    void *dc = NULL, *ds = NULL;
+    vsr_status st = VSR_OK;
+    if (!hc || !hs) {
+        st = vsr_err_set(err, VSR_E_NOMEM, "rotary tables for %lld positions: out of memory", (long long)n);
+        goto out;
+    }
+    for (int64_t p = 0; p < n; p++)
+        for (int i = 0; i < half; i++) {
+            float ang = (float)p * m->inv_freq[i];
+            hc[p * half + i] = cosf(ang);
+            hs[p * half + i] = sinf(ang);
+        }
+    if ((st = m->be.ops->buf_alloc(m->be.ctx, bytes, &dc, err)) ||
+        (st = m->be.ops->buf_alloc(m->be.ctx, bytes, &ds, err)) ||
+        (st = m->be.ops->buf_set(m->be.ctx, dc, hc, bytes, err)) ||
+        (st = m->be.ops->buf_set(m->be.ctx, ds, hs, bytes, err)))
+        goto out;
+    m->be.ops->buf_free(m->be.ctx, m->cos_t);
+    m->be.ops->buf_free(m->be.ctx, m->sin_t);
+    m->cos_t = dc, m->sin_t = ds, m->max_pos = n;
+    dc = ds = NULL;
+out:
+    if (dc) m->be.ops->buf_free(m->be.ctx, dc);
+    if (ds) m->be.ops->buf_free(m->be.ctx, ds);
+    free(hc);
+    free(hs);
+    return st;
+}
+
+/* ---- the activation arena ---- */
+
+/* Buffers carved from one allocation, for T packed tokens and R rows:
+ *   x [T, D] residual            h [T, D] normed input
+ *   t0 [T, max(C, 2Hd, Vd)]      t1 [T, max(C, Hd)]     t2, t3 [T, max(Vd, Hkv d)]
+ *   t4 [T, Hd]                   tb, ta [T, Hv]
+ *   mg, mu [min(T, MLP_CHUNK), I]  MLP intermediates
+ *   xl, cl [R, max(D, Vd, Hd, 255)] last-token rows of the final layer; logits
+ *   st [R, Hv, dk, dv]           per-row DeltaNet state */
+typedef struct arena {
+    float *x, *h, *t0, *t1, *t2, *t3, *t4, *tb, *ta, *mg, *mu, *xl, *cl, *st;
+} arena;
+
+static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+static size_t arena_layout(const vsr_model *m, int64_t T, int64_t R, arena *a, float *base) {
+    int64_t w0 = max3(m->C, 2LL * m->H * m->hd, m->Vd), w1 = max3(m->C, (int64_t)m->H * m->hd, 0);
+    int64_t w2 = max3(m->Vd, (int64_t)m->Hkv * m->hd, 0), w4 = (int64_t)m->H * m->hd;
+    int64_t wl = max3(max3(m->D, m->Vd, w4), VSR_D3_CODES, 0), ch = T < MLP_CHUNK ? T : MLP_CHUNK;
+    int64_t sizes[] = {T * m->D, T * m->D, T * w0, T * w1, T * w2, T * w2, T * w4, T * m->Hv, T * m->Hv,
+                       ch * m->I, ch * m->I, R * wl, R * wl, R * m->Hv * m->dk * m->dv};
+    float **slots[] = {&a->x, &a->h, &a->t0, &a->t1, &a->t2, &a->t3, &a->t4, &a->tb, &a->ta,
+                       &a->mg, &a->mu, &a->xl, &a->cl, &a->st};
+    _Static_assert(sizeof sizes / sizeof *sizes == sizeof slots / sizeof *slots, "one size per slot");
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        if (base) *slots[i] = base + off;
+        off += ((size_t)sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned slots */
+    }
+    return off * sizeof(float);
+}
+
+static vsr_status arena_reserve(vsr_model *m, int64_t T, int64_t R, vsr_err *err) {
+    if (T <= m->arena_tokens && R <= m->arena_rows) return VSR_OK;
+    if (T < m->arena_tokens) T = m->arena_tokens;
+    if (R < m->arena_rows) R = m->arena_rows;
+    size_t bytes = arena_layout(m, T, R, &(arena){0}, NULL);
+    void *p;
+    vsr_status st = m->be.ops->buf_alloc(m->be.ctx, bytes, &p, err);
+    if (st) return vsr_err_prefix(err, "activations for %lld tokens x %lld rows", (long long)T, (long long)R);
+    m->be.ops->buf_free(m->be.ctx, m->arena);
+    m->arena = p, m->arena_tokens = T, m->arena_rows = R;
+    return VSR_OK;
+}
+
+/* ---- load ---- */
+
+void vsr_model_free(vsr_model *m) {
+    if (!m) return;
+    if (m->be.ops) {
+        for (int i = 0; i < m->n_ws; i++) m->be.ops->weight_free(m->be.ctx, m->ws[i]);
+        for (int i = 0; i < m->n_bufs; i++) m->be.ops->buf_free(m->be.ctx, m->bufs[i]);
+        m->be.ops->buf_free(m->be.ctx, m->cos_t);
+        m->be.ops->buf_free(m->be.ctx, m->sin_t);
+        m->be.ops->buf_free(m->be.ctx, m->arena);
+        vsr_backend_destroy(&m->be);
+    }
+    vsr_st_close(m->readout_file);
+    free(m->ws);
+    free(m->bufs);
+    free(m->layers);
+    free(m->inv_freq);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+static vsr_status load_layer(vsr_model *m, int l, vsr_err *err) {
+    layer *L = &m->layers[l];
+    char mod[128];
+    vsr_status st;
+    L->type = m->c.layer_types[l];
+    const int64_t D = m->D;
+#define P(fmt) (snprintf(mod, sizeof mod, "layers.%d." fmt, l), mod)
+    if ((st = load_vec(m, P("input_layernorm"), "weight", 1, (int64_t[]){D}, &L->in_norm, err)) ||
+        (st = load_vec(m, P("post_attention_layernorm"), "weight", 1, (int64_t[]){D}, &L->post_norm, err)))
+        return st;
+    if (L->type == VSR_LAYER_LINEAR_ATTENTION) {
+        if ((st = load_linear(m, P("linear_attn.in_proj_qkv"), m->C, D, &L->qkv, err)) ||
+            (st = load_linear(m, P("linear_attn.in_proj_z"), m->Vd, D, &L->z, err)) ||
+            (st = load_linear(m, P("linear_attn.in_proj_b"), m->Hv, D, &L->b, err)) ||
+            (st = load_linear(m, P("linear_attn.in_proj_a"), m->Hv, D, &L->a, err)) ||
+            (st = load_linear(m, P("linear_attn.out_proj"), D, m->Vd, &L->out, err)) ||
+            (st = load_vec(m, P("linear_attn.conv1d"), "weight", 3, (int64_t[]){m->C, 1, m->Kc}, &L->conv_w, err)) ||
+            (st = load_vec(m, P("linear_attn.A_log"), NULL, 1, (int64_t[]){m->Hv}, &L->A_log, err)) ||
+            (st = load_vec(m, P("linear_attn.dt_bias"), NULL, 1, (int64_t[]){m->Hv}, &L->dt_bias, err)) ||
+            (st = load_vec(m, P("linear_attn.norm"), "weight", 1, (int64_t[]){m->dv}, &L->gnorm, err)))
+            return st;
+    } else {
+        int64_t Hd = (int64_t)m->H * m->hd, KVd = (int64_t)m->Hkv * m->hd;
+        if ((st = load_linear(m, P("self_attn.q_proj"), 2 * Hd, D, &L->q, err)) ||
+            (st = load_linear(m, P("self_attn.k_proj"), KVd, D, &L->k, err)) ||
+            (st = load_linear(m, P("self_attn.v_proj"), KVd, D, &L->v, err)) ||
+            (st = load_linear(m, P("self_attn.o_proj"), D, Hd, &L->o, err)) ||
+            (st = load_vec(m, P("self_attn.q_norm"), "weight", 1, (int64_t[]){m->hd}, &L->q_norm, err)) ||
+            (st = load_vec(m, P("self_attn.k_norm"), "weight", 1, (int64_t[]){m->hd}, &L->k_norm, err)))
+            return st;
+        if (find(m, P("self_attn.q_proj"), "bias"))
+            return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s.bias: attention biases are not supported (attention_bias "
+                               "is false in qwen3_5)", mod);
+    }
+    if ((st = load_linear(m, P("mlp.gate_proj"), m->I, D, &L->gate, err)) ||
+        (st = load_linear(m, P("mlp.up_proj"), m->I, D, &L->up, err)) ||
+        (st = load_linear(m, P("mlp.down_proj"), D, m->I, &L->down, err)))
+        return st;
+#undef P
+    return VSR_OK;
+}
+
+static vsr_status load_readout(vsr_model *m, vsr_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/readout.safetensors", m->pkg->path);
+    vsr_status st = vsr_st_open(path, "readout.safetensors", &m->readout_file, err);
+    if (st) return st;
+    const vsr_tensor *t = vsr_st_find(m->readout_file, "weight");
+    if (!t) return vsr_err_set(err, VSR_E_NOT_FOUND, "readout.safetensors: tensor \"weight\" is missing");
+    if ((st = need_shape(t, 2, (int64_t[]){VSR_D3_CODES, m->D}, err)) || (st = need_data(t, err))) return st;
+    vsr_weight_view v = {.N = VSR_D3_CODES, .K = m->D, .w = t->data, .name = "readout.safetensors:weight"};
+    if (t->dtype == VSR_DT_F32) v.kind = VSR_WK_F32;
+    else if (t->dtype == VSR_DT_BF16) v.kind = VSR_WK_BF16;
+    else
+        return vsr_err_set(err, VSR_E_FORMAT, "readout.safetensors: weight dtype %s, expected F32 or BF16",
+                           vsr_dtype_info(t->dtype)->name);
+    const char *want = m->pkg->decision.readout_dtype;
+    if (want[0] && strcmp(want, v.kind == VSR_WK_F32 ? "float32" : "bfloat16"))
+        return vsr_err_set(err, VSR_E_FORMAT, "readout.safetensors: weight is %s but decision_config.json says "
+                           "readout_dtype \"%s\"", vsr_dtype_info(t->dtype)->name, want);
+    if ((st = m->be.ops->weight_upload(m->be.ctx, &v, &m->readout, err))) return st;
+    return track_w(m, m->readout, err);
+}
+
+vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vsr_model **out, vsr_err *err) {
+    *out = NULL;
+    if (!pkg) return vsr_err_set(err, VSR_E_INVALID, "model: no package");
+    if (!pkg->weights)
+        return vsr_err_set(err, VSR_E_INVALID, "%s: the package has no weights open", pkg->path);
+    if (pkg->family != VSR_FAMILY_DECISION3)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: family %s has no model implementation here (expected "
+                           "decision3)", pkg->path, vsr_family_name(pkg->family));
+    vsr_model_opts o = opts ? *opts : (vsr_model_opts){0};
+    if (o.device && o.device->kind != VSR_DEV_CPU)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "model: no backend for %s devices in this build",
+                           vsr_device_kind_name(o.device->kind));
+    if (o.dtype && o.dtype[0] && strcmp(o.dtype, "auto"))
+        return vsr_err_set(err, VSR_E_INVALID, "model: --dtype %s is not available on the CPU (expected auto: "
+                           "FP32 activations over the stored weights)", o.dtype);
+    const vsr_text_config *c = &pkg->config.text;
+    if (c->num_hidden_layers <= 0 || c->num_hidden_layers > VSR_MAX_LAYERS || c->hidden_size <= 0)
+        return vsr_err_set(err, VSR_E_FORMAT, "%s: text_config has %d layers of hidden size %lld", pkg->path,
+                           c->num_hidden_layers, (long long)c->hidden_size);
+    if (strcmp(c->hidden_act, "silu") && c->hidden_act[0])
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: hidden_act \"%s\" (only silu)", pkg->path, c->hidden_act);
+    vsr_model *m = calloc(1, sizeof *m);
+    if (!m) return vsr_err_set(err, VSR_E_NOMEM, "model: out of memory");
+    pthread_mutex_init(&m->lock, NULL);
+    m->pkg = pkg;
+    m->c = *c;
+    m->causal = strcmp(pkg->decision.attention_mode, "noncausal_full_attention") != 0;
+    m->D = c->hidden_size, m->I = c->intermediate_size;
+    m->H = c->num_attention_heads, m->Hkv = c->num_key_value_heads, m->hd = c->head_dim;
+    m->rot = (int)(c->head_dim * c->partial_rotary_factor);
+    m->Hk = c->linear_num_key_heads, m->Hv = c->linear_num_value_heads;
+    m->dk = c->linear_key_head_dim, m->dv = c->linear_value_head_dim, m->Kc = c->linear_conv_kernel_dim;
+    m->Kd = vsr_text_linear_key_dim(c), m->Vd = vsr_text_linear_value_dim(c), m->C = 2 * m->Kd + m->Vd;
+    m->eps = (float)c->rms_norm_eps;
+    vsr_status st;
+    if (vsr_text_count_layers(c, VSR_LAYER_FULL_ATTENTION) &&
+        (m->H <= 0 || m->Hkv <= 0 || m->H % m->Hkv || m->rot % 2 || m->rot <= 0 || m->rot > m->hd)) {
+        st = vsr_err_set(err, VSR_E_FORMAT, "%s: attention heads %d over %d kv heads with %d rotary dims of %d",
+                         pkg->path, m->H, m->Hkv, m->rot, m->hd);
+        goto fail;
+    }
+    if (vsr_text_count_layers(c, VSR_LAYER_LINEAR_ATTENTION) &&
+        (m->Hk <= 0 || m->Hv % m->Hk || m->Kc <= 0 || m->dk <= 0 || m->dv <= 0)) {
+        st = vsr_err_set(err, VSR_E_FORMAT, "%s: linear attention %d value heads over %d key heads, conv %d",
+                         pkg->path, m->Hv, m->Hk, m->Kc);
+        goto fail;
+    }
+    if ((st = vsr_backend_cpu_new(o.threads, &m->be, err))) goto fail;
+
+    if (!(m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers))) {
+        st = vsr_err_set(err, VSR_E_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    const vsr_tensor *emb = find(m, "embed_tokens", "weight");
+    if (!emb) {
+        st = vsr_err_set(err, VSR_E_NOT_FOUND, "tensor %sembed_tokens.weight is missing", pkg->text_prefix);
+        goto fail;
+    }
+    if ((st = need_shape(emb, 2, (int64_t[]){c->vocab_size, m->D}, err)) || (st = need_data(emb, err)) ||
+        (st = need_dtype(emb, VSR_DT_BF16, err)))
+        goto fail;
+    vsr_weight_view ev = {.kind = VSR_WK_BF16, .N = c->vocab_size, .K = m->D, .w = emb->data, .name = emb->name};
+    if ((st = m->be.ops->weight_upload(m->be.ctx, &ev, &m->embed, err)) || (st = track_w(m, m->embed, err)))
+        goto fail;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if ((st = load_layer(m, l, err))) goto fail;
+    if ((st = load_vec(m, "norm", "weight", 1, (int64_t[]){m->D}, &m->final_norm, err))) goto fail;
+    if ((st = load_readout(m, err))) goto fail;
+
+    if (m->rot > 0) {
+        int half = m->rot / 2;
+        if (!(m->inv_freq = malloc(sizeof(float) * (size_t)half))) {
+            st = vsr_err_set(err, VSR_E_NOMEM, "model: out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < half; i++)
+            m->inv_freq[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)m->rot);
+    }
+    /* Sized for the largest batch: 8 rows of the longest input; lazily committed pages, so
+     * only what a forward touches is resident. Halved until it fits; grows on demand. */
+    int64_t max_tokens = pkg->decision.max_length > 0 ? pkg->decision.max_length : c->max_position_embeddings;
+    if (max_tokens <= 0) max_tokens = 4096;
+    if (m->rot > 0 && (st = rope_tables(m, max_tokens, err))) goto fail;
+    for (int64_t T = MAX_ROWS_PLANNED * max_tokens;; T /= 2) {
+        if (!(st = arena_reserve(m, T, MAX_ROWS_PLANNED, err))) break;
+        if (T <= 512) goto fail;
+    }
+    *out = m;
+    return VSR_OK;
+fail:
+    vsr_model_free(m);
+    return st;
+}
+
+int64_t vsr_model_hidden_size(const vsr_model *m) { return m ? m->D : 0; }
+
+uint64_t vsr_model_memory_bytes(const vsr_model *m) { return m ? m->weight_bytes : 0; }
+
+/* ---- forward ---- */
+
+#define B m->be.ops
+#define X m->be.ctx
+
+/* Gated DeltaNet over h [T, D]; leaves the out_proj input in *core [T, Vd]. */
+static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, int64_t T, const vsr_segs *sg,
+                                 float **core, vsr_err *err) {
+    vsr_status st;
+    if ((st = B->linear(X, a->h, T, L->qkv, a->t0, 0, err)) ||
+        (st = B->conv1d_silu(X, a->t0, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
+        (st = B->linear(X, a->h, T, L->z, a->t2, 0, err)) || (st = B->linear(X, a->h, T, L->b, a->tb, 0, err)) ||
+        (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)) ||
+        (st = B->deltanet(X, a->t1, m->C, a->tb, a->ta, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv,
+                          a->st, a->t3, err)) ||
+        (st = B->rmsnorm_gated(X, a->t3, a->t2, T * m->Hv, m->dv, L->gnorm, m->eps, a->t0, err)))
+        return st;
+    *core = a->t0;
+    return VSR_OK;
+}
+
+/* Gated full attention over h [T, D]; leaves the o_proj input in *core [T, H*d]. */
+static vsr_status attention_layer(vsr_model *m, const layer *L, const arena *a, int64_t T, const vsr_segs *sg,
+                                  float **core, vsr_err *err) {
+    const int H = m->H, Hkv = m->Hkv, d = m->hd;
+    vsr_status st;
+    /* q_proj rows hold per head [q (d) | gate (d)]: (token, head) pairs are rows of 2d. */
+    if ((st = B->linear(X, a->h, T, L->q, a->t0, 0, err)) ||
+        (st = B->rmsnorm(X, a->t0, 2 * d, T * H, d, L->q_norm, 1.0f, m->eps, a->t1, d, err)) ||
+        (st = B->linear(X, a->h, T, L->k, a->t2, 0, err)) ||
+        (st = B->rmsnorm(X, a->t2, d, T * Hkv, d, L->k_norm, 1.0f, m->eps, a->t2, d, err)) ||
+        (st = B->linear(X, a->h, T, L->v, a->t3, 0, err)) ||
+        (st = B->rope(X, a->t1, (int64_t)H * d, sg, H, d, m->rot, m->cos_t, m->sin_t, m->max_pos, err)) ||
+        (st = B->rope(X, a->t2, (int64_t)Hkv * d, sg, Hkv, d, m->rot, m->cos_t, m->sin_t, m->max_pos, err)) ||
+        (st = B->attention(X, a->t1, (int64_t)H * d, a->t2, a->t3, sg, H, Hkv, d, 1.0f / sqrtf((float)d),
+                           m->causal, a->t4, err)) ||
+        (st = B->mul_sigmoid(X, a->t4, T, H, d, a->t0 + d, 2LL * H * d, 2LL * d, err)))
+        return st;
+    *core = a->t4;
+    return VSR_OK;
+}
+
+/* x [T, D] += down(silu(gate(h)) * up(h)), h = RMSNorm(x), in chunks of MLP_CHUNK tokens. */
+static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, float *h, int64_t T, vsr_err *err) {
+    vsr_status st;
+    if ((st = B->rmsnorm(X, x, m->D, T, m->D, L->post_norm, 1.0f, m->eps, h, m->D, err))) return st;
+    for (int64_t t0 = 0; t0 < T; t0 += MLP_CHUNK) {
+        int64_t n = T - t0 < MLP_CHUNK ? T - t0 : MLP_CHUNK;
+        const float *hc = h + t0 * m->D;
+        if ((st = B->linear(X, hc, n, L->gate, a->mg, 0, err)) || (st = B->linear(X, hc, n, L->up, a->mu, 0, err)) ||
+            (st = B->swiglu(X, a->mg, a->mu, n, m->I, a->mg, err)) ||
+            (st = B->linear(X, a->mg, n, L->down, x + t0 * m->D, 1, err)))
+            return st;
+    }
+    return VSR_OK;
+}
+
+static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids, const int *lens, float *hidden,
+                                 float *logits, vsr_err *err) {
+    int64_t T = 0, Lmax = 0;
+    for (int r = 0; r < R; r++) {
+        if (!ids[r] || lens[r] < 1)
+            return vsr_err_set(err, VSR_E_INVALID, "forward: row %d has no tokens (length %d)", r, lens[r]);
+        T += lens[r];
+        if (lens[r] > Lmax) Lmax = lens[r];
+    }
+    vsr_status st;
+    if ((st = arena_reserve(m, T, R, err))) return st;
+    if (m->rot > 0 && (st = rope_tables(m, Lmax, err))) return st;
+    arena a;
+    arena_layout(m, m->arena_tokens, m->arena_rows, &a, m->arena);
+    int64_t *segbuf = malloc(sizeof(int64_t) * 4 * (size_t)R);
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)T);
+    if (!segbuf || !all) {
+        free(segbuf);
+        free(all);
+        return vsr_err_set(err, VSR_E_NOMEM, "forward: out of memory");
+    }
+    int64_t *start = segbuf, *len = segbuf + R, *pos0 = segbuf + 2 * R, *last = segbuf + 3 * R;
+    for (int r = 0, off = 0; r < R; off += lens[r], r++) {
+        start[r] = off, len[r] = lens[r];
+        pos0[r] = Lmax - lens[r]; /* left padding: the padded batch's column index */
+        last[r] = off + lens[r] - 1;
+        memcpy(all + off, ids[r], sizeof(int32_t) * (size_t)lens[r]);
+    }
+    vsr_segs sg = {R, start, len, pos0};
+    if ((st = B->embed(X, m->embed, all, T, a.x, err))) goto out;
+    const int nl = m->c.num_hidden_layers;
+    for (int l = 0; l < nl; l++) {
+        const layer *L = &m->layers[l];
+        float *core;
+        if ((st = B->rmsnorm(X, a.x, m->D, T, m->D, L->in_norm, 1.0f, m->eps, a.h, m->D, err))) goto out;
+        st = L->type == VSR_LAYER_LINEAR_ATTENTION ? deltanet_layer(m, L, &a, T, &sg, &core, err)
+                                                   : attention_layer(m, L, &a, T, &sg, &core, err);
+        if (st) goto out;
+        const vsr_bweight *Wout = L->type == VSR_LAYER_LINEAR_ATTENTION ? L->out : L->o;
+        int64_t cw = L->type == VSR_LAYER_LINEAR_ATTENTION ? m->Vd : (int64_t)m->H * m->hd;
+        if (l + 1 < nl) {
+            if ((st = B->linear(X, core, T, Wout, a.x, 1, err)) || (st = mlp(m, L, &a, a.x, a.h, T, err))) goto out;
+        } else {
+            /* Only each row's last token feeds the readout: finish the last layer on R rows. */
+            if ((st = B->gather_rows(X, core, last, R, cw, a.cl, err)) ||
+                (st = B->gather_rows(X, a.x, last, R, m->D, a.xl, err)) ||
+                (st = B->linear(X, a.cl, R, Wout, a.xl, 1, err)) || (st = mlp(m, L, &a, a.xl, a.h, R, err)))
+                goto out;
+        }
+    }
+    if ((st = B->rmsnorm(X, a.xl, m->D, R, m->D, m->final_norm, 1.0f, m->eps, a.h, m->D, err))) goto out;
+    if (hidden && (st = B->buf_get(X, hidden, a.h, sizeof(float) * (size_t)(R * m->D), err))) goto out;
+    if (logits) {
+        if ((st = B->readout(X, a.h, R, m->readout, a.cl, err))) goto out;
+        st = B->buf_get(X, logits, a.cl, sizeof(float) * (size_t)R * VSR_D3_CODES, err);
+    }
+out:
+    free(segbuf);
+    free(all);
+    return st;
+}
+
+vsr_status vsr_model_forward_last(vsr_model *m, int n_rows, const int32_t *const *ids, const int *lens,
+                                  float *hidden, float *logits, vsr_err *err) {
+    if (!m) return vsr_err_set(err, VSR_E_INVALID, "forward: no model");
+    if (n_rows < 1 || !ids || !lens)
+        return vsr_err_set(err, VSR_E_INVALID, "forward: need at least one row (got %d)", n_rows);
+    pthread_mutex_lock(&m->lock);
+    vsr_status st = forward_locked(m, n_rows, ids, lens, hidden, logits, err);
+    pthread_mutex_unlock(&m->lock);
+    return st;
+}
