@@ -604,6 +604,26 @@ TEST(real_probe) {
         if (d->kind == VSR_DEV_CUDA) CHECK(d->cc_major >= 1);
         if (d->kind == VSR_DEV_ROCM) CHECK(!strncmp(d->gfx, "gfx", 3));
     }
+    /* Every real device's verdicts agree with its table row; on our H200 (9.0) that is FP8
+     * and int4 served, NVFP4 refused for want of FP4 tensor cores. */
+    for (int i = 0; i < l.count; i++) {
+        vsr_device_caps dc;
+        vsr_device_caps_of(&l.dev[i], &dc);
+        const vsr_support want[VSR_SCHEME_COUNT] = {dc.bf16, dc.fp8, dc.int4, dc.nvfp4};
+        for (int s = 0; s < VSR_SCHEME_COUNT; s++) {
+            vsr_gate_request r = d3((vsr_scheme)s, 1 << 20);
+            vsr_status st = vsr_gate_device(&l.dev[i], &r, &e);
+            CHECK_MSG((st == VSR_OK) == (want[s] != VSR_SUPPORT_NO || (s == 0 && l.dev[i].kind == VSR_DEV_CPU)),
+                      "%s scheme %d: %s", l.dev[i].name, s, st ? e.msg : "accepted");
+        }
+        if (l.dev[i].kind == VSR_DEV_CUDA && l.dev[i].cc_major == 9) {
+            vsr_gate_request r = d3(VSR_SCHEME_NVFP4, 1 << 20);
+            vsr_status st = vsr_gate_device(&l.dev[i], &r, &e);
+            CHECK_MSG(st == VSR_E_DEVICE && strstr(e.msg, NVFP4_MSG ": " NV_NOFP4("9.0")), "%s", e.msg);
+            r = d3(VSR_SCHEME_FP8, 1 << 20);
+            CHECK(vsr_gate_device(&l.dev[i], &r, &e) == VSR_OK);
+        }
+    }
     /* A tiny BF16 package finds a device on any host. */
     vsr_gate_request r = d3(VSR_SCHEME_BF16, 1 << 20);
     int chosen = -1;
