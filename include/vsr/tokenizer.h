@@ -22,5 +22,13 @@ vsr_status vsr_tokenizer_encode(const vsr_tokenizer *t, const char *text, size_t
 /* Id of an exact vocabulary or added token string, or -1. */
 int32_t vsr_tokenizer_token_id(const vsr_tokenizer *t, const char *token);
 size_t vsr_tokenizer_vocab_size(const vsr_tokenizer *t);
+/* Token string of an id (GPT-2 byte alphabet for vocabulary tokens, literal text for
+ * added tokens), or NULL. Owned by the tokenizer. */
+const char *vsr_tokenizer_token_str(const vsr_tokenizer *t, int32_t id);
+/* Bytes the ids stand for (ByteLevel decoding; added tokens as their text; nothing is
+ * skipped). A cut through a multi-byte char leaves invalid UTF-8, as the raw bytes are.
+ * *text is malloc'd and NUL-terminated; caller frees. Unknown ids are refused. */
+vsr_status vsr_tokenizer_decode(const vsr_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                                size_t *len, vsr_err *err);
 
 #endif
