@@ -16,6 +16,8 @@ typedef struct vsr_fixture_recipe {
     const char *scheme;   /* "bf16", "fp8", "w4a16-gptq", "w4a16-awq", "nvfp4" */
     uint64_t seed;
     const char *attention_mode; /* "causal" or "noncausal_full_attention" */
+    bool actorder;        /* w4a16-gptq: act-order g_idx (additive, fixture engineer) */
+    int group_size;       /* int4 group; 0 = the size's default (additive, fixture engineer) */
 } vsr_fixture_recipe;
 
 typedef struct vsr_builtin {

@@ -5,6 +5,7 @@
 #define VSR_FIXTURE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vsr/error.h"
@@ -20,13 +21,53 @@ typedef struct vsr_fixture_opts {
     bool actorder;              /* w4a16-gptq: write weight_g_idx (act-order) */
     int group_size;             /* int4 group; 0 = 128 (or the size's default) */
     const char *tokenizer_dir;  /* NULL = the repo's data/tokenizers/qwen3 */
+    /* additive (fixture engineer): */
+    uint64_t max_shard_bytes;   /* 0 = 5,000,000,000 (Hugging Face's "5GB"); tests shard tiny */
+    const char *model_name;     /* manifest model_name; NULL = "d3-<size><scheme suffix>" */
 } vsr_fixture_opts;
 
 /* The text config of a named size ("tiny", ...): false if unknown. */
 bool vsr_fixture_size_config(const char *size, vsr_text_config *out);
 const char *const *vsr_fixture_size_names(void); /* NULL-terminated */
+const char *const *vsr_fixture_scheme_names(void); /* NULL-terminated */
 
 vsr_status vsr_fixture_write(const char *out_dir, const vsr_fixture_opts *o, vsr_progress *p,
                              vsr_err *err);
+
+/* ---- additive (fixture engineer) ---- */
+
+/* What a write produced. */
+typedef struct vsr_fixture_info {
+    char model_name[128];
+    char model_sha256[65];      /* identity.model_sha256 */
+    char manifest_sha256[65];   /* sha256 of MODEL_MANIFEST.json's bytes */
+    int64_t params_text, params_readout, params_loaded;
+    int n_shards;               /* 1 = model.safetensors */
+    uint64_t total_bytes;       /* all files written */
+} vsr_fixture_info;
+
+/* Validates `o` (unknown family/size/scheme/attention mode, --actorder without gptq, a group
+ * size that is not a positive multiple of 8 or does not divide a quantized K) without writing. */
+vsr_status vsr_fixture_check(const vsr_fixture_opts *o, vsr_err *err);
+/* `out_dir` must not exist or be empty. `info` may be NULL. */
+vsr_status vsr_fixture_write_ex(const char *out_dir, const vsr_fixture_opts *o, vsr_progress *p,
+                                vsr_fixture_info *info, vsr_err *err);
+
+/* The recipe string of `o` (every option that changes a byte) and the revision derived from
+ * it: the first 40 hex digits of sha256(recipe). */
+vsr_status vsr_fixture_recipe_string(const vsr_fixture_opts *o, char *buf, size_t n, vsr_err *err);
+vsr_status vsr_fixture_revision(const vsr_fixture_opts *o, char out[41], vsr_err *err);
+
+/* Writes the package into the store (Hugging Face hub cache layout, plain copies, no
+ * symlinks): <store>/models--<org>--<name>/snapshots/<revision>/ and refs/main = revision.
+ * `store_dir` NULL = vsr_store_dir(NULL). `snapshot` (may be NULL) receives the folder. */
+vsr_status vsr_fixture_install(const char *store_dir, const char *repo, const vsr_fixture_opts *o,
+                               vsr_progress *p, vsr_fixture_info *info, char revision[41],
+                               char *snapshot, size_t snapshot_n, vsr_err *err);
+
+/* The chat template every fixture package carries (Qwen-style, for decisions) and its
+ * sha256: one of the known templates the tokenizer accepts. */
+extern const char vsr_fixture_chat_template[];
+#define VSR_FIXTURE_CHAT_TEMPLATE_SHA256 "(filled in below)"
 
 #endif
