@@ -53,10 +53,11 @@ float vsr_e2m1_to_f32(uint8_t nibble) {
 
 /* Round-to-nearest-even on the grid 0, .5, 1, 1.5, 2, 3, 4, 6. The boundaries are the
  * ones compressed-tensors' cast_to_fp4 uses (ties go to the even code: .25->0, .75->1,
- * 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4). The sign bit is the input's sign bit, so
- * values that round to zero keep it (-0.1 -> 0x8), as its packer does. */
+ * 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4). The sign bit is set for negative inputs, so
+ * negatives that round to zero keep it (-0.1 -> 0x8) while -0.0 gives 0x0: the library
+ * multiplies by torch.sign(x), which is 0 for -0.0, and its packer reads the sign bit. */
 uint8_t vsr_f32_to_e2m1(float f) {
-    uint8_t sign = signbit(f) ? 8 : 0;
+    uint8_t sign = f < 0.0f ? 8 : 0;
     float a = fabsf(f);
     uint8_t idx;
     if (isnan(f)) idx = 7;

@@ -469,7 +469,8 @@ bool vsr_quant_module_targeted(const vsr_quant_config *q, const char *module, co
 static const char *const top_keys[] = {"quant_method", "format", "config_groups", "ignore",
                                        "quantization_status", "kv_cache_scheme",
                                        "global_compression_ratio", "sparsity_config",
-                                       "transform_config", "version", "run_compressed", NULL};
+                                       "transform_config", "version", "run_compressed",
+                                       "moe_sparsity_config", NULL};
 static const char *const scheme_keys[] = {"targets", "weights", "input_activations",
                                           "output_activations", "format", NULL};
 
@@ -519,10 +520,12 @@ static vsr_status parse(const json_t *qc, vsr_quant_config *out, vsr_err *err) {
         return refuse(err, "quantization_config.quantization_status is %s, expected \"compressed\" "
                            "(weights stored quantized)", shown);
     }
-    static const char *const empty_keys[] = {"sparsity_config", "transform_config"};
+    /* moe_sparsity_config: written (null) by compressed-tensors 0.20 */
+    static const char *const empty_keys[] = {"sparsity_config", "transform_config", "moe_sparsity_config"};
     static const char *const empty_why[] = {"sparse weights are not served",
-                                            "transforms (rotations) are not served"};
-    for (int i = 0; i < 2; i++) {
+                                            "transforms (rotations) are not served",
+                                            "pruned experts are not served"};
+    for (int i = 0; i < 3; i++) {
         v = json_object_get(qc, empty_keys[i]);
         if (!empty_or_null(v)) {
             json_show(v, shown, sizeof shown);

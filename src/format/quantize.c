@@ -12,7 +12,8 @@
  *   - quantize: x' = bf16(x / s) (+ zp, rounded to BF16 again), clamp to the range,
  *     round half to even (int) or cast RNE (fp8).
  * NVFP4 works in FP32 because its scales are FP8 and its global scale FP32:
- *   gs = f32(bf16(448*6 / amax)) (the observer hands BF16 min/max to generate_gparam),
+ *   gs = f32(bf16(bf16(1 / amax) * 448*6)) (the observer hands BF16 min/max to
+ *   generate_gparam, whose scalar / tensor torch evaluates as reciprocal-then-multiply),
  *   block scale = e4m3(gs * bf16(amax16 / 6)), element = e2m1(x / (e4m3(scale) / gs)).
  * On CUDA the library's Triton kernel divides in FP32 without the intermediate BF16
  * rounding of x / s, so GPU-made int4/FP8 packages can differ from these in rare ties. */
@@ -113,7 +114,8 @@ void vsr_quantize_nvfp4_rtn(const uint16_t *w_bf16, int64_t N, int64_t K, uint8_
     float amax = 0.0f;
     for (int64_t i = 0; i < N * K; i++) amax = fmaxf(amax, fabsf(vsr_bf16_to_f32(w_bf16[i])));
     amax = fmaxf(amax, 0x1p-126f); /* torch.finfo(bf16).tiny */
-    float gs = bf16_div(448.0f * 6.0f, amax);
+    /* Python's 2688.0 / tensor is tensor.reciprocal() * 2688 in torch: two BF16 roundings. */
+    float gs = bf16_round(bf16_div(1.0f, amax) * (448.0f * 6.0f));
     if (!isfinite(gs)) gs = 1.0f; /* the library's nan_to_num(nan=1, posinf=1) */
     *global_scale_out = gs;
     memset(packed_out, 0, (size_t)(N * K / 2));
