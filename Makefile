@@ -59,6 +59,9 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
+# the OpenAPI document is embedded with .incbin
+$(BUILD)/src/server/openapi.o: data/openapi.yaml
+
 test: all
 	@BUILD=$(BUILD) tests/run.sh
 

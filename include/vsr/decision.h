@@ -56,8 +56,14 @@ bool vsr_decision_return_meta(const vsr_decision_job *j);
 /* Runs the forwards (8 rows per forward, request order). A forward failure or a
  * non-finite output returns an error (HTTP 500). `cancel` (may be NULL) is polled
  * between forwards; when it becomes true the run stops with VSR_E_INVALID. */
+/* Called after each forward with its rows, padded tokens and seconds (may be NULL). */
+typedef void (*vsr_forward_cb)(void *ctx, int rows, int64_t padded_tokens, double seconds);
 vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile int *cancel,
-                            vsr_err *err);
+                            vsr_forward_cb on_forward, void *cb_ctx, vsr_err *err);
+/* Calls fn once per question with its type ("choice", "noul", "score" or "unknown") and
+ * outcome ("answered" or an item error code), for metrics. */
+void vsr_decision_outcomes(const vsr_decision_job *j,
+                           void (*fn)(void *ctx, const char *type, const char *outcome), void *ctx);
 /* Marks every unanswered question deadline_exceeded (the scheduler dropped it). */
 void vsr_decision_expire(vsr_decision_job *j);
 

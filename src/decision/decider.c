@@ -121,7 +121,7 @@ static vsr_decision_job *golden_run(vsr_decider *d, vsr_err *err) {
             vsr_decision_free(j);
             return NULL;
         }
-    if (vsr_decision_run(d, j, NULL, err) != VSR_OK) {
+    if (vsr_decision_run(d, j, NULL, NULL, NULL, err) != VSR_OK) {
         vsr_decision_free(j);
         return NULL;
     }

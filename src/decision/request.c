@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/json_util.h"
 #include "decision/decision_impl.h"
@@ -538,8 +539,14 @@ int64_t vsr_decision_tokens(const vsr_decision_job *j) {
 double vsr_decision_deadline_ms(const vsr_decision_job *j) { return j->deadline_ms; }
 bool vsr_decision_return_meta(const vsr_decision_job *j) { return j->return_meta; }
 
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile int *cancel,
-                            vsr_err *err) {
+                            vsr_forward_cb on_forward, void *cb_ctx, vsr_err *err) {
     /* Every valid question in request order (main request, then each state). */
     int n = count_valid(j);
     d3_question **rows = malloc(sizeof *rows * (size_t)(n ? n : 1));
@@ -564,11 +571,15 @@ vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile 
         int nb = n - b0 < VSR_D3_ROWS_PER_FORWARD ? n - b0 : VSR_D3_ROWS_PER_FORWARD;
         const int32_t *ids[VSR_D3_ROWS_PER_FORWARD];
         int lens[VSR_D3_ROWS_PER_FORWARD];
+        int maxlen = 0;
         for (int b = 0; b < nb; b++) {
             ids[b] = rows[b0 + b]->ids;
             lens[b] = (int)rows[b0 + b]->n_ids;
+            if (lens[b] > maxlen) maxlen = lens[b];
         }
+        double t0 = now_seconds();
         st = vsr_model_forward_last(d->model, nb, ids, lens, hbuf, logits, err);
+        if (on_forward) on_forward(cb_ctx, nb, (int64_t)nb * maxlen, now_seconds() - t0);
         for (int b = 0; b < nb && st == VSR_OK; b++) {
             d3_question *q = rows[b0 + b];
             if (!d3_probs_from_logits(logits + (size_t)b * VSR_D3_CODES, q->n_opt, d->temperature,
@@ -583,6 +594,16 @@ out:
     free(hbuf);
     free(logits);
     return st;
+}
+
+void vsr_decision_outcomes(const vsr_decision_job *j,
+                           void (*fn)(void *ctx, const char *type, const char *outcome), void *ctx) {
+    for (int r = 0; r < j->n_req; r++)
+        for (int i = 0; i < j->req[r].n_q; i++) {
+            const d3_question *q = &j->req[r].q[i];
+            fn(ctx, q->type >= 0 ? qtype_names[q->type] : "unknown",
+               q->err_code ? q->err_code : q->answered ? "answered" : "unanswered");
+        }
 }
 
 void vsr_decision_expire(vsr_decision_job *j) {

@@ -1,0 +1,78 @@
+#include "vsr/engine.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "vsr/catalog.h"
+
+vsr_status vsr_engine_prepare(vsr_engine *e, const vsr_engine_opts *o, vsr_err *err) {
+    memset(e, 0, sizeof *e);
+    const char *spec = o->device ? o->device : "auto";
+    bool is_auto;
+    vsr_device_kind kind;
+    int index;
+    vsr_status st = vsr_device_spec_parse(spec, &is_auto, &kind, &index, err);
+    if (st != VSR_OK) return st;
+    vsr_device_list devs;
+    if ((st = vsr_devices_probe(&devs, err)) != VSR_OK) return st;
+    /* An explicit device is checked before the package is even resolved. */
+    if (!is_auto) {
+        bool any = false, found = false;
+        for (int i = 0; i < devs.count; i++)
+            if (devs.dev[i].kind == kind) {
+                any = true;
+                if (index < 0 || devs.dev[i].index == index) found = true;
+            }
+        if (!any)
+            return vsr_err_set(err, VSR_E_DEVICE, "no device can serve %s: %s: not available on this host",
+                               o->model, vsr_device_kind_name(kind));
+        if (!found)
+            return vsr_err_set(err, VSR_E_DEVICE, "no device can serve %s: %s: no device %d", o->model,
+                               vsr_device_kind_name(kind), index);
+    }
+    if ((st = vsr_package_open(o->model, o->revision, o->store_dir, &e->pkg, err)) != VSR_OK) return st;
+    if (e->pkg->family != VSR_FAMILY_DECISION3)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED,
+                           "%s is a %s package; vllm-srun answers decisions with Decision 3.0 packages",
+                           o->model, vsr_family_name(e->pkg->family));
+    vsr_gate_request gr;
+    vsr_package_gate_request(e->pkg, &gr);
+    int chosen = -1;
+    if ((st = vsr_place(&devs, spec, &gr, &chosen, err)) != VSR_OK) return st;
+    e->device = devs.dev[chosen];
+    vsr_device_id(&e->device, e->device_id, sizeof e->device_id);
+    return VSR_OK;
+}
+
+vsr_status vsr_engine_load(vsr_engine *e, const vsr_engine_opts *o, vsr_err *err) {
+    vsr_progress *p = o->show_progress ? vsr_progress_new("verify", e->pkg->weight_file_bytes, "B") : NULL;
+    vsr_status st = vsr_package_verify(e->pkg, 0, p, err);
+    vsr_progress_done(p);
+    if (st != VSR_OK) return st;
+    if ((st = vsr_package_map(e->pkg, err)) != VSR_OK) return st;
+    vsr_model_opts mo = {.device = &e->device,
+                         .threads = o->threads,
+                         .dtype = o->dtype,
+                         .autotune_cache = o->autotune_cache};
+    if ((st = vsr_model_load(e->pkg, &mo, &e->model, err)) != VSR_OK) return st;
+    return vsr_decider_open(e->pkg, e->model, &e->decider, err);
+}
+
+vsr_status vsr_engine_golden(vsr_engine *e, vsr_err *err) {
+    const char *dclass = vsr_device_kind_name(e->device.kind);
+    double tol = e->device.kind == VSR_DEV_CPU ? 1e-3 : 0.02;
+    const char *recorded = e->pkg->builtin ? e->pkg->builtin->golden_json : NULL;
+    vsr_status st = vsr_golden_check(e->decider, recorded, dclass, tol, &e->golden, err);
+    if (st != VSR_OK) return st;
+    if (!strcmp(e->golden.status, "failed"))
+        return vsr_err_set(err, VSR_E_INTEGRITY, "golden self-check failed: %.900s", e->golden.reason);
+    return VSR_OK;
+}
+
+void vsr_engine_close(vsr_engine *e) {
+    vsr_decider_free(e->decider);
+    vsr_model_free(e->model);
+    vsr_package_close(e->pkg);
+    vsr_golden_report_free(&e->golden);
+    memset(e, 0, sizeof *e);
+}

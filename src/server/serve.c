@@ -1,0 +1,72 @@
+/* `vllm-srun serve`: gate, listen, load in the background, serve until SIGTERM,
+ * then drain in-flight work and exit 0. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/http.h"
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/worker.h"
+#include "vsr/server.h"
+
+void vsr_serve_opts_default(vsr_serve_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+    o->host = "127.0.0.1";
+    o->port = 8100;
+    o->dtype = "auto";
+    o->max_queue = 256;
+    o->max_request_bytes = 8388608;
+    o->log_level = "info";
+}
+
+int vsr_serve(const vsr_serve_opts *o) {
+    if (!srv_log_set_level(o->log_level ? o->log_level : "info")) {
+        fprintf(stderr, "vllm-srun serve: --log-level must be error, warn, info or debug; got '%s'\n",
+                o->log_level);
+        return 2;
+    }
+    /* Signals go to a waiting thread only: block them before any thread starts. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    srv_metrics *metrics = srv_metrics_new();
+    srv_model model;
+    vsr_err err = {0};
+    if (srv_model_prepare(&model, o, metrics, &err) != VSR_OK) {
+        fprintf(stderr, "vllm-srun serve: %s\n", err.msg);
+        srv_model_free(&model);
+        srv_metrics_free(metrics);
+        return 1;
+    }
+    srv_log(SRV_LOG_INFO, "serving %s%s%s from %s on %s (%s)", model.served_name,
+            model.pkg->revision[0] ? "@" : "", model.pkg->revision, model.pkg->path, model.device_id,
+            model.device.name);
+    srv_http http = {.opts = o, .model = &model, .metrics = metrics, .uds_fd = -1};
+    if (srv_http_start(&http, &err) != VSR_OK || srv_model_start(&model, &err) != VSR_OK) {
+        fprintf(stderr, "vllm-srun serve: %s\n", err.msg);
+        srv_http_stop(&http);
+        srv_model_drain_and_stop(&model);
+        srv_model_free(&model);
+        srv_metrics_free(metrics);
+        return 1;
+    }
+    if (o->uds) srv_log(SRV_LOG_INFO, "listening on unix:%s", o->uds);
+    else srv_log(SRV_LOG_INFO, "listening on http://%s:%d", o->host, o->port);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    srv_log(SRV_LOG_INFO, "%s: draining in-flight work", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    srv_http_quiesce(&http);
+    srv_model_drain_and_stop(&model);
+    srv_http_stop(&http);
+    srv_model_free(&model);
+    srv_metrics_free(metrics);
+    srv_log(SRV_LOG_INFO, "stopped");
+    return 0;
+}

@@ -1,0 +1,74 @@
+/* The model a worker serves: its load lifecycle and its scheduler (one thread
+ * draining a bounded FIFO of decision jobs; HTTP threads never run the model). */
+#ifndef VSR_SERVER_WORKER_H
+#define VSR_SERVER_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "server/metrics.h"
+#include "vsr/decision.h"
+#include "vsr/device.h"
+#include "vsr/engine.h"
+#include "vsr/package.h"
+#include "vsr/server.h"
+
+typedef enum srv_state { SRV_STARTING, SRV_LOADING, SRV_WARMING, SRV_READY, SRV_FAILED } srv_state;
+const char *srv_state_name(srv_state s);
+
+typedef enum srv_job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } srv_job_state;
+
+typedef struct srv_job {
+    vsr_decision_job *dj;
+    srv_job_state state;
+    volatile int cancel;     /* set by the HTTP thread when its client went away */
+    vsr_status st;
+    vsr_err err;
+    double t_enqueue, t_start, t_done, deadline; /* monotonic seconds; deadline 0 = none */
+    double forward_s;
+    bool expired;
+    struct srv_job *next;
+} srv_job;
+
+typedef struct srv_model {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;     /* scheduler: work arrived or stopping */
+    pthread_cond_t done;     /* waiters: some job finished */
+    srv_state state;
+    char reason[VSR_ERR_MSG_MAX];
+    const vsr_serve_opts *opts;
+    vsr_engine_opts eopts;
+    vsr_engine engine;
+    /* shorthands into engine, valid after prepare (pkg) and load (model, decider) */
+    vsr_package *pkg;
+    vsr_model *model;
+    vsr_decider *decider;
+    vsr_device device;
+    char device_id[32];
+    vsr_golden_report golden;
+    char served_name[256];
+    srv_job *head, *tail;
+    int queued, running, max_queue;
+    bool stopping;
+    pthread_t sched, loader;
+    bool sched_started, loader_started;
+    srv_metrics *metrics;
+} srv_model;
+
+/* Resolves, reads metadata and gates the package on the device: no weight read.
+ * On failure returns the status and err says why (the process exits 1). */
+vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics *metrics,
+                             vsr_err *err);
+/* Starts the loader (verify, map, load, golden) and the scheduler threads. */
+vsr_status srv_model_start(srv_model *m, vsr_err *err);
+/* Enqueues a job; false when the queue is full (429) or the worker is stopping. */
+bool srv_model_submit(srv_model *m, srv_job *j, double deadline_ms);
+/* Waits for the job. `client_gone` is polled; when it reports true the job is
+ * withdrawn (queued) or cancelled (running). Returns false when abandoned. */
+bool srv_model_wait(srv_model *m, srv_job *j, bool (*client_gone)(void *), void *ctx);
+/* Waits until the queue is empty and nothing runs, then stops the threads. */
+void srv_model_drain_and_stop(srv_model *m);
+void srv_model_free(srv_model *m);
+int srv_model_queue_depth(srv_model *m);
+
+#endif

@@ -1,0 +1,93 @@
+/* vllm-srun serve MODEL[@REV] [--revision R] [--device auto|cpu|cuda[:N]|rocm[:N]] [--host H]
+ *   [--port P] [--uds PATH] [--dtype auto|bfloat16] [--threads N] [--max-queue N]
+ *   [--max-request-bytes N] [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]
+ *   [--log-level error|warn|info|debug] */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "args.h"
+#include "commands.h"
+#include "vsr/server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: vllm-srun serve MODEL[@REV] [--revision R] [--device auto|cpu|cuda[:N]|rocm[:N]]\n"
+            "         [--host 127.0.0.1] [--port 8100] [--uds PATH] [--dtype auto|bfloat16]\n"
+            "         [--threads N] [--max-queue 256] [--max-request-bytes 8388608]\n"
+            "         [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]\n"
+            "         [--log-level error|warn|info|debug]\n"
+            "MODEL is org/name from the package store (Hugging Face cache layout) or an\n"
+            "absolute package path. --revision takes a commit, a branch or a tag.\n");
+}
+
+int cmd_serve(int argc, char **argv) {
+    vsr_serve_opts o;
+    vsr_serve_opts_default(&o);
+    const char *v;
+    long long x;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+#define OPT(name, field)                                                                           \
+    if ((r = arg_value(argc, argv, &i, name, &v)) != 0) {                                          \
+        if (r < 0) return 2;                                                                       \
+        o.field = v;                                                                               \
+        continue;                                                                                  \
+    }
+        OPT("--revision", revision)
+        OPT("--device", device)
+        OPT("--host", host)
+        OPT("--uds", uds)
+        OPT("--dtype", dtype)
+        OPT("--autotune-cache", autotune_cache)
+        OPT("--store", store_dir)
+        OPT("--served-model-name", served_name)
+        OPT("--log-level", log_level)
+#undef OPT
+#define NUM(name, field, lo, hi)                                                                   \
+    if ((r = arg_value(argc, argv, &i, name, &v)) != 0) {                                          \
+        if (r < 0 || !arg_int("vllm-srun serve", name, v, lo, hi, &x)) return 2;                   \
+        o.field = x;                                                                               \
+        continue;                                                                                  \
+    }
+        NUM("--port", port, 1, 65535)
+        NUM("--threads", threads, 0, 1024)
+        NUM("--max-queue", max_queue, 1, 1000000)
+        NUM("--max-request-bytes", max_request_bytes, 1024, 1LL << 32)
+#undef NUM
+        if (argv[i][0] == '-') {
+            fprintf(stderr, "vllm-srun serve: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+        if (o.model) {
+            fprintf(stderr, "vllm-srun serve: one MODEL only (got %s and %s)\n", o.model, argv[i]);
+            return 2;
+        }
+        o.model = argv[i];
+    }
+    if (!o.model) {
+        usage(stderr);
+        return 2;
+    }
+    /* MODEL@REV and --revision must agree (an existing path is never split). */
+    struct stat sb;
+    const char *at = strrchr(o.model, '@');
+    if (at && o.revision && stat(o.model, &sb) != 0 && strcmp(at + 1, o.revision) != 0) {
+        fprintf(stderr, "vllm-srun serve: %s names revision %s but --revision says %s\n", o.model, at + 1,
+                o.revision);
+        return 2;
+    }
+    if (strcmp(o.dtype, "auto") && strcmp(o.dtype, "bfloat16")) {
+        fprintf(stderr,
+                "vllm-srun serve: --dtype must be auto or bfloat16 on this build; got '%s' "
+                "(the package's format decides the weights; --dtype never changes precision silently)\n",
+                o.dtype);
+        return 2;
+    }
+    return vsr_serve(&o);
+}
