@@ -212,6 +212,79 @@ def encode_all(corpus):
     return out, diffs, info
 
 
+QWEN2_PATTERN = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                 "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def byte_level_alphabet():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def flags_tokenizer():
+    """A small byte-level BPE tokenizer.json whose added tokens use every flag
+    (lstrip, rstrip, single_word, normalized), with no tokenizer_config.json."""
+    alpha = byte_level_alphabet()
+    vocab = {alpha[b]: b for b in range(256)}
+    merges = []
+    for a, b in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("w", "o"), ("r", "d"), ("Ġ", "wo"),
+                 ("Ġwo", "rd"), ("Ã", "©")]:
+        vocab[a + b] = len(vocab)
+        merges.append([a, b])
+    added = []
+    for content, flags in [("<L>", dict(lstrip=True)), ("<R>", dict(rstrip=True)),
+                           ("<LR>", dict(lstrip=True, rstrip=True)), ("word", dict(single_word=True, special=False)),
+                           ("éx", dict(normalized=True, special=False)), ("<a>", {}), ("<a>b", {}),
+                           ("ñw", dict(normalized=True, single_word=True, special=False))]:
+        tok = dict(id=len(vocab) + len(added), content=content, single_word=False, lstrip=False, rstrip=False,
+                   normalized=False, special=True)
+        tok.update(flags)
+        added.append(tok)
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+
+
+FLAG_CASES = ["", "the", " the word", "word", "words", "a word b", "_word", "word_", "1word", "wordéx", "éxword",
+              "éx", "e\u0301x", "xe\u0301xy", "é", "e\u0301", "x <L>y", "x  \t<L>y", "<L>", "  <L>", "<R>  y", "<R>\n\nz",
+              "<L><L>  <R> z", "  <LR>  ", "a<LR>b", "a \u3000<LR>\u3000 b", "<a>", "<a>b", "<a>bc", "<a><a>b",
+              "x<a", "ñw", " ñw ", "añw", "n\u0303w", " n\u0303w!", "word word,word", "<R> <L>", "<L> <R>",
+              " <R> <L> ", "the<L>the", "wo rd"]
+
+
+def write_flags(check):
+    from tokenizers import Tokenizer
+    d = os.path.join(OUT_DIR, "flags")
+    tj = json.dumps(flags_tokenizer(), ensure_ascii=False, indent=1) + "\n"
+    tok = Tokenizer.from_str(tj)
+    lines = [json.dumps({"i": i, "text": s, "ids": tok.encode(s).ids}, ensure_ascii=False) + "\n"
+             for i, s in enumerate(FLAG_CASES)]
+    if check:
+        return (open(os.path.join(d, "tokenizer.json"), encoding="utf-8").read() == tj and
+                open(os.path.join(d, "cases.jsonl"), encoding="utf-8").read() == "".join(lines))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(tj)
+    with open(os.path.join(d, "cases.jsonl"), "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(lines)
+    return True
+
+
 def main():
     check = "--check" in sys.argv
     corpus = build()
@@ -224,7 +297,8 @@ def main():
     lines_e = [json.dumps({"i": i, "ids": v}, separators=(",", ":")) + "\n" for i, v in enumerate(ids)]
     pc, pe = os.path.join(OUT_DIR, "corpus.jsonl"), os.path.join(OUT_DIR, "expected.jsonl")
     if check:
-        ok = open(pc, encoding="utf-8").read() == "".join(lines_c) and open(pe).read() == "".join(lines_e)
+        ok = (open(pc, encoding="utf-8").read() == "".join(lines_c) and open(pe).read() == "".join(lines_e)
+              and write_flags(True))
         print("check:", "same" if ok else "DIFFERENT", file=sys.stderr)
         sys.exit(0 if ok else 1)
     os.makedirs(OUT_DIR, exist_ok=True)
@@ -232,7 +306,8 @@ def main():
         f.writelines(lines_c)
     with open(pe, "w", newline="\n") as f:
         f.writelines(lines_e)
-    print(f"wrote {pc} and {pe}", file=sys.stderr)
+    write_flags(False)
+    print(f"wrote {pc}, {pe} and {OUT_DIR}/flags", file=sys.stderr)
 
 
 if __name__ == "__main__":
