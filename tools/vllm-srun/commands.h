@@ -17,5 +17,6 @@ int cmd_verify(int argc, char **argv);
 
 int cmd_serve(int argc, char **argv);
 int cmd_decide(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static const vsr_command commands[] = {
     {"verify", cmd_verify, "check a package's manifest, hashes and identity"},
     {"models", cmd_models, "list known packages (built-in and published)"},
     {"fixture", cmd_fixture, "write a deterministic test package"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text (or of each stdin line)"},
 };
 
 static void usage(FILE *f) {
