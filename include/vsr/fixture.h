@@ -68,6 +68,7 @@ vsr_status vsr_fixture_install(const char *store_dir, const char *repo, const vs
 /* The chat template every fixture package carries (Qwen-style, for decisions) and its
  * sha256: one of the known templates the tokenizer accepts. */
 extern const char vsr_fixture_chat_template[];
-#define VSR_FIXTURE_CHAT_TEMPLATE_SHA256 "(filled in below)"
+#define VSR_FIXTURE_CHAT_TEMPLATE_SHA256 \
+    "90fe4ebf04737041a41ce422bdaa6e24f12ad8128a001f60c678f162794e0ea7"
 
 #endif

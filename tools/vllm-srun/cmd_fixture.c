@@ -1,0 +1,169 @@
+/* vllm-srun fixture: write a deterministic Decision 3.0 package (docs/fixtures.md). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "commands.h"
+#include "fixture/builtin.h"
+#include "vsr/fixture.h"
+#include "vsr/package.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: vllm-srun fixture OUT --family decision3 --size tiny|small|lite|27b-shape\n"
+            "                 --scheme bf16|fp8|w4a16-gptq|w4a16-awq|nvfp4 --seed S\n"
+            "                 [--attention-mode causal|noncausal_full_attention] [--actorder]\n"
+            "                 [--group-size G] [--max-shard-bytes N] [--name MODEL_NAME]\n"
+            "       vllm-srun fixture --install --repo ORG/NAME [--store DIR] --family ... (as above)\n"
+            "       vllm-srun fixture --install-builtin NAME|all [--store DIR]\n"
+            "\n"
+            "Writes a package in the exact on-disk format of a real one, with weights from a seeded\n"
+            "generator: the same options give the same bytes on any machine. --install writes it\n"
+            "into the package store (Hugging Face hub cache layout) under its recipe revision and\n"
+            "points refs/main at it. Built-ins:");
+    for (size_t i = 0; i < vsr_builtin_fixture_count; i++) fprintf(f, " %s", vsr_builtin_fixtures[i].repo);
+    fprintf(f, "\n");
+}
+
+static int fail(const vsr_err *e) {
+    fprintf(stderr, "vllm-srun fixture: %s\n", e->msg);
+    return 1;
+}
+
+static int install_builtins(const char *which, const char *store) {
+    int done = 0;
+    for (size_t i = 0; i < vsr_builtin_fixture_count; i++) {
+        const vsr_builtin *b = &vsr_builtin_fixtures[i];
+        if (strcmp(which, "all") != 0 && vsr_builtin_fixture_find(which) != b) continue;
+        vsr_err e = {0};
+        char snap[8192];
+        vsr_progress *p = vsr_progress_new(b->repo, 0, "B");
+        vsr_status st = vsr_builtin_fixture_install(b, store, p, snap, sizeof snap, &e);
+        vsr_progress_done(p);
+        if (st) return fail(&e);
+        printf("%s@%s  %s\n", b->repo, b->revision, snap);
+        done++;
+    }
+    if (!done) {
+        fprintf(stderr, "vllm-srun fixture: unknown built-in '%s'; built-ins:", which);
+        for (size_t i = 0; i < vsr_builtin_fixture_count; i++) fprintf(stderr, " %s", vsr_builtin_fixtures[i].repo);
+        fprintf(stderr, " (or all)\n");
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_fixture(int argc, char **argv) {
+    vsr_fixture_opts o = {0};
+    const char *out = NULL, *store = NULL, *builtin = NULL, *repo = NULL, *v = NULL;
+    bool install = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--actorder")) { o.actorder = true; continue; }
+        if (!strcmp(a, "--install")) { install = true; continue; }
+        if ((r = arg_value(argc, argv, &i, "--family", &o.family))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--size", &o.size))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--scheme", &o.scheme))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--attention-mode", &o.attention_mode))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--repo", &repo))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--name", &o.model_name))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--install-builtin", &builtin))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--seed", &v))) {
+            if (r < 0) return 2;
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 10);
+            if (errno || end == v || *end || *v == '-') {
+                fprintf(stderr, "vllm-srun fixture: --seed must be an integer from 0 to 18446744073709551615; got '%s'\n", v);
+                return 2;
+            }
+            o.seed = s;
+            continue;
+        }
+        if ((r = arg_value(argc, argv, &i, "--group-size", &v))) {
+            long long g;
+            if (r < 0 || !arg_int("vllm-srun fixture", "--group-size", v, 1, 1 << 20, &g)) return 2;
+            o.group_size = (int)g;
+            continue;
+        }
+        if ((r = arg_value(argc, argv, &i, "--max-shard-bytes", &v))) {
+            long long g;
+            if (r < 0 || !arg_int("vllm-srun fixture", "--max-shard-bytes", v, 1, INT64_MAX, &g)) return 2;
+            o.max_shard_bytes = (uint64_t)g;
+            continue;
+        }
+        if (a[0] == '-') {
+            fprintf(stderr, "vllm-srun fixture: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (out) {
+            fprintf(stderr, "vllm-srun fixture: one output folder only (got '%s' and '%s')\n", out, a);
+            return 2;
+        }
+        out = a;
+    }
+    if (builtin) {
+        if (out || install) {
+            fprintf(stderr, "vllm-srun fixture: --install-builtin takes no OUT folder and no --install\n");
+            return 2;
+        }
+        return install_builtins(builtin, store);
+    }
+    if (store && !install) {
+        fprintf(stderr, "vllm-srun fixture: --store applies only with --install or --install-builtin\n");
+        return 2;
+    }
+    if (install == !!out) {
+        fprintf(stderr, "vllm-srun fixture: give an OUT folder, or --install (not both)\n");
+        usage(stderr);
+        return 2;
+    }
+    if (!o.family || !o.size || !o.scheme || !v) {
+        fprintf(stderr, "vllm-srun fixture: --family, --size, --scheme and --seed are required\n");
+        return 2;
+    }
+    vsr_err e = {0};
+    vsr_fixture_info info;
+    if (vsr_fixture_check(&o, &e)) return fail(&e);
+    vsr_progress *p = vsr_progress_new("fixture", 0, "B");
+    vsr_status st;
+    char rev[41] = "", snap[8192] = "";
+    if (install) {
+        char defrepo[160];
+        if (!repo) {
+            snprintf(defrepo, sizeof defrepo, "vllm-sr-c/%s", o.model_name ? o.model_name : "");
+            if (!o.model_name) {
+                vsr_fixture_opts tmp = o;
+                (void)tmp;
+                /* the default repo is named like the manifest's model_name */
+                snprintf(defrepo, sizeof defrepo, "vllm-sr-c/d3-%s%s", o.size,
+                         !strcmp(o.scheme, "bf16") ? "" : !strcmp(o.scheme, "fp8") ? "-FP8"
+                         : !strcmp(o.scheme, "w4a16-gptq") ? "-W4A16-GPTQ"
+                         : !strcmp(o.scheme, "w4a16-awq") ? "-W4A16-AWQ" : "-NVFP4");
+            }
+            repo = defrepo;
+        }
+        st = vsr_fixture_install(store, repo, &o, p, &info, rev, snap, sizeof snap, &e);
+    } else {
+        st = vsr_fixture_write_ex(out, &o, p, &info, &e);
+    }
+    vsr_progress_done(p);
+    if (st) return fail(&e);
+    printf("%s\n  model_name       %s\n  model_sha256     %s\n  manifest_sha256  %s\n"
+           "  parameters       %" PRId64 " loaded (%" PRId64 " text + %" PRId64 " readout)\n"
+           "  weight files     %d\n  bytes            %" PRIu64 "\n",
+           install ? snap : out, info.model_name, info.model_sha256, info.manifest_sha256,
+           info.params_loaded, info.params_text, info.params_readout, info.n_shards, info.total_bytes);
+    if (install) printf("  installed        %s@%s (refs/main)\n", repo, rev);
+    return 0;
+}
