@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test vllm-sr-c.
+# Idempotent: installs only missing packages. Needs root or sudo for apt.
+set -euo pipefail
+pkgs=(build-essential pkg-config libjansson-dev libssl-dev libpcre2-dev libutf8proc-dev
+      libmicrohttpd-dev libyaml-dev curl ca-certificates python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "setup: all build dependencies present"
+fi
