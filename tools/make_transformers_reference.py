@@ -88,7 +88,10 @@ def dequant_int4(mod, t, qcfg):
     from compressed_tensors.quantization.lifecycle.forward import dequantize
 
     (group,) = qcfg["config_groups"].values()
-    wargs = QuantizationArgs(**group["weights"])
+    # compressed-tensors 0.20 refuses actorder "group" in QuantizationArgs (it no longer applies
+    # g_idx itself); the g_idx gather below does that part, the rest is the library's.
+    wdict = {**group["weights"], "actorder": None}
+    wargs = QuantizationArgs(**wdict)
     packed, scale = t[mod + ".weight_packed"], t[mod + ".weight_scale"]
     shape = torch.Size(t[mod + ".weight_shape"].tolist())
     zp = t.get(mod + ".weight_zero_point")
@@ -100,7 +103,7 @@ def dequant_int4(mod, t, qcfg):
         g = g_idx.long()
         scale = scale[:, g].contiguous()
         zp = zp[:, g].contiguous() if zp is not None else None
-        wargs = QuantizationArgs(**{**group["weights"], "group_size": 1, "actorder": None})
+        wargs = QuantizationArgs(**{**wdict, "group_size": 1})
     return dequantize(x_q=q, scale=scale, zero_point=zp, args=wargs)
 
 
@@ -154,6 +157,8 @@ def main():
     ap.add_argument("--attention-mode", required=True, choices=["causal", "noncausal_full_attention"])
     ap.add_argument("--actorder", action="store_true")
     ap.add_argument("--seed", type=int, default=20240611)
+    ap.add_argument("--package", help="use this already-written package (made with the same options through "
+                    "vsr_fixture_write) instead of running the fixture command")
     ap.add_argument("--out-dir", default=os.path.join(REPO, "tests", "data", "reference"))
     a = ap.parse_args()
 
@@ -162,7 +167,10 @@ def main():
         pkg = os.path.join(tmp, "pkg")
         cmd = [a.vsr_bin, "fixture", pkg, "--family", "decision3", "--size", a.size, "--scheme", a.scheme,
                "--seed", str(a.seed), "--attention-mode", a.attention_mode] + (["--actorder"] if a.actorder else [])
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "VSR_NO_PROGRESS": "1"})
+        if a.package:
+            pkg = a.package
+        else:
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "VSR_NO_PROGRESS": "1"})
         with open(os.path.join(pkg, "config.json")) as f:
             cfg = json.load(f)
         with open(os.path.join(pkg, "decision_config.json")) as f:
