@@ -149,7 +149,7 @@ static int load_requests(const char *path, bench_req **out) {
 
 int cmd_bench(int argc, char **argv) {
     const char *host = "127.0.0.1", *uds = NULL, *levels = "1,8,64", *file = NULL, *csv = NULL, *v;
-    long long port = 8100, requests = 200, x;
+    long long port = 8100, requests = 200;
     int verify = 0;
     for (int i = 1; i < argc; i++) {
         int r;
