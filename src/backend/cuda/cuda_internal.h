@@ -1,0 +1,105 @@
+/* src/backend/cuda/cuda_internal.h: what the CUDA backend's translation units share.
+ * Only files under src/backend/cuda include this (and CUDA headers); the rest of the tree
+ * sees the backend table (src/backend/backend.h) and src/backend/backend_cuda.h.
+ *
+ * The quantized linears (FP8 W8A8, int4 W4A16) live in quant_*.cu and plug in through the
+ * hooks at the end of this file: ops.cu calls them for VSR_WK_FP8 / VSR_WK_INT4. Until a
+ * quant_*.cu defines them, weak defaults in weak_quant.cu refuse those kinds with a clear
+ * message (that file sorts after quant_*.cu in libvsr.a, so a strong definition is found
+ * first by the archive scan; see weak_quant.cu). */
+#ifndef VSR_CUDA_INTERNAL_H
+#define VSR_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "vsr/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-backend state. One stream: every op is enqueued on it in order; buf_get synchronises. */
+typedef struct cuda_ctx {
+    int device;
+    int cc_major, cc_minor, sm_count;
+    char dev_name[128];
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_ws; /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+    /* Grow-only scratch for one op at a time (BF16 copies of activations, unpacked weights,
+     * per-token scales, ...). An op may use it between its launches; it is stream-ordered, so
+     * the next op reusing it is safe without a sync. Never hold it across two table calls. */
+    void *scratch;
+    size_t scratch_bytes;
+    /* Second scratch, for hooks that need two buffers at once (e.g. activations + unpacked
+     * weights). Same rules. */
+    void *scratch2;
+    size_t scratch2_bytes;
+    /* Options from the model layer (NULL/"auto" = defaults); quant paths read these. */
+    char dtype[32];          /* "auto" or an explicit compute dtype */
+    char autotune_dir[1024]; /* "" = no autotune cache */
+    void *quant_state;       /* private to quant_*.cu (autotune tables, ...); freed by cuda_quant_ctx_free */
+} cuda_ctx;
+
+/* A weight as the CUDA backend holds it. */
+struct vsr_bweight {
+    vsr_weight_view v; /* kind, N, K, group, global_scale; host pointers cleared after upload
+                        * (they point into the mapping, which the backend does not keep) */
+    char name[256];    /* v.name copied (v.name points here) */
+    void *w;           /* device: packed weight bytes as stored */
+    void *scale;       /* device: scales as stored (bf16 / e4m3 ...) or NULL */
+    void *zp;          /* device: zero points or NULL */
+    int32_t *g_idx;    /* device: g_idx or NULL */
+    uint64_t bytes;    /* device bytes held for this weight (all of the above + q) */
+    void *q;           /* private to the quant hook that uploaded it (freed by cuda_quant_release) */
+};
+
+/* ---- helpers (ops.cu) ---- */
+
+/* VSR_OK, or VSR_E_DEVICE "cuda:N: <what>: <cudaGetErrorString>" (clears the sticky error
+ * when it can). */
+vsr_status cuda_check(cuda_ctx *c, cudaError_t e, const char *what, vsr_err *err);
+/* After a kernel launch: cudaGetLastError. */
+vsr_status cuda_check_launch(cuda_ctx *c, const char *kernel, vsr_err *err);
+/* Grow-only scratch (see cuda_ctx). */
+vsr_status cuda_scratch(cuda_ctx *c, size_t bytes, void **out, vsr_err *err);
+vsr_status cuda_scratch2(cuda_ctx *c, size_t bytes, void **out, vsr_err *err);
+/* cudaMalloc + copy of n host bytes; on failure frees nothing of the caller's. */
+vsr_status cuda_upload_bytes(cuda_ctx *c, const void *host, size_t n, const char *what, void **out,
+                             vsr_err *err);
+/* x FP32 [M, K] (row stride K) -> y BF16 [M, K], round to nearest even. */
+vsr_status cuda_f32_to_bf16(cuda_ctx *c, const float *x, int64_t n, __nv_bfloat16 *y, vsr_err *err);
+/* y[M, N] (+)= A[M, K] . W[N, K]^T, A and W BF16 row-major, FP32 accumulation and output,
+ * through cuBLASLt. */
+vsr_status cuda_gemm_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const __nv_bfloat16 *W,
+                          int64_t N, int64_t K, float *y, int accumulate, vsr_err *err);
+
+/* ---- hooks for the quantized linears (quant_*.cu; weak refusing defaults in weak_quant.cu) ---- */
+
+/* Upload: v->kind is the hook's kind, v->N, v->K > 0 and v->w != NULL are checked, b is
+ * zeroed with b->v = *v and b->name set. The hook fills b->w/scale/zp/g_idx (device copies,
+ * cudaMalloc), b->bytes, and b->q if it keeps anything else. On failure it frees what it
+ * allocated and leaves those fields NULL. Refusals (capability, shape) say why. */
+vsr_status cuda_int4_upload(cuda_ctx *c, const vsr_weight_view *v, vsr_bweight *b, vsr_err *err);
+vsr_status cuda_fp8_upload(cuda_ctx *c, const vsr_weight_view *v, vsr_bweight *b, vsr_err *err);
+/* y[M, N] (+)= x[M, K] . W^T with x, y device FP32 (row strides K and N), on c->stream. */
+vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
+                            int accumulate, vsr_err *err);
+vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
+                           int accumulate, vsr_err *err);
+/* Frees b->q (weight_free frees w/scale/zp/g_idx itself). */
+void cuda_quant_release(cuda_ctx *c, vsr_bweight *b);
+/* Frees c->quant_state at destroy. */
+void cuda_quant_ctx_free(cuda_ctx *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
