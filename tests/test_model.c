@@ -29,6 +29,10 @@ static const char *const ref_files[] = {
     "d3-tiny-w4a16-gptq-actorder-noncausal.json",
     "d3-tiny-w4a16-awq-causal.json",
     "d3-tiny-w4a16-awq-noncausal.json",
+    /* tiny's only full-attention layer is its last, where the last token sees every key
+     * either way; small has one in the middle, so these two tell the modes apart */
+    "d3-small-bf16-causal.json",
+    "d3-small-bf16-noncausal.json",
 };
 #define N_REF (sizeof ref_files / sizeof *ref_files)
 
@@ -238,6 +242,29 @@ TEST(gptq_actorder_noncausal_matches_transformers) { check_reference(ref_files[3
 TEST(awq_causal_matches_transformers) { check_reference(ref_files[4]); }
 TEST(awq_noncausal_matches_transformers) { check_reference(ref_files[5]); }
 
+TEST(small_causal_matches_transformers) { check_reference(ref_files[6]); }
+TEST(small_noncausal_matches_transformers) { check_reference(ref_files[7]); }
+
+TEST(attention_modes_give_different_references) {
+    /* guards the check above: if the two modes agreed, a forward that ignored
+     * attention_mode would pass */
+    json_t *a = load_ref(ref_files[6]), *b = load_ref(ref_files[7]);
+    if (!a || !b) {
+        CHECK(!"reference files missing");
+    } else {
+        json_t *ra = json_array_get(json_object_get(json_array_get(json_object_get(a, "cases"), 2), "rows"), 0);
+        json_t *rb = json_array_get(json_object_get(json_array_get(json_object_get(b, "cases"), 2), "rows"), 0);
+        float ha[1024], hb[1024];
+        size_t na = b64_floats(json_string_value(json_object_get(ra, "hidden_f32_b64")), ha, 1024);
+        size_t nb = b64_floats(json_string_value(json_object_get(rb, "hidden_f32_b64")), hb, 1024);
+        CHECK(na == nb && na > 0);
+        double e = rel_err(ha, hb, (int64_t)na);
+        CHECK_MSG(e > 1e-2, "causal and noncausal references differ by only %.3g", e);
+    }
+    json_decref(a);
+    json_decref(b);
+}
+
 TEST(reference_covers_long_and_short_prompts) {
     /* The cases above must have run 1 token through >= 2,048 tokens. */
     CHECK_MSG(longest >= 2048, "longest prompt checked was %lld tokens", (long long)longest);
@@ -275,7 +302,7 @@ out:
 }
 
 TEST(batched_rows_equal_rows_alone_causal) { check_batch_vs_alone(ref_files[0]); }
-TEST(batched_rows_equal_rows_alone_noncausal) { check_batch_vs_alone(ref_files[5]); }
+TEST(batched_rows_equal_rows_alone_noncausal) { check_batch_vs_alone(ref_files[7]); }
 
 TEST(runs_are_bit_identical) {
     json_t *ref = load_ref(ref_files[3]);
@@ -460,6 +487,9 @@ int main(void) {
     RUN(gptq_actorder_noncausal_matches_transformers);
     RUN(awq_causal_matches_transformers);
     RUN(awq_noncausal_matches_transformers);
+    RUN(small_causal_matches_transformers);
+    RUN(small_noncausal_matches_transformers);
+    RUN(attention_modes_give_different_references);
     RUN(reference_covers_long_and_short_prompts);
     RUN(batched_rows_equal_rows_alone_causal);
     RUN(batched_rows_equal_rows_alone_noncausal);
