@@ -167,6 +167,37 @@ TEST(fast_split_equals_pcre2) {
     CHECK(pieces > 100000);
 }
 
+/* The NFC quick check may only say "stable" for text NFC leaves alone: every code point
+ * after a starter that composes with many marks, and every corpus string. */
+TEST(nfc_quick_check_is_sound) {
+    size_t stable = 0, wrong = 0;
+    for (uint32_t c = 1; c < 0x110000; c++) {
+        if (c >= 0xD800 && c <= 0xDFFF) continue;
+        uint8_t in[8] = {'e'};
+        utf8proc_ssize_t l = 1 + utf8proc_encode_char((utf8proc_int32_t)c, in + 1);
+        if (!vsr_nfc_quick_stable((const char *)in, (size_t)l)) continue;
+        stable++;
+        utf8proc_uint8_t *out = NULL;
+        utf8proc_ssize_t r = utf8proc_map(in, l, &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (r != l || memcmp(out, in, (size_t)l)) {
+            if (wrong++ < 5) fprintf(stderr, "quick check calls e U+%04X stable, NFC changes it\n", c);
+        }
+        free(out);
+    }
+    CHECK(wrong == 0 && stable > 200000);
+    CHECK(vsr_nfc_quick_stable("plain ASCII", 11));
+    CHECK(!vsr_nfc_quick_stable("e\xCC\x81", 3)); /* e + U+0301 */
+    CHECK(!vsr_nfc_quick_stable("\xE1\x84\x80\xE1\x85\xA1", 6)); /* Hangul L + V jamo */
+    for (size_t i = 0; i < C.n; i++) {
+        if (!vsr_nfc_quick_stable(C.text[i], C.len[i])) continue;
+        utf8proc_uint8_t *out = NULL;
+        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)C.text[i], (utf8proc_ssize_t)C.len[i], &out,
+                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        CHECK_MSG(r == (utf8proc_ssize_t)C.len[i] && !memcmp(out, C.text[i], C.len[i]), "corpus string %zu", i);
+        free(out);
+    }
+}
+
 static void check_encode(const char *text, const int32_t *want, size_t n_want) {
     int32_t *ids;
     size_t n;
@@ -401,6 +432,7 @@ int main(void) {
     RUN(corpus_ids_fast);
     RUN(corpus_ids_pcre2);
     RUN(fast_split_equals_pcre2);
+    RUN(nfc_quick_check_is_sound);
     RUN(special_tokens);
     RUN(empty_string);
     RUN(invalid_utf8);

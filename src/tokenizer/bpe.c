@@ -115,33 +115,29 @@ int32_t vsr_strmap_get(const vsr_strmap *m, const char *key, size_t len) {
 vsr_status vsr_merge_map_init(vsr_merge_map *m, size_t expected) {
     memset(m, 0, sizeof *m);
     m->mask = pow2_at_least(expected * 2 + 1) - 1;
-    m->keys = calloc((size_t)m->mask + 1, sizeof *m->keys);
-    m->rank = malloc(((size_t)m->mask + 1) * sizeof *m->rank);
-    m->merged = malloc(((size_t)m->mask + 1) * sizeof *m->merged);
-    return (m->keys && m->rank && m->merged) ? VSR_OK : VSR_E_NOMEM;
+    m->slot = calloc((size_t)m->mask + 1, sizeof *m->slot);
+    return m->slot ? VSR_OK : VSR_E_NOMEM;
 }
 
 void vsr_merge_map_free(vsr_merge_map *m) {
     if (!m) return;
-    free(m->keys), free(m->rank), free(m->merged);
+    free(m->slot);
     memset(m, 0, sizeof *m);
 }
 
 void vsr_merge_map_put(vsr_merge_map *m, int32_t left, int32_t right, int32_t rank, int32_t merged) {
     uint64_t key = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
     uint32_t h = (uint32_t)hash64(key) & m->mask;
-    while (m->keys[h] && m->keys[h] != key) h = (h + 1) & m->mask;
-    m->keys[h] = key;
-    m->rank[h] = rank;
-    m->merged[h] = merged;
+    while (m->slot[h].key && m->slot[h].key != key) h = (h + 1) & m->mask;
+    m->slot[h] = (vsr_merge_slot){key, rank, merged};
 }
 
 /* Rank of merging (left, right), INT32_MAX if they do not merge; *merged gets the id. */
 static inline int32_t merge_get(const vsr_merge_map *m, int32_t left, int32_t right, int32_t *merged) {
     uint64_t key = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
     uint32_t h = (uint32_t)hash64(key) & m->mask;
-    for (; m->keys[h]; h = (h + 1) & m->mask)
-        if (m->keys[h] == key) return *merged = m->merged[h], m->rank[h];
+    for (const vsr_merge_slot *s; (s = &m->slot[h])->key; h = (h + 1) & m->mask)
+        if (s->key == key) return *merged = s->merged, s->rank;
     return INT32_MAX;
 }
 

@@ -571,10 +571,8 @@ static vsr_status normalized_gap(enc_ctx *c, const char *s, size_t n, vsr_err *e
 /* A piece outside the non-normalized added tokens: NFC, then the normalized added
  * tokens, then pre-tokenization and BPE. */
 static vsr_status raw_gap(enc_ctx *c, const char *s, size_t n, vsr_err *err) {
-    bool ascii = true;
-    for (size_t i = 0; i < n && ascii; i++) ascii = (uint8_t)s[i] < 0x80;
     utf8proc_uint8_t *nfc = NULL;
-    if (!ascii) { /* ASCII is always NFC */
+    if (!vsr_nfc_quick_stable(s, n)) {
         utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfc,
                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
         if (r < 0)

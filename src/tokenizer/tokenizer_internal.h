@@ -36,6 +36,11 @@ typedef enum vsr_split_impl {
 /* Called once per pre-token [start, end) (byte offsets into the piece). Nonzero stops. */
 typedef int (*vsr_piece_fn)(void *ctx, size_t start, size_t end);
 
+/* ---- NFC (nfc.c) ---- */
+/* True when valid UTF-8 s is certainly NFC already (every char inert; see nfc.c), so
+ * utf8proc_map can be skipped. False means "normalise it", not "it is not NFC". */
+bool vsr_nfc_quick_stable(const char *s, size_t n);
+
 /* ---- splitting (split.c) ---- */
 /* Byte offset of the first invalid UTF-8 sequence, or (size_t)-1 if s is valid
  * (no overlongs, no surrogates, nothing above U+10FFFF). */
@@ -79,12 +84,14 @@ typedef struct vsr_strmap {
     uint32_t n, cap;
 } vsr_strmap;
 
-/* Merge table: (left id, right id) -> (rank, merged id). */
+/* Merge table: (left id, right id) -> (rank, merged id); one 16-byte slot per probe. */
+typedef struct vsr_merge_slot {
+    uint64_t key; /* (left << 32 | right) + 1; 0 = empty */
+    int32_t rank, merged;
+} vsr_merge_slot;
 typedef struct vsr_merge_map {
     uint32_t mask;
-    uint64_t *keys; /* (left << 32 | right) + 1; 0 = empty */
-    int32_t *rank;
-    int32_t *merged;
+    vsr_merge_slot *slot;
 } vsr_merge_map;
 
 #define VSR_BPE_CACHE_SLOTS 16384 /* direct-mapped; must be a power of two */
