@@ -1,0 +1,380 @@
+/* vllm-srun inspect PKG [--revision R] [--store DIR] [--json] [--verify] [--threads N]
+ *                       [--gpu-memory-gib G] [--memory-share S]
+ * Describes a package without reading a weight byte (unless --verify): where it resolved,
+ * its family and format, which linears each scheme covers, parameters, bytes on disk and
+ * on a device, its identity, every present device's verdict, and the seed's memory math
+ * (KV cache bytes per token, DeltaNet state per sequence, tokens that fit). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "args.h"
+#include "commands.h"
+#include "vsr/catalog.h"
+#include "vsr/device.h"
+#include "vsr/package.h"
+#include "vsr/progress.h"
+
+#define GB 1e9 /* the seed's memory math uses 1 GB = 10^9 bytes */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: vllm-srun inspect PKG [--revision R] [--store DIR] [--json] [--verify] [--threads N]\n"
+            "                             [--gpu-memory-gib G | --gpu-memory-gb G] [--memory-share S]\n\n"
+            "PKG is org/name, org/name@rev or an absolute package path. Prints the resolved revision,\n"
+            "family, format, the scheme of every linear group, parameters, bytes on disk and on a\n"
+            "device, identity, each device's verdict, and the KV-cache memory math at a memory share\n"
+            "(default 0.92) of each GPU's memory (or of --gpu-memory-gib G).\n"
+            "  --verify   hash every file and check identity and tensors (reads all bytes)\n");
+}
+
+/* 1234567 -> "1,234,567" */
+static const char *commas(long long v, char *buf, size_t n) {
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%lld", v < 0 ? -v : v);
+    size_t len = strlen(tmp), o = 0;
+    if (v < 0 && o < n - 1) buf[o++] = '-';
+    for (size_t i = 0; i < len && o < n - 1; i++) {
+        if (i && (len - i) % 3 == 0 && o < n - 1) buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+/* Linear kinds, grouped as people read a checkpoint. */
+typedef struct lin_kind {
+    const char *group, *name;
+    vsr_layer_type layer;
+} lin_kind;
+static const lin_kind lin_kinds[] = {
+    {"attention", "self_attn.q_proj", VSR_LAYER_FULL_ATTENTION},
+    {"attention", "self_attn.k_proj", VSR_LAYER_FULL_ATTENTION},
+    {"attention", "self_attn.v_proj", VSR_LAYER_FULL_ATTENTION},
+    {"attention", "self_attn.o_proj", VSR_LAYER_FULL_ATTENTION},
+    {"DeltaNet", "linear_attn.in_proj_qkv", VSR_LAYER_LINEAR_ATTENTION},
+    {"DeltaNet", "linear_attn.in_proj_z", VSR_LAYER_LINEAR_ATTENTION},
+    {"DeltaNet", "linear_attn.in_proj_b", VSR_LAYER_LINEAR_ATTENTION},
+    {"DeltaNet", "linear_attn.in_proj_a", VSR_LAYER_LINEAR_ATTENTION},
+    {"DeltaNet", "linear_attn.out_proj", VSR_LAYER_LINEAR_ATTENTION},
+    {"MLP", "mlp.gate_proj", (vsr_layer_type)-1},
+    {"MLP", "mlp.up_proj", (vsr_layer_type)-1},
+    {"MLP", "mlp.down_proj", (vsr_layer_type)-1},
+};
+
+static const char *scheme_detail(const vsr_quant_config *q, char *buf, size_t n) {
+    switch (q->scheme) {
+    case VSR_SCHEME_FP8: snprintf(buf, n, "FP8 E4M3, per-channel scale, dynamic per-token FP8 activations"); break;
+    case VSR_SCHEME_INT4:
+        if (q->group_size > 0)
+            snprintf(buf, n, "int4 %s, group %d%s, BF16 activations", q->symmetric ? "symmetric (GPTQ)" : "asymmetric (AWQ)",
+                     q->group_size, q->actorder_group ? ", act-order g_idx" : "");
+        else
+            snprintf(buf, n, "int4 %s, per-channel, BF16 activations", q->symmetric ? "symmetric (GPTQ)" : "asymmetric (AWQ)");
+        break;
+    case VSR_SCHEME_NVFP4:
+        snprintf(buf, n, "NVFP4 E2M1, groups of 16, E4M3 block scales, global scale, %s",
+                 q->input_activations ? "FP4 activations (W4A4)" : "BF16 activations (W4A16)");
+        break;
+    default: snprintf(buf, n, "BF16"); break;
+    }
+    return buf;
+}
+
+static uint64_t file_size(const char *dir, const char *name) {
+    char p[8192];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+}
+
+typedef struct mem_math {
+    int full_layers, linear_layers;
+    uint64_t kv_bf16, kv_fp8;   /* bytes per token */
+    uint64_t state_rec, state_conv; /* bytes per sequence */
+} mem_math;
+
+static void memory_math(const vsr_text_config *c, mem_math *m) {
+    m->full_layers = vsr_text_count_layers(c, VSR_LAYER_FULL_ATTENTION);
+    m->linear_layers = vsr_text_count_layers(c, VSR_LAYER_LINEAR_ATTENTION);
+    /* K and V, per full-attention layer: layers x KV heads x head_dim x 2 x bytes */
+    m->kv_bf16 = (uint64_t)m->full_layers * c->num_key_value_heads * c->head_dim * 2 * 2;
+    m->kv_fp8 = m->kv_bf16 / 2;
+    /* DeltaNet: an FP32 [Hv, dk, dv] state per layer, plus the conv window of
+     * (kernel - 1) BF16 columns over q|k|v (2*Kd + Vd channels). */
+    m->state_rec = (uint64_t)m->linear_layers * c->linear_num_value_heads * c->linear_key_head_dim *
+                   c->linear_value_head_dim * 4;
+    m->state_conv = (uint64_t)m->linear_layers * (uint64_t)(2 * vsr_text_linear_key_dim(c) + vsr_text_linear_value_dim(c)) *
+                    (uint64_t)(c->linear_conv_kernel_dim - 1) * 2;
+}
+
+static void print_fit(const char *what, double mem_bytes, double share, uint64_t weights, const mem_math *m) {
+    double budget = mem_bytes * share, left = budget - (double)weights;
+    printf("  %s: %.1f GB x %.2f = %.1f GB; %.1f - %.1f (weights) = %.1f GB for the KV cache\n", what, mem_bytes / GB,
+           share, budget / GB, budget / GB, weights / GB, left / GB);
+    if (left <= 0 || !m->kv_bf16) {
+        printf("    %s\n", left <= 0 ? "the weights do not fit in that share" : "no full-attention layer: no KV cache");
+        return;
+    }
+    char a[32], b[32];
+    printf("    BF16 KV: %.1f GB / %llu bytes = %s tokens; FP8 KV: %.1f GB / %llu bytes = %s tokens\n", left / GB,
+           (unsigned long long)m->kv_bf16, commas((long long)(left / (double)m->kv_bf16), a, sizeof a), left / GB,
+           (unsigned long long)m->kv_fp8, commas((long long)(left / (double)m->kv_fp8), b, sizeof b));
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *pkg = NULL, *rev = NULL, *store = NULL, *v;
+    bool json = false, verify = false;
+    long long threads = 0;
+    double gpu_gib = 0, share = 0.92;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--verify")) verify = true;
+        else if ((r = arg_value(argc, argv, &i, "--revision", &rev))) { if (r < 0) return 2; }
+        else if ((r = arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; }
+        else if ((r = arg_value(argc, argv, &i, "--threads", &v))) {
+            if (r < 0 || !arg_int("inspect", "--threads", v, 0, 256, &threads)) return 2;
+        } else if ((r = arg_value(argc, argv, &i, "--gpu-memory-gib", &v)) ||
+                   (r = arg_value(argc, argv, &i, "--gpu-memory-gb", &v))) {
+            char *end;
+            if (r < 0 || (gpu_gib = strtod(v, &end)) <= 0 || *end) {
+                fprintf(stderr, "inspect: --gpu-memory-gib/--gpu-memory-gb must be a positive number\n");
+                return 2;
+            }
+            /* the seed's unit is 1 GB = 10^9 bytes; carry GB as GiB-equivalent */
+            if (strstr(argv[i - (strchr(argv[i], '=') ? 0 : 1)], "-gb")) gpu_gib = gpu_gib * 1e9 / 1073741824.0;
+        } else if ((r = arg_value(argc, argv, &i, "--memory-share", &v))) {
+            char *end;
+            if (r < 0 || (share = strtod(v, &end)) <= 0 || share > 1 || *end) {
+                fprintf(stderr, "inspect: --memory-share must be in (0, 1]; got '%s'\n", r < 0 ? "" : v);
+                return 2;
+            }
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "inspect: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (!pkg) pkg = argv[i];
+        else {
+            fprintf(stderr, "inspect: one package at a time ('%s' is extra)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!pkg) {
+        usage(stderr);
+        return 2;
+    }
+    vsr_package *p = NULL;
+    vsr_err e = {0};
+    if (vsr_package_open(pkg, rev, store, &p, &e)) {
+        fprintf(stderr, "vllm-srun inspect: %s\n", e.msg);
+        return 1;
+    }
+    vsr_status vst = VSR_OK;
+    vsr_err ve = {0};
+    if (verify) vst = vsr_package_verify(p, (int)threads, NULL, &ve);
+
+    const vsr_text_config *c = &p->config.text;
+    const vsr_quant_config *q = &p->quant;
+    char buf[256], a[32], b[32], d[32];
+    json_t *J = json_object();
+
+    /* where */
+    json_object_set_new(J, "repo", p->repo[0] ? json_string(p->repo) : json_null());
+    json_object_set_new(J, "revision", p->revision[0] ? json_string(p->revision) : json_null());
+    json_object_set_new(J, "requested_revision", p->repo[0] ? json_string(p->requested_revision) : json_null());
+    json_object_set_new(J, "path", json_string(p->path));
+    json_object_set_new(J, "family", json_string(vsr_family_name(p->family)));
+    const char *fmt = vsr_scheme_info(q->scheme)->ct_format;
+    json_object_set_new(J, "format", json_pack("{s:s?,s:s?,s:s,s:s?}", "quant_method", fmt ? "compressed-tensors" : NULL,
+                                               "format", fmt, "scheme", vsr_scheme_info(q->scheme)->name, "version",
+                                               q->version[0] ? q->version : NULL));
+    if (!json) {
+        if (p->repo[0]) {
+            printf("repo:        %s\n", p->repo);
+            printf("revision:    %s", p->revision);
+            if (strcmp(p->requested_revision, p->revision)) printf(" (from %s)", p->requested_revision);
+            printf("\n");
+        } else {
+            printf("repo:        (local package, no revision)\n");
+        }
+        printf("path:        %s\n", p->path);
+        printf("family:      %s\n", vsr_family_name(p->family));
+        if (fmt) printf("format:      compressed-tensors / %s%s%s%s\n", fmt, q->version[0] ? " (written by " : "", q->version,
+                        q->version[0] ? ")" : "");
+        else printf("format:      BF16 (no quantization_config)\n");
+        printf("backbone:    %s, %d layers (%d DeltaNet, %d full attention), hidden %lld\n", c->model_type,
+               c->num_hidden_layers, vsr_text_count_layers(c, VSR_LAYER_LINEAR_ATTENTION),
+               vsr_text_count_layers(c, VSR_LAYER_FULL_ATTENTION), (long long)c->hidden_size);
+        if (p->family == VSR_FAMILY_DECISION3)
+            printf("decision:    %s, attention %s, readout %s, temperature %g, max_length %s\n", p->decision.format_id,
+                   p->decision.attention_mode, p->decision.readout_dtype, p->decision.temperature,
+                   p->decision.max_length < 0 ? "null" : commas(p->decision.max_length, a, sizeof a));
+        if (p->builtin)
+            printf("catalogue:   %s (%s)\n", p->builtin->published ? "published package, golden unverified" : "built-in",
+                   p->builtin->scheme_note ? p->builtin->scheme_note : "");
+    }
+
+    /* schemes per linear group */
+    json_t *JS = json_array();
+    if (!json) printf("\nlinears (scheme: %s):\n", scheme_detail(q, buf, sizeof buf));
+    for (size_t k = 0; k < sizeof lin_kinds / sizeof lin_kinds[0]; k++) {
+        int layers = 0, quantized = 0;
+        for (int l = 0; l < c->num_hidden_layers; l++) {
+            if ((int)lin_kinds[k].layer >= 0 && c->layer_types[l] != lin_kinds[k].layer) continue;
+            char mod[256];
+            snprintf(mod, sizeof mod, "%slayers.%d.%s", p->text_prefix, l, lin_kinds[k].name);
+            layers++;
+            if (q->scheme != VSR_SCHEME_BF16 && !vsr_quant_module_ignored(q, mod)) quantized++;
+        }
+        if (!layers) continue;
+        const char *shortname = strrchr(lin_kinds[k].name, '.') + 1;
+        json_array_append_new(JS, json_pack("{s:s,s:s,s:i,s:i,s:i}", "group", lin_kinds[k].group, "linear", shortname,
+                                            "layers", layers, "quantized", quantized, "bf16", layers - quantized));
+        if (json) continue;
+        if (quantized == layers) snprintf(buf, sizeof buf, "%s in all %d layers", vsr_scheme_info(q->scheme)->name, layers);
+        else if (!quantized)
+            snprintf(buf, sizeof buf, "BF16 in all %d layers%s", layers, q->scheme != VSR_SCHEME_BF16 ? " (ignore list)" : "");
+        else
+            snprintf(buf, sizeof buf, "%s in %d of %d layers, BF16 (ignore list) in %d", vsr_scheme_info(q->scheme)->name,
+                     quantized, layers, layers - quantized);
+        printf("  %-9s %-13s %s\n", lin_kinds[k].group, shortname, buf);
+    }
+    if (!json) printf("  embeddings, norms, conv1d, dt_bias, A_log stay %s; readout %s\n", c->dtype,
+                      p->family == VSR_FAMILY_DECISION3 ? p->decision.readout_dtype : "none");
+    json_object_set_new(J, "linears", JS);
+
+    /* parameters */
+    int64_t loaded = vsr_package_params_loaded(p);
+    json_object_set_new(J, "parameters", json_pack("{s:I,s:I,s:I,s:I}", "text", (json_int_t)p->params_text, "vision",
+                                                   (json_int_t)p->params_vision, "readout", (json_int_t)p->params_readout,
+                                                   "loaded", (json_int_t)loaded));
+    if (!json) {
+        printf("\nparameters:  text %s, vision %s (not loaded), readout %s, loaded %s\n", commas(p->params_text, a, sizeof a),
+               commas(p->params_vision, b, sizeof b), commas(p->params_readout, d, sizeof d),
+               commas(loaded, buf, sizeof buf));
+    }
+
+    /* bytes */
+    json_t *JF = json_object();
+    uint64_t total = 0;
+    if (!json) printf("\nfiles on disk:\n");
+    int nf = p->has_manifest ? p->manifest.n_files : (int)vsr_weights_file_count(p->weights);
+    for (int i = 0; i < nf; i++) {
+        const char *name = p->has_manifest ? p->manifest.files[i].name : vsr_weights_file_name(p->weights, (size_t)i);
+        uint64_t s = file_size(p->path, name);
+        total += s;
+        json_object_set_new(JF, name, json_integer((json_int_t)s));
+        if (!json) printf("  %15s  %s\n", commas((long long)s, a, sizeof a), name);
+    }
+    uint64_t reserve = vsr_gate_reserve_bytes(p->device_weight_bytes);
+    if (!json) {
+        printf("  %15s  total (%.2f GiB); weight files %s bytes\n", commas((long long)total, a, sizeof a),
+               total / 1073741824.0, commas((long long)p->weight_file_bytes, b, sizeof b));
+        printf("on a device: %s bytes of weights as stored (%.2f GiB), plus an activation reserve of %.2f GiB\n",
+               commas((long long)p->device_weight_bytes, a, sizeof a), p->device_weight_bytes / 1073741824.0,
+               reserve / 1073741824.0);
+    }
+    json_object_set_new(J, "bytes", json_pack("{s:o,s:I,s:I,s:I,s:I}", "files", JF, "total", (json_int_t)total, "weight_files",
+                                              (json_int_t)p->weight_file_bytes, "device_weights",
+                                              (json_int_t)p->device_weight_bytes, "activation_reserve", (json_int_t)reserve));
+
+    /* identity */
+    const char *vstate = !verify ? "not verified (run vllm-srun verify)" : vst ? "failed" : "verified";
+    json_object_set_new(J, "identity",
+                        json_pack("{s:s?,s:s?,s:s?,s:s,s:s?}", "model_sha256", p->has_manifest ? p->manifest.model_sha256 : NULL,
+                                  "manifest_sha256", p->has_manifest ? p->manifest.manifest_sha256 : NULL, "computed_model_sha256",
+                                  p->verified ? p->model_sha256 : NULL, "status", vstate, "reason", vst ? ve.msg : NULL));
+    if (!json) {
+        printf("\nidentity:\n");
+        if (p->has_manifest) {
+            printf("  model_sha256     %s (recorded)\n", p->manifest.model_sha256);
+            printf("  manifest_sha256  %s\n", p->manifest.manifest_sha256);
+        } else {
+            printf("  no MODEL_MANIFEST.json\n");
+        }
+        printf("  %s%s%s\n", vstate, vst ? ": " : "", vst ? ve.msg : "");
+    }
+
+    /* devices */
+    vsr_device_list devs;
+    vsr_err de = {0};
+    json_t *JD = json_array();
+    vsr_gate_request gr;
+    vsr_package_gate_request(p, &gr);
+    if (vsr_devices_probe(&devs, &de)) devs.count = 0;
+    if (!json) printf("\ndevices:\n");
+    for (int i = 0; i < devs.count; i++) {
+        char id[32];
+        vsr_err ge = {0};
+        vsr_status gs = vsr_gate_device(&devs.dev[i], &gr, &ge);
+        vsr_device_id(&devs.dev[i], id, sizeof id);
+        json_array_append_new(JD, json_pack("{s:s,s:s,s:s,s:s?}", "device", id, "name", devs.dev[i].name, "verdict",
+                                            gs ? "refused" : "ok", "reason", gs ? ge.msg : NULL));
+        if (!json) printf("  %-8s %s: %s\n", id, devs.dev[i].name, gs ? ge.msg : "ok");
+    }
+    if (!json && !devs.count) printf("  none probed: %s\n", de.msg);
+    json_object_set_new(J, "devices", JD);
+
+    /* memory math (seed quantized-checkpoints-basics.txt, "Memory math") */
+    mem_math m;
+    memory_math(c, &m);
+    json_t *JM = json_pack("{s:i,s:I,s:I,s:I,s:I,s:f,s:[]}", "full_attention_layers", m.full_layers, "kv_bytes_per_token_bf16",
+                           (json_int_t)m.kv_bf16, "kv_bytes_per_token_fp8", (json_int_t)m.kv_fp8,
+                           "deltanet_state_bytes_per_sequence", (json_int_t)m.state_rec,
+                           "deltanet_conv_bytes_per_sequence", (json_int_t)m.state_conv, "memory_share", share, "fits");
+    if (!json) {
+        printf("\nmemory math (1 GB = 10^9 bytes):\n");
+        printf("  KV cache per token = %d full-attention layers x %d KV heads x %d x 2 (K and V) x 2 bytes = %s bytes "
+               "in BF16, %s in FP8\n",
+               m.full_layers, c->num_key_value_heads, c->head_dim, commas((long long)m.kv_bf16, a, sizeof a),
+               commas((long long)m.kv_fp8, b, sizeof b));
+        printf("  DeltaNet state per sequence = %d layers x %d value heads x %d x %d x 4 bytes = %s bytes, plus conv "
+               "state %d x %lld x %d x 2 bytes = %s bytes\n",
+               m.linear_layers, c->linear_num_value_heads, c->linear_key_head_dim, c->linear_value_head_dim,
+               commas((long long)m.state_rec, a, sizeof a), m.linear_layers,
+               (long long)(2 * vsr_text_linear_key_dim(c) + vsr_text_linear_value_dim(c)), c->linear_conv_kernel_dim - 1,
+               commas((long long)m.state_conv, b, sizeof b));
+    }
+    int shown = 0;
+    for (int i = 0; i < devs.count; i++) {
+        if (devs.dev[i].kind == VSR_DEV_CPU || !devs.dev[i].mem_total) continue;
+        char id[32], what[192];
+        vsr_device_id(&devs.dev[i], id, sizeof id);
+        snprintf(what, sizeof what, "%s (%s)", id, devs.dev[i].name);
+        double mem = (double)devs.dev[i].mem_total;
+        double left = mem * share - (double)p->device_weight_bytes;
+        json_array_append_new(json_object_get(JM, "fits"),
+                              json_pack("{s:s,s:f,s:I,s:I}", "device", id, "memory_gb", mem / GB, "tokens_bf16_kv",
+                                        (json_int_t)(left > 0 && m.kv_bf16 ? left / m.kv_bf16 : 0), "tokens_fp8_kv",
+                                        (json_int_t)(left > 0 && m.kv_fp8 ? left / m.kv_fp8 : 0)));
+        if (!json) print_fit(what, mem, share, p->device_weight_bytes, &m);
+        shown++;
+    }
+    if (gpu_gib > 0) {
+        double mem = gpu_gib * 1073741824.0, left = mem * share - (double)p->device_weight_bytes;
+        json_array_append_new(json_object_get(JM, "fits"),
+                              json_pack("{s:s,s:f,s:I,s:I}", "device", "--gpu-memory-gib", "memory_gb", mem / GB,
+                                        "tokens_bf16_kv", (json_int_t)(left > 0 && m.kv_bf16 ? left / m.kv_bf16 : 0),
+                                        "tokens_fp8_kv", (json_int_t)(left > 0 && m.kv_fp8 ? left / m.kv_fp8 : 0)));
+        snprintf(buf, sizeof buf, "a %.1f GB GPU", mem / GB);
+        if (!json) print_fit(buf, mem, share, p->device_weight_bytes, &m);
+        shown++;
+    }
+    if (!json && !shown) printf("  no GPU here: pass --gpu-memory-gib G to see the tokens that fit\n");
+    json_object_set_new(J, "memory", JM);
+
+    if (json) {
+        char *s = json_dumps(J, JSON_INDENT(2) | JSON_SORT_KEYS);
+        printf("%s\n", s ? s : "{}");
+        free(s);
+    }
+    json_decref(J);
+    vsr_package_close(p);
+    return vst ? 1 : 0;
+}
