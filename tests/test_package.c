@@ -13,6 +13,7 @@
 #include "pkgbuild.h"
 #include "test.h"
 #include "vsr/catalog.h"
+#include "vsr/fixture.h"
 #include "vsr/hash.h"
 
 static int seq;
@@ -742,6 +743,33 @@ TEST(catalogue) {
     CHECK(vsr_catalog_find("nobody/none", NULL) == NULL);
 }
 
+/* Packages written by `vllm-srun fixture` (another engineer's writer) open and verify,
+ * sharded and not, in every scheme, with and without act-order. */
+TEST(fixture_packages_verify) {
+    const char *fx[] = {"bf16", "fp8", "w4a16-gptq", "w4a16-awq", "nvfp4"};
+    for (size_t i = 0; i < 5; i++)
+        for (int variant = 0; variant < 2; variant++) {
+            char dir[PATH_MAX];
+            snprintf(dir, sizeof dir, "%s/fx-%s-%d", test_tmpdir(), fx[i], variant);
+            vsr_fixture_opts o = {.family = "decision3", .size = "tiny", .scheme = fx[i], .seed = 7,
+                                  .actorder = variant && !strcmp(fx[i], "w4a16-gptq"),
+                                  .max_shard_bytes = variant ? 4000000 : 0};
+            vsr_err e = {0};
+            vsr_status st = vsr_fixture_write(dir, &o, NULL, &e);
+            CHECK_OK(st, e);
+            if (st) continue;
+            vsr_package *p = NULL;
+            CHECK_OK(vsr_package_open(dir, NULL, NULL, &p, &e), e);
+            if (!p) continue;
+            CHECK(p->family == VSR_FAMILY_DECISION3);
+            if (variant) CHECK(vsr_weights_file_count(p->weights) > 2); /* index + shards */
+            CHECK(p->quant.actorder_group == o.actorder);
+            CHECK_OK(vsr_package_verify(p, 2, NULL, &e), e);
+            if (!p->verified) fprintf(stderr, "  fixture %s variant %d\n", fx[i], variant);
+            vsr_package_close(p);
+        }
+}
+
 int main(void) {
     RUN(config_ok_both_spellings);
     RUN(config_refusals);
@@ -758,5 +786,6 @@ int main(void) {
     RUN(families);
     RUN(quant_config_refusal_named);
     RUN(catalogue);
+    RUN(fixture_packages_verify);
     return test_summary();
 }
