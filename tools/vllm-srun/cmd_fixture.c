@@ -29,7 +29,8 @@ static void usage(FILE *f) {
 }
 
 static int fail(const vsr_err *e) {
-    fprintf(stderr, "vllm-srun fixture: %s\n", e->msg);
+    if (!strncmp(e->msg, "fixture: ", 9)) fprintf(stderr, "vllm-srun %s\n", e->msg);
+    else fprintf(stderr, "vllm-srun fixture: %s\n", e->msg);
     return 1;
 }
 
@@ -143,8 +144,6 @@ int cmd_fixture(int argc, char **argv) {
         if (!repo) {
             snprintf(defrepo, sizeof defrepo, "vllm-sr-c/%s", o.model_name ? o.model_name : "");
             if (!o.model_name) {
-                vsr_fixture_opts tmp = o;
-                (void)tmp;
                 /* the default repo is named like the manifest's model_name */
                 snprintf(defrepo, sizeof defrepo, "vllm-sr-c/d3-%s%s", o.size,
                          !strcmp(o.scheme, "bf16") ? "" : !strcmp(o.scheme, "fp8") ? "-FP8"
