@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The worker as a real process on loopback: every endpoint, a table of bad requests
+# (tests/data/server/bad_requests.tsv) each with its status, code and message, the
+# Server-Timing header, 64 clients x 2,000 mixed requests answered identically to the
+# same requests sent alone (or 429), a client that disconnects, SIGTERM draining,
+# a restart, and a Unix socket. Under `make asan` the same runs against the
+# sanitizer build, and a leak or error fails the worker's exit status.
+set -u
+BIN=${VSR_BIN:?}
+REPO=${VSR_REPO:?}
+T=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+export HF_HUB_CACHE=$T/store
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+"$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null || { echo "FAIL install fixture"; exit 1; }
+PORT=$((20000 + RANDOM % 20000))
+
+start() { # start [extra args]; sets pid
+  "$BIN" serve vllm-sr-c/d3-tiny --device cpu --port "$PORT" --max-request-bytes 65536 --log-level warn "$@" \
+    2>>"$T/worker.log" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
+    [ "$code" = 200 ] && return 0
+    kill -0 $pid 2>/dev/null || { cat "$T/worker.log"; return 1; }
+    sleep 0.1
+  done
+  return 1
+}
+stop() { kill -TERM $pid; wait $pid; }
+
+# /health while loading is 503 with a status; here we only see it ready.
+start || { bad "worker did not become ready"; exit 1; }
+ok "worker ready on $PORT"
+URL=http://127.0.0.1:$PORT
+
+# ---- endpoints ----
+h=$(curl -s "$URL/health"); echo "$h" | grep -q '"status":"ready"' && ok "/health ready" || bad "/health: $h"
+l=$(curl -s "$URL/health/live"); echo "$l" | grep -q '"status":"alive"' && ok "/health/live" || bad "/health/live: $l"
+m=$(curl -s "$URL/v1/models")
+for f in '"revision":"[0-9a-f]\{40\}"' '"model_sha256":"[0-9a-f]\{64\}"' '"manifest_sha256":"[0-9a-f]\{64\}"' \
+         '"golden":{"status":"matched"' '"status":"ready"' '"device":"cpu"' '"max_request_bytes":65536'; do
+  echo "$m" | grep -q "$f" && ok "/v1/models has $f" || bad "/v1/models lacks $f: $m"
+done
+met=$(curl -s "$URL/metrics")
+for f in 'vllm_srun_model_memory_bytes{model="vllm-sr-c/d3-tiny"} [1-9]' 'vllm_srun_model_info{model="vllm-sr-c/d3-tiny",revision="[0-9a-f]*"' \
+         'vllm_srun_ready 1' 'vllm_srun_queue_depth 0'; do
+  echo "$met" | grep -q "$f" && ok "/metrics has $f" || bad "/metrics lacks $f"
+done
+curl -s "$URL/openapi.yaml" | head -1 | grep -q '^openapi: 3' && ok "/openapi.yaml" || bad "/openapi.yaml"
+
+# ---- a decision, with Server-Timing ----
+golden='{"state":"Write a Python function that merges two sorted lists and explain its running time.","questions":{"domain":{"type":"choice","instructions":"Which domain does this request belong to?","criteria":{"code":"Programming","math":"Mathematics","other":"Anything else"}},"reasoning":{"type":"noul","instructions":"Does answering this request need multi-step reasoning?"},"difficulty":{"type":"score","instructions":"How difficult is this request?","criteria":["Trivial","Moderate","Hard"]}},"options":{"return_meta":true}}'
+r=$(curl -s -D "$T/h" "$URL/v1/decisions" -d "$golden")
+echo "$r" | grep -q '"choice":"' && echo "$r" | grep -q '"noul":' && echo "$r" | grep -q '"score":' && ok "decision answered" || bad "decision: $r"
+grep -qi '^Server-Timing: parse;dur=[0-9.]*, tokenize;dur=[0-9.]*, queue;dur=[0-9.]*, forward;dur=[0-9.]*, post;dur=[0-9.]*, serialize;dur=[0-9.]*, total;dur=[0-9.]*' "$T/h" \
+  && ok "Server-Timing on 200" || bad "Server-Timing missing: $(cat "$T/h")"
+r2=$(curl -s "$URL/v1/systemone" -d "$golden"); [ "$r2" = "$r" ] || echo "$r2" | grep -q '"choice"' && ok "/v1/systemone alias" || bad "alias: $r2"
+
+# ---- the bad-request table ----
+n=0
+while IFS=$'\t' read -r name method path status code msg body; do
+  case "$name" in \#*|"") continue;; esac
+  n=$((n+1))
+  case "$body" in
+    printf:*) printf '%b' "${body#printf:}" > "$T/body";;
+    big:*) head -c "${body#big:}" /dev/zero | tr '\0' 'a' > "$T/body";;
+    *) printf '%s' "$body" > "$T/body";;
+  esac
+  if [ "$method" = GET ] || [ "$method" = DELETE ]; then
+    got=$(curl -s -o "$T/out" -D "$T/hdr" -w '%{http_code}' -X "$method" "$URL$path")
+  else
+    got=$(curl -s -o "$T/out" -D "$T/hdr" -w '%{http_code}' -X "$method" -H 'Content-Type: application/json' --data-binary @"$T/body" "$URL$path")
+  fi
+  out=$(cat "$T/out")
+  if [ "$status" = 200 ]; then want="\"error\":\"$code\""; else want="\"code\":\"$code\""; fi
+  if [ "$got" = "$status" ] && grep -qF -- "$want" "$T/out" && grep -qF -- "$msg" "$T/out"; then ok "bad request $name -> $status $code"
+  else bad "bad request $name: got $got $out; want $status $code \"$msg\""; fi
+  case "$path" in /v1/decisions|/v1/classify|/v1/embeddings|/v1/rerank)
+    [ "$method" = POST ] && { grep -qi '^Server-Timing:' "$T/hdr" || bad "no Server-Timing on $name"; };;
+  esac
+done < "$REPO/tests/data/server/bad_requests.tsv"
+[ $n -ge 40 ] && ok "$n bad requests checked" || bad "only $n bad requests"
+curl -s "$URL/health" | grep -q ready && ok "still serving after the bad requests" || bad "worker unhealthy after bad requests"
+
+# ---- a client that disconnects: its work is cancelled, the worker keeps serving ----
+long=$(python3 -c 'import json;print(json.dumps({"state":"x "*300,"questions":{f"q{i}":{"type":"noul","instructions":"is it %d?"%i} for i in range(200)}}))')
+curl -s -m 0.3 "$URL/v1/decisions" -d "$long" >/dev/null; sleep 1
+curl -s "$URL/metrics" | grep -q 'vllm_srun_requests_total{endpoint="/v1/decisions",status="499"} 1' && ok "disconnect counted as 499" || bad "no 499 after a disconnect"
+r3=$(curl -s "$URL/v1/decisions" -d "$golden"); [ "$r3" = "$r" ] && ok "same answer after a disconnect" || bad "answer changed after disconnect"
+stop; rc=$?; [ $rc = 0 ] && ok "SIGTERM exits 0" || bad "SIGTERM exit $rc: $(tail -5 "$T/worker.log")"
+
+# ---- 64 clients x 2,000 mixed requests; a small queue so that 429 happens ----
+start --max-queue 16 || { bad "restart failed"; exit 1; }
+ok "restarted on the same port"
+r4=$(curl -s "$URL/v1/decisions" -d "$golden"); [ "$r4" = "$r" ] && ok "same answer after restart" || bad "answer after restart differs"
+"$BIN" bench --port "$PORT" --concurrency 64 --requests 2000 --requests-file "$REPO/tests/data/server/mixed.jsonl" --verify > "$T/bench.out" 2>&1 \
+  && ok "64 clients x 2000 requests: $(grep '^verify' "$T/bench.out")" || bad "concurrency: $(cat "$T/bench.out")"
+curl -s "$URL/health" | grep -q ready && ok "healthy after load" || bad "unhealthy after load"
+
+# ---- SIGTERM drains in-flight work ----
+curl -s "$URL/v1/decisions" -d "$long" -o "$T/drain.out" -w '%{http_code}' > "$T/drain.code" &
+cpid=$!
+sleep 0.2
+kill -TERM $pid; wait $pid; rc=$?
+wait $cpid
+[ $rc = 0 ] && [ "$(cat "$T/drain.code")" = 200 ] && grep -q '"q199"' "$T/drain.out" && ok "SIGTERM drained the in-flight request" \
+  || bad "drain: exit $rc, HTTP $(cat "$T/drain.code")"
+
+# ---- Unix socket ----
+"$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/w.sock" --log-level warn 2>>"$T/worker.log" &
+pid=$!
+for _ in $(seq 1 600); do
+  [ "$(curl -s --unix-socket "$T/w.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && break; sleep 0.1
+done
+r5=$(curl -s --unix-socket "$T/w.sock" http://w/v1/decisions -d "$golden"); [ "$r5" = "$r" ] && ok "Unix socket answers the same" || bad "uds: $r5"
+stop; [ $? = 0 ] && ok "uds worker exits 0" || bad "uds worker exit"
+
+# ---- refusals at startup: before any weight is read ----
+out=$("$BIN" serve vllm-sr/d3-FP8 --revision 2fb271adbdaf6dc969ca1ca746b61a6a5127ed62 --device rocm:0 --host 0.0.0.0 --port 8100 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "rocm: not available on this host" && ok "seed command refused: $out" || bad "seed command: $rc $out"
+out=$("$BIN" serve vllm-sr-c/d3-tiny --device cuda:3 --port "$PORT" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "cuda" && ok "missing cuda:3 refused" || bad "cuda:3: $rc $out"
+out=$("$BIN" serve vllm-sr-c/d3-tiny --device tpu --port "$PORT" 2>&1); rc=$?
+[ $rc != 0 ] && echo "$out" | grep -q "device must be auto or one of" && ok "bad --device refused" || bad "--device tpu: $rc $out"
+out=$("$BIN" serve vllm-sr-c/d3-tiny@main --revision other --port "$PORT" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "names revision main but --revision says other" && ok "conflicting revisions refused" || bad "revisions: $rc $out"
+"$BIN" fixture --install-builtin vllm-sr-c/d3-tiny-FP8 >/dev/null
+out=$("$BIN" serve vllm-sr-c/d3-tiny-FP8 --device cpu --port "$PORT" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "FP8 weights need an NVIDIA GPU of compute capability 8.9 or later or an AMD Instinct MI300 or MI350 series GPU" \
+  && ok "FP8 package refused on the CPU" || bad "FP8 on cpu: $rc $out"
+if grep -q "ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer" "$T/worker.log"; then bad "sanitizer reports in the worker log"; grep -A20 "Sanitizer\|runtime error" "$T/worker.log" | head -60; fi
+exit $fail
