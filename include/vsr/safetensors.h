@@ -54,9 +54,11 @@ uint64_t vsr_st_file_bytes(const vsr_st_file *f);
 const char *vsr_st_label(const vsr_st_file *f);
 
 /* ---- writer ----
- * Produces byte-identical files for identical input on any machine: tensors are
- * laid out as the reference Python writer does (descending dtype size, then
- * name), JSON keys sorted, header padded with spaces to a multiple of 8. */
+ * Produces byte-identical files for identical input on any machine, and the same
+ * bytes as Python's safetensors.save_file: tensors laid out in the reference
+ * writer's dtype order (by size, then its fixed order within a size), then name;
+ * entries in offset order with keys dtype, shape, data_offsets; `__metadata__`
+ * keys sorted; header padded with spaces to a multiple of 8. */
 typedef struct vsr_st_writer vsr_st_writer;
 
 vsr_st_writer *vsr_st_writer_new(void);

@@ -1,5 +1,6 @@
 #include "vsr/dtype.h"
 
+#include <math.h>
 #include <string.h>
 
 static const vsr_dtype_traits dtype_table[] = {
@@ -67,7 +68,7 @@ uint16_t vsr_f32_to_f16(float f) {
     if (a < 0x38800000u) {                                   /* subnormal or zero in f16 */
         union { uint32_t u; float f; } t = {.u = a};
         float scaled = t.f * 16777216.0f; /* to units of 2^-24, then RNE */
-        uint32_t m = (uint32_t)__builtin_roundevenf(scaled);
+        uint32_t m = (uint32_t)rintf(scaled); /* default rounding mode: to nearest even */
         return (uint16_t)(sign | m);
     }
     uint32_t lsb = (a >> 13) & 1u;
