@@ -1,0 +1,949 @@
+/* src/backend/cuda/ops.cu: the backend table (src/backend/backend.h) on an NVIDIA GPU.
+ *
+ * Activations are FP32 device buffers (cudaMalloc, never managed memory). Every op is
+ * enqueued on one stream, in order; buf_get synchronises and reports any fault of the
+ * kernels before it. Every launch is followed by cudaGetLastError, so a bad launch fails
+ * its own op; a fault inside a kernel surfaces at the next synchronising call.
+ *
+ * Linear (BF16 weights): the FP32 activations are rounded to BF16 (one pass) and cuBLASLt
+ * runs BF16 x BF16 with FP32 accumulation and FP32 output (beta = 1 to accumulate). This
+ * is what transformers does in bf16 up to the output rounding, and it lets the GEMM use
+ * the tensor cores at full rate; the CPU reference keeps FP32 activations, so the two
+ * differ by the activation rounding (~2^-9 relative per element; see tests/test_cuda_ops.c
+ * for the measured normalised error). FP32 weights (the readout) use cuBLASLt's true FP32
+ * compute (CUBLAS_COMPUTE_32F, no TF32).
+ *
+ * Per-sequence ops get the segment table by value as a kernel parameter (up to
+ * CUDA_MAX_SEGS sequences), so no host-to-device copy (which would synchronise with
+ * pageable memory) sits between kernels. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend_cuda.h"
+#include "backend/cuda/cuda_internal.h"
+#include "vsr/device.h"
+
+#define CUDA_MAX_SEGS 128
+#define LT_WS_BYTES ((size_t)32 << 20)
+
+static const char *const wkind_names_cuda[] = {"bf16", "f32", "int4", "fp8", "nvfp4"};
+
+/* ---- helpers ---- */
+
+extern "C" vsr_status cuda_check(cuda_ctx *c, cudaError_t e, const char *what, vsr_err *err) {
+    if (e == cudaSuccess) return VSR_OK;
+    (void)cudaGetLastError(); /* clear a non-sticky error so the next op is not blamed */
+    return vsr_err_set(err, e == cudaErrorMemoryAllocation ? VSR_E_NOMEM : VSR_E_DEVICE,
+                       "cuda:%d: %s: %s (%s)", c ? c->device : -1, what, cudaGetErrorString(e),
+                       cudaGetErrorName(e));
+}
+
+extern "C" vsr_status cuda_check_launch(cuda_ctx *c, const char *kernel, vsr_err *err) {
+    return cuda_check(c, cudaGetLastError(), kernel, err);
+}
+
+static vsr_status grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes, vsr_err *err) {
+    if (bytes <= *have) return VSR_OK;
+    size_t n = bytes + bytes / 4;
+    if (*buf) {
+        /* the old scratch may still be read by enqueued kernels */
+        vsr_status st = cuda_check(c, cudaStreamSynchronize(c->stream), "scratch: synchronize", err);
+        if (st) return st;
+        cudaFree(*buf);
+        *buf = NULL, *have = 0;
+    }
+    vsr_status st = cuda_check(c, cudaMalloc(buf, n), "scratch: cudaMalloc", err);
+    if (st) return vsr_err_prefix(err, "%zu bytes of scratch", n);
+    *have = n;
+    return VSR_OK;
+}
+
+extern "C" vsr_status cuda_scratch(cuda_ctx *c, size_t bytes, void **out, vsr_err *err) {
+    vsr_status st = grow(c, &c->scratch, &c->scratch_bytes, bytes, err);
+    *out = c->scratch;
+    return st;
+}
+
+extern "C" vsr_status cuda_scratch2(cuda_ctx *c, size_t bytes, void **out, vsr_err *err) {
+    vsr_status st = grow(c, &c->scratch2, &c->scratch2_bytes, bytes, err);
+    *out = c->scratch2;
+    return st;
+}
+
+extern "C" vsr_status cuda_upload_bytes(cuda_ctx *c, const void *host, size_t n, const char *what,
+                                        void **out, vsr_err *err) {
+    void *p = NULL;
+    vsr_status st = cuda_check(c, cudaMalloc(&p, n ? n : 1), "cudaMalloc", err);
+    if (st) return vsr_err_prefix(err, "%s (%zu bytes)", what, n);
+    if (n && (st = cuda_check(c, cudaMemcpy(p, host, n, cudaMemcpyHostToDevice), "copy to device", err))) {
+        cudaFree(p);
+        return vsr_err_prefix(err, "%s (%zu bytes)", what, n);
+    }
+    *out = p;
+    return VSR_OK;
+}
+
+static inline unsigned blocks_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : (b > 0x7fffffff ? 0x7fffffff : b));
+}
+
+/* Every op starts here: the calling thread may not have this device current. */
+#define ENTER(c)                                                                                   \
+    do {                                                                                           \
+        vsr_status st_ = cuda_check((c), cudaSetDevice((c)->device), "cudaSetDevice", err);        \
+        if (st_) return st_;                                                                       \
+    } while (0)
+
+__device__ __forceinline__ float silu_d(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplus_d(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The segment table by value. */
+typedef struct dsegs {
+    int n;
+    int64_t start[CUDA_MAX_SEGS], len[CUDA_MAX_SEGS], pos0[CUDA_MAX_SEGS];
+} dsegs;
+
+static vsr_status segs_to_dev(cuda_ctx *c, const vsr_segs *s, const char *op, dsegs *d, int64_t *rows,
+                              int64_t *max_len, vsr_err *err) {
+    if (s->n < 0 || s->n > CUDA_MAX_SEGS)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: %s: %d sequences in one call (at most %d)",
+                           c->device, op, s->n, CUDA_MAX_SEGS);
+    d->n = s->n;
+    int64_t ml = 0;
+    for (int i = 0; i < s->n; i++) {
+        d->start[i] = s->start[i], d->len[i] = s->len[i], d->pos0[i] = s->pos0 ? s->pos0[i] : 0;
+        if (s->len[i] > ml) ml = s->len[i];
+    }
+    *rows = s->n ? s->start[s->n - 1] + s->len[s->n - 1] : 0;
+    if (max_len) *max_len = ml;
+    return VSR_OK;
+}
+
+__device__ __forceinline__ int seg_of_row_d(const dsegs &s, int64_t r) {
+    int lo = 0, hi = s.n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (s.start[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* ---- cuBLASLt GEMM: y[M, N] (+)= A[M, K] . W[N, K]^T (row-major), plans cached per shape ---- */
+
+typedef struct lt_plan {
+    cudaDataType_t ty;
+    int64_t M, N, K;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int used;
+} lt_plan;
+
+#define LT_PLANS 64
+typedef struct lt_cache {
+    lt_plan p[LT_PLANS];
+    int n, next;
+} lt_cache;
+
+static void plan_destroy(lt_plan *p) {
+    if (!p->used) return;
+    cublasLtMatmulDescDestroy(p->desc);
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    p->used = 0;
+}
+
+static vsr_status lt_err(cuda_ctx *c, cublasStatus_t s, const char *what, vsr_err *err) {
+    if (s == CUBLAS_STATUS_SUCCESS) return VSR_OK;
+    return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: cuBLASLt %s: status %d", c->device, what, (int)s);
+}
+
+/* The cache hangs off quant-independent private state: a static per-ctx table kept in a small
+ * side structure allocated at ctx creation (cuda_ctx_priv). */
+typedef struct cuda_ctx_priv {
+    cuda_ctx pub;
+    lt_cache lt;
+} cuda_ctx_priv;
+
+static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t N, int64_t K, lt_plan **out,
+                              vsr_err *err) {
+    lt_cache *lc = &((cuda_ctx_priv *)c)->lt;
+    for (int i = 0; i < LT_PLANS; i++) {
+        lt_plan *p = &lc->p[i];
+        if (p->used && p->ty == ty && p->M == M && p->N == N && p->K == K) {
+            *out = p;
+            return VSR_OK;
+        }
+    }
+    lt_plan *p = &lc->p[lc->next];
+    lc->next = (lc->next + 1) % LT_PLANS;
+    plan_destroy(p);
+    memset(p, 0, sizeof *p);
+    p->ty = ty, p->M = M, p->N = N, p->K = K;
+    /* column-major view: D[N, M] = op(W)[N, K] . B[K, M], W stored K x N (ld K) transposed */
+    cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+    cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
+    vsr_status st;
+    if ((st = lt_err(c, cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F), "desc", err))) return st;
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB);
+    if ((st = lt_err(c, cublasLtMatrixLayoutCreate(&p->la, ty, (uint64_t)K, (uint64_t)N, K), "layout A", err)) ||
+        (st = lt_err(c, cublasLtMatrixLayoutCreate(&p->lb, ty, (uint64_t)K, (uint64_t)M, K), "layout B", err)) ||
+        (st = lt_err(c, cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N), "layout C", err))) {
+        p->used = 1;
+        plan_destroy(p);
+        return st;
+    }
+    p->used = 1;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    size_t ws = c->lt_ws_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS || found < 1) {
+        plan_destroy(p);
+        return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: cuBLASLt has no algorithm for %s [%lld x %lld] . [%lld x %lld]^T "
+                           "(status %d)", c->device, ty == CUDA_R_16BF ? "bf16" : "f32", (long long)M, (long long)K,
+                           (long long)N, (long long)K, (int)s);
+    }
+    p->algo = res.algo;
+    *out = p;
+    return VSR_OK;
+}
+
+static vsr_status lt_gemm(cuda_ctx *c, cudaDataType_t ty, const void *A, int64_t M, const void *W, int64_t N,
+                          int64_t K, float *y, int accumulate, vsr_err *err) {
+    if (M <= 0) return VSR_OK;
+    lt_plan *p;
+    vsr_status st = lt_plan_get(c, ty, M, N, K, &p, err);
+    if (st) return st;
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    return lt_err(c, cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, A, p->lb, &beta, y, p->lc, y, p->lc, &p->algo,
+                                    c->lt_ws, c->lt_ws_bytes, c->stream),
+                  "matmul", err);
+}
+
+extern "C" vsr_status cuda_gemm_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const __nv_bfloat16 *W,
+                                     int64_t N, int64_t K, float *y, int accumulate, vsr_err *err) {
+    return lt_gemm(c, CUDA_R_16BF, A, M, W, N, K, y, accumulate, err);
+}
+
+/* ---- elementwise kernels ---- */
+
+__global__ void k_f32_to_bf16(const float *__restrict__ x, int64_t n, __nv_bfloat16 *__restrict__ y) {
+    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i + 3 < n && ((uintptr_t)(x + i) & 15) == 0) {
+        float4 v = *(const float4 *)(x + i);
+        __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+        *(__nv_bfloat162 *)(y + i) = a;
+        *(__nv_bfloat162 *)(y + i + 2) = b;
+    } else {
+        for (int64_t j = i; j < i + 4 && j < n; j++) y[j] = __float2bfloat16_rn(x[j]);
+    }
+}
+
+extern "C" vsr_status cuda_f32_to_bf16(cuda_ctx *c, const float *x, int64_t n, __nv_bfloat16 *y, vsr_err *err) {
+    if (n <= 0) return VSR_OK;
+    k_f32_to_bf16<<<blocks_for((n + 3) / 4, 256), 256, 0, c->stream>>>(x, n, y);
+    return cuda_check_launch(c, "f32_to_bf16", err);
+}
+
+/* round to bf16 and back (the bf16 readout's result rounding) */
+__global__ void k_round_bf16(float *x, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
+__global__ void k_embed(const __nv_bfloat16 *__restrict__ table, const int32_t *__restrict__ ids, int64_t D,
+                        float *__restrict__ y) {
+    int64_t t = blockIdx.y;
+    const __nv_bfloat16 *row = table + (int64_t)ids[t] * D;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < D; i += (int64_t)gridDim.x * blockDim.x)
+        y[t * D + i] = __bfloat162float(row[i]);
+}
+
+/* one warp per row */
+__global__ void k_rmsnorm(const float *__restrict__ x, int64_t xs, int64_t M, int64_t D, const float *__restrict__ w,
+                          float off, float eps, float *y, int64_t ys) {
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (r >= M) return;
+    const float *xr = x + r * xs;
+    float ss = 0;
+    for (int64_t i = lane; i < D; i += 32) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    float inv = rsqrtf(ss / (float)D + eps);
+    float *yr = y + r * ys;
+    for (int64_t i = lane; i < D; i += 32) yr[i] = (xr[i] * inv) * (off + w[i]);
+}
+
+__global__ void k_rmsnorm_gated(const float *__restrict__ x, const float *__restrict__ z, int64_t M, int64_t D,
+                                const float *__restrict__ w, float eps, float *y) {
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (r >= M) return;
+    const float *xr = x + r * D, *zr = z + r * D;
+    float ss = 0;
+    for (int64_t i = lane; i < D; i += 32) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    float inv = rsqrtf(ss / (float)D + eps);
+    float *yr = y + r * D;
+    for (int64_t i = lane; i < D; i += 32) yr[i] = w[i] * (xr[i] * inv) * silu_d(zr[i]);
+}
+
+__global__ void k_conv1d_silu(const float *__restrict__ x, const dsegs s, int64_t C, const float *__restrict__ w,
+                              int Kc, float *__restrict__ y) {
+    int64_t r = blockIdx.y;
+    int sg = seg_of_row_d(s, r);
+    int64_t t = r - s.start[sg];
+    for (int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ch < C; ch += (int64_t)gridDim.x * blockDim.x) {
+        const float *wc = w + ch * Kc;
+        float acc = 0;
+        for (int k = 0; k < Kc; k++) {
+            int64_t tt = t - (Kc - 1) + k;
+            if (tt >= 0) acc += wc[k] * x[(r - t + tt) * C + ch];
+        }
+        y[r * C + ch] = silu_d(acc);
+    }
+}
+
+__global__ void k_rope(float *x, int64_t xs, const dsegs s, int H, int64_t hs, int half, const float *__restrict__ cos_t,
+                       const float *__restrict__ sin_t) {
+    int64_t r = blockIdx.y;
+    int sg = seg_of_row_d(s, r);
+    int64_t pos = s.pos0[sg] + (r - s.start[sg]);
+    for (int u = blockIdx.x * blockDim.x + threadIdx.x; u < H * half; u += gridDim.x * blockDim.x) {
+        int h = u / half, i = u % half;
+        float *xh = x + r * xs + h * hs;
+        float cs = cos_t[pos * half + i], sn = sin_t[pos * half + i];
+        float x1 = xh[i], x2 = xh[i + half];
+        xh[i] = x1 * cs - x2 * sn;
+        xh[i + half] = x2 * cs + x1 * sn;
+    }
+}
+
+__global__ void k_mul_sigmoid(float *x, int64_t M, int H, int hd, const float *__restrict__ g, int64_t gs, int64_t ghs) {
+    int64_t n = M * H * (int64_t)hd;
+    for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = u / ((int64_t)H * hd);
+        int rem = (int)(u % ((int64_t)H * hd)), h = rem / hd, i = rem % hd;
+        x[u] *= sigmoid_d(g[r * gs + h * ghs + i]);
+    }
+}
+
+__global__ void k_swiglu(const float *g, const float *__restrict__ u, int64_t n, float *y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = silu_d(g[i]) * u[i];
+}
+
+__global__ void k_add(float *y, const float *__restrict__ x, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+#define GATHER_MAX 256
+typedef struct drows {
+    int64_t r[GATHER_MAX];
+} drows;
+
+__global__ void k_gather(const float *__restrict__ src, const drows rows, const int64_t *__restrict__ rows_dev, int64_t D,
+                         float *__restrict__ dst) {
+    int64_t r = blockIdx.y;
+    int64_t from = rows_dev ? rows_dev[r] : rows.r[r];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < D; i += (int64_t)gridDim.x * blockDim.x)
+        dst[r * D + i] = src[from * D + i];
+}
+
+/* ---- gated delta rule ----
+ * Pass 1 (k_dn_prep): per (row, key head) the l2-normalised q (times 1/sqrt(dk)) and k into
+ * scratch [rows, Hk, dk] each; per (row, value head) beta and the decay exp(g).
+ * Pass 2 (k_dn_scan): one warp per (sequence, value head, 32 value columns); lane i owns
+ * column i of the state S[dk, dv] in registers (DK floats), so the token loop needs no
+ * shared memory and no barrier: kv = S^T k and o = S^T q are sums over the lane's own
+ * registers; k and q are warp-broadcast loads. Sequential over tokens, parallel over
+ * sequences x heads x column slices (8 x 48 x 4 = 1536 warps at the 27B shape, 8x512). */
+__global__ void k_dn_prep(const float *__restrict__ qkv, int64_t qkv_stride, const float *__restrict__ b,
+                          const float *__restrict__ a, const float *__restrict__ A_log,
+                          const float *__restrict__ dt_bias, int64_t rows, int Hk, int Hv, int dk,
+                          float *__restrict__ qn, float *__restrict__ kn, float *__restrict__ beta,
+                          float *__restrict__ decay) {
+    /* one warp per (row, key head, q-or-k) */
+    int64_t u = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (u < rows * Hk * 2) {
+        int which = (int)(u % 2);
+        int64_t rh = u / 2, r = rh / Hk;
+        int hk = (int)(rh % Hk);
+        const float *src = qkv + r * qkv_stride + (int64_t)which * Hk * dk + (int64_t)hk * dk;
+        float ss = 0;
+        for (int i = lane; i < dk; i += 32) ss += src[i] * src[i];
+        ss = warp_sum(ss);
+        float inv = 1.0f / sqrtf(ss + 1e-6f);
+        float sc = which == 0 ? 1.0f / sqrtf((float)dk) : 1.0f;
+        float *dst = (which == 0 ? qn : kn) + rh * dk;
+        for (int i = lane; i < dk; i += 32) dst[i] = (src[i] * inv) * sc;
+    }
+    /* beta and decay: the first rows*Hv threads of the grid */
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g < rows * Hv) {
+        int h = (int)(g % Hv);
+        beta[g] = sigmoid_d(b[g]);
+        decay[g] = expf(-expf(A_log[h]) * softplus_d(a[g] + dt_bias[h]));
+    }
+}
+
+template <int DK>
+__global__ void __launch_bounds__(128) k_dn_scan(const float *__restrict__ qn, const float *__restrict__ kn,
+                                                 const float *__restrict__ beta, const float *__restrict__ decay,
+                                                 const float *__restrict__ qkv, int64_t qkv_stride, const dsegs s,
+                                                 int Hk, int Hv, int dk, int dv, float *__restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const int slices = (dv + 31) / 32;
+    int64_t wid = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (wid >= (int64_t)s.n * Hv * slices) return;
+    const int sl = (int)(wid % slices), h = (int)((wid / slices) % Hv), sg = (int)(wid / slices / Hv);
+    const int hk = h / (Hv / Hk), col = sl * 32 + lane;
+    const bool live = col < dv;
+    float S[DK];
+#pragma unroll
+    for (int i = 0; i < DK; i++) S[i] = 0.0f;
+    const int64_t Kd2 = 2LL * Hk * dk;
+    for (int64_t r = s.start[sg]; r < s.start[sg] + s.len[sg]; r++) {
+        const float *kr = kn + (r * Hk + hk) * dk, *qr = qn + (r * Hk + hk) * dk;
+        const float bt = beta[r * Hv + h], dc = decay[r * Hv + h];
+        const float v = live ? qkv[r * qkv_stride + Kd2 + (int64_t)h * dv + col] : 0.0f;
+        float kv = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; i++) {
+            float k = i < dk ? kr[i] : 0.0f;
+            S[i] *= dc;
+            kv += S[i] * k;
+        }
+        const float delta = (v - kv) * bt;
+        float o = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; i++) {
+            float k = i < dk ? kr[i] : 0.0f, q = i < dk ? qr[i] : 0.0f;
+            S[i] += k * delta;
+            o += S[i] * q;
+        }
+        if (live) out[r * ((int64_t)Hv * dv) + (int64_t)h * dv + col] = o;
+    }
+}
+
+/* ---- attention: one block per (sequence, head, 8 queries); one warp per query ----
+ * Keys and values stream through shared memory in tiles of 32 rows. Scores: lane j takes
+ * key j of the tile (dot over d with the warp's query from shared memory; K rows padded by
+ * one float so lanes hit distinct banks). Online softmax in FP32 (running max and sum per
+ * query), then lane l accumulates output dims l, l+32, ... from the V tile. d <= 256. */
+#define ATT_Q 8
+#define ATT_KT 32
+#define ATT_DMAX 256
+static size_t att_smem(int d) { return sizeof(float) * ((size_t)ATT_KT * (d + 1) + (size_t)ATT_KT * d + (size_t)ATT_Q * d); }
+
+__global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restrict__ q, int64_t qs, const float *__restrict__ k,
+                                                         const float *__restrict__ v, const dsegs s, int H, int Hkv, int d,
+                                                         float scale, int causal, float *__restrict__ out) {
+    extern __shared__ float sm[];
+    float *Ks = sm, *Vs = Ks + ATT_KT * (d + 1), *Qs = Vs + ATT_KT * d;
+    const int sg = blockIdx.z, h = blockIdx.y, hk = h / (H / Hkv);
+    const int64_t L = s.len[sg], s0 = s.start[sg];
+    const int64_t qb = (int64_t)blockIdx.x * ATT_Q;
+    if (qb >= L) return;
+    const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int64_t qi = qb + w; /* this warp's query, relative to the sequence */
+    const bool qlive = qi < L;
+    const int64_t kvs = (int64_t)Hkv * d;
+    for (int i = threadIdx.x; i < ATT_Q * d; i += blockDim.x) {
+        int qq = i / d, dd = i % d;
+        Qs[i] = qb + qq < L ? q[(s0 + qb + qq) * qs + (int64_t)h * d + dd] : 0.0f;
+    }
+    float acc[ATT_DMAX / 32];
+#pragma unroll
+    for (int c = 0; c < ATT_DMAX / 32; c++) acc[c] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int64_t qmax = qb + ATT_Q - 1 < L - 1 ? qb + ATT_Q - 1 : L - 1;
+    const int64_t nk = causal ? qmax + 1 : L;
+    const float *qw = Qs + w * d;
+    for (int64_t t0 = 0; t0 < nk; t0 += ATT_KT) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < ATT_KT * d; i += blockDim.x) {
+            int j = i / d, dd = i % d;
+            bool in = t0 + j < nk;
+            int64_t row = (s0 + t0 + j) * kvs + (int64_t)hk * d + dd;
+            Ks[j * (d + 1) + dd] = in ? k[row] : 0.0f;
+            Vs[j * d + dd] = in ? v[row] : 0.0f;
+        }
+        __syncthreads();
+        if (!qlive) continue;
+        const int64_t kj = t0 + lane;
+        float sc = 0.0f;
+        const float *kr = Ks + lane * (d + 1);
+        for (int dd = 0; dd < d; dd++) sc += qw[dd] * kr[dd];
+        sc *= scale;
+        bool ok = kj < nk && (!causal || kj <= qi);
+        sc = ok ? sc : -INFINITY;
+        float mt = warp_max(sc);
+        float mn = fmaxf(m, mt);
+        /* mn is finite: key 0 is always allowed, and it is in the first tile */
+        float p = ok ? expf(sc - mn) : 0.0f;
+        float alpha = expf(m - mn); /* m = -inf on the first tile: 0 */
+        l = l * alpha + warp_sum(p);
+        m = mn;
+#pragma unroll
+        for (int c = 0; c < ATT_DMAX / 32; c++) acc[c] *= alpha;
+        int jmax = (int)(nk - t0 < ATT_KT ? nk - t0 : ATT_KT);
+        for (int j = 0; j < jmax; j++) {
+            float pj = __shfl_sync(0xffffffffu, p, j);
+            const float *vr = Vs + j * d;
+#pragma unroll
+            for (int c = 0; c < ATT_DMAX / 32; c++) {
+                int dd = lane + 32 * c;
+                if (dd < d) acc[c] += pj * vr[dd];
+            }
+        }
+    }
+    if (!qlive) return;
+    float inv = 1.0f / l;
+    float *o = out + (s0 + qi) * ((int64_t)H * d) + (int64_t)h * d;
+#pragma unroll
+    for (int c = 0; c < ATT_DMAX / 32; c++) {
+        int dd = lane + 32 * c;
+        if (dd < d) o[dd] = acc[c] * inv;
+    }
+}
+
+/* ---- the table ---- */
+
+static void cu_destroy(void *ctx) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (!c) return;
+    cudaSetDevice(c->device);
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    cuda_quant_ctx_free(c);
+    lt_cache *lc = &((cuda_ctx_priv *)c)->lt;
+    for (int i = 0; i < LT_PLANS; i++) plan_destroy(&lc->p[i]);
+    if (c->lt) cublasLtDestroy(c->lt);
+    cudaFree(c->lt_ws);
+    cudaFree(c->scratch);
+    cudaFree(c->scratch2);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static vsr_status cu_buf_alloc(void *ctx, size_t bytes, void **out, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    void *p = NULL;
+    size_t n = (bytes + 255) & ~(size_t)255;
+    vsr_status st = cuda_check(c, cudaMalloc(&p, n ? n : 256), "cudaMalloc", err);
+    if (st) return vsr_err_prefix(err, "cuda:%d: cannot allocate %zu bytes of activations", c->device, bytes);
+    /* a fresh buffer holds zeros, as on the CPU where tests rely on no garbage */
+    if ((st = cuda_check(c, cudaMemsetAsync(p, 0, n ? n : 256, c->stream), "cudaMemsetAsync", err))) {
+        cudaFree(p);
+        return st;
+    }
+    *out = p;
+    return VSR_OK;
+}
+
+static void cu_buf_free(void *ctx, void *buf) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (!buf) return;
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream); /* kernels may still read it */
+    cudaFree(buf);
+}
+
+static vsr_status cu_buf_set(void *ctx, void *dst, const void *src, size_t n, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    return cuda_check(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream), "buf_set", err);
+}
+
+static vsr_status cu_buf_get(void *ctx, void *dst, const void *src, size_t n, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    vsr_status st = cuda_check(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream), "buf_get", err);
+    if (st) return st;
+    return cuda_check(c, cudaStreamSynchronize(c->stream), "buf_get: synchronize (a kernel before it failed)", err);
+}
+
+static vsr_status cu_weight_upload(void *ctx, const vsr_weight_view *v, vsr_bweight **out, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    const char *nm = v->name ? v->name : "(weight)";
+    if ((unsigned)v->kind >= VSR_WK_COUNT)
+        return vsr_err_set(err, VSR_E_INVALID, "%s: unknown weight kind %d", nm, (int)v->kind);
+    if (v->kind == VSR_WK_NVFP4)
+        return vsr_err_set(err, VSR_E_DEVICE, "%s: %s; cuda:%d (%s, compute capability %d.%d) has no FP4 tensor "
+                           "cores", nm, VSR_REFUSAL_NVFP4, c->device, c->dev_name, c->cc_major, c->cc_minor);
+    if (v->N <= 0 || v->K <= 0 || !v->w)
+        return vsr_err_set(err, VSR_E_INVALID, "%s: empty weight [%lld, %lld]", nm, (long long)v->N, (long long)v->K);
+    vsr_bweight *b = (vsr_bweight *)calloc(1, sizeof *b);
+    if (!b) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", nm);
+    b->v = *v;
+    snprintf(b->name, sizeof b->name, "%s", nm);
+    b->v.name = b->name;
+    vsr_status st = VSR_OK;
+    uint64_t NK = (uint64_t)v->N * (uint64_t)v->K;
+    switch (v->kind) {
+    case VSR_WK_BF16:
+    case VSR_WK_F32: {
+        size_t bytes = NK * (v->kind == VSR_WK_BF16 ? 2 : 4);
+        st = cuda_upload_bytes(c, v->w, bytes, nm, &b->w, err);
+        b->bytes = bytes;
+        break;
+    }
+    case VSR_WK_INT4: st = cuda_int4_upload(c, v, b, err); break;
+    case VSR_WK_FP8: st = cuda_fp8_upload(c, v, b, err); break;
+    default: break;
+    }
+    b->v.w = b->v.scale = b->v.zp = NULL, b->v.g_idx = NULL; /* host views are not kept */
+    if (st) {
+        cudaFree(b->w), cudaFree(b->scale), cudaFree(b->zp), cudaFree(b->g_idx);
+        free(b);
+        return st;
+    }
+    *out = b;
+    return VSR_OK;
+}
+
+static void cu_weight_free(void *ctx, vsr_bweight *w) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (!w) return;
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    if (w->q) cuda_quant_release(c, w);
+    cudaFree(w->w), cudaFree(w->scale), cudaFree(w->zp), cudaFree(w->g_idx);
+    free(w);
+}
+
+static uint64_t cu_weight_bytes(void *ctx, const vsr_bweight *w) {
+    (void)ctx;
+    return w ? w->bytes : 0;
+}
+
+static vsr_status cu_vec_upload(void *ctx, const float *host, int64_t n, float **out, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    void *p = NULL;
+    vsr_status st = cuda_upload_bytes(c, host, (size_t)n * sizeof(float), "vector", &p, err);
+    if (st) return st;
+    *out = (float *)p;
+    return VSR_OK;
+}
+
+static vsr_status cu_embed(void *ctx, const vsr_bweight *table, const int32_t *ids, int64_t n, float *y, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (table->v.kind != VSR_WK_BF16)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: the embedding table must be BF16 (found %s)", table->name,
+                           wkind_names_cuda[table->v.kind]);
+    for (int64_t t = 0; t < n; t++)
+        if (ids[t] < 0 || ids[t] >= table->v.N)
+            return vsr_err_set(err, VSR_E_INVALID, "token id %d at position %lld is outside the vocabulary [0, %lld)",
+                               ids[t], (long long)t, (long long)table->v.N);
+    if (n <= 0) return VSR_OK;
+    void *d;
+    vsr_status st = cuda_scratch(c, sizeof(int32_t) * (size_t)n, &d, err);
+    if (st) return st;
+    if ((st = cuda_check(c, cudaMemcpyAsync(d, ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, c->stream),
+                         "embed: token ids to device", err)))
+        return st;
+    dim3 grid(blocks_for(table->v.K, 256) > 8 ? 8 : blocks_for(table->v.K, 256), (unsigned)n);
+    k_embed<<<grid, 256, 0, c->stream>>>((const __nv_bfloat16 *)table->w, (const int32_t *)d, table->v.K, y);
+    return cuda_check_launch(c, "embed", err);
+}
+
+static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bweight *w, float *y, int accumulate,
+                            vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (M <= 0) return VSR_OK;
+    vsr_status st;
+    switch (w->v.kind) {
+    case VSR_WK_BF16: {
+        void *xb;
+        if ((st = cuda_scratch(c, sizeof(__nv_bfloat16) * (size_t)(M * w->v.K), &xb, err)) ||
+            (st = cuda_f32_to_bf16(c, x, M * w->v.K, (__nv_bfloat16 *)xb, err)))
+            return st;
+        st = cuda_gemm_bf16(c, (const __nv_bfloat16 *)xb, M, (const __nv_bfloat16 *)w->w, w->v.N, w->v.K, y, accumulate, err);
+        break;
+    }
+    case VSR_WK_F32: st = lt_gemm(c, CUDA_R_32F, x, M, w->w, w->v.N, w->v.K, y, accumulate, err); break;
+    case VSR_WK_INT4: st = cuda_int4_linear(c, x, M, w, y, accumulate, err); break;
+    case VSR_WK_FP8: st = cuda_fp8_linear(c, x, M, w, y, accumulate, err); break;
+    default:
+        return vsr_err_set(err, VSR_E_DEVICE, "%s: %s weights cannot run on cuda:%d", w->name,
+                           wkind_names_cuda[w->v.kind], c->device);
+    }
+    if (st) return vsr_err_prefix(err, "%s", w->name);
+    return VSR_OK;
+}
+
+static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, int64_t D, const float *w, float off,
+                             float eps, float *y, int64_t ys, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (M <= 0) return VSR_OK;
+    k_rmsnorm<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, xs, M, D, w, off, eps, y, ys);
+    return cuda_check_launch(c, "rmsnorm", err);
+}
+
+static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t M, int64_t D, const float *w,
+                                   float eps, float *y, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (M <= 0) return VSR_OK;
+    k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, D, w, eps, y);
+    return cuda_check_launch(c, "rmsnorm_gated", err);
+}
+
+static vsr_status cu_conv1d_silu(void *ctx, const float *x, const vsr_segs *seg, int64_t C, const float *w, int Kc,
+                                 float *y, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    dsegs s;
+    int64_t rows;
+    vsr_status st = segs_to_dev(c, seg, "conv1d_silu", &s, &rows, NULL, err);
+    if (st || rows <= 0) return st;
+    if (rows > 0x7fffffff) return vsr_err_set(err, VSR_E_UNSUPPORTED, "conv1d_silu: %lld rows", (long long)rows);
+    dim3 grid(blocks_for(C, 256) > 64 ? 64 : blocks_for(C, 256), (unsigned)rows);
+    k_conv1d_silu<<<grid, 256, 0, c->stream>>>(x, s, C, w, Kc, y);
+    return cuda_check_launch(c, "conv1d_silu", err);
+}
+
+static vsr_status cu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, const float *b, const float *a,
+                              const float *A_log, const float *dt_bias, const vsr_segs *seg, int Hk, int Hv, int dk,
+                              int dv, float *state, float *out, vsr_err *err) {
+    (void)state; /* the state lives in registers */
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (dk > 128 || dk <= 0 || dv <= 0 || Hk <= 0 || Hv % Hk)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED,
+                           "cuda:%d: deltanet: key head dim up to 128 and value heads a multiple of key heads "
+                           "(dk %d, dv %d, Hk %d, Hv %d)",
+                           c->device, dk, dv, Hk, Hv);
+    dsegs s;
+    int64_t rows;
+    vsr_status st = segs_to_dev(c, seg, "deltanet", &s, &rows, NULL, err);
+    if (st || rows <= 0) return st;
+    size_t nqk = (size_t)rows * Hk * dk, nbh = (size_t)rows * Hv;
+    void *scr;
+    if ((st = cuda_scratch(c, sizeof(float) * (2 * nqk + 2 * nbh), &scr, err))) return st;
+    float *qn = (float *)scr, *kn = qn + nqk, *beta = kn + nqk, *decay = beta + nbh;
+    int64_t warps = rows * Hk * 2, threads = (int64_t)nbh;
+    int64_t blocks = (warps + 7) / 8 > (threads + 255) / 256 ? (warps + 7) / 8 : (threads + 255) / 256;
+    k_dn_prep<<<blocks_for(blocks * 256, 256), 256, 0, c->stream>>>(qkv, qkv_stride, b, a, A_log, dt_bias, rows, Hk, Hv,
+                                                                   dk, qn, kn, beta, decay);
+    if ((st = cuda_check_launch(c, "deltanet prep", err))) return st;
+    int64_t nw = (int64_t)s.n * Hv * ((dv + 31) / 32);
+    unsigned g = blocks_for(nw * 32, 128);
+#define SCAN(D) k_dn_scan<D><<<g, 128, 0, c->stream>>>(qn, kn, beta, decay, qkv, qkv_stride, s, Hk, Hv, dk, dv, out)
+    if (dk <= 16) SCAN(16);
+    else if (dk <= 32) SCAN(32);
+    else if (dk <= 64) SCAN(64);
+    else SCAN(128);
+#undef SCAN
+    return cuda_check_launch(c, "deltanet scan", err);
+}
+
+static vsr_status cu_rope(void *ctx, float *x, int64_t xs, const vsr_segs *seg, int H, int64_t hs, int rot,
+                          const float *cos_t, const float *sin_t, int64_t max_pos, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (seg->n <= 0) return VSR_OK;
+    for (int i = 0; i < seg->n; i++)
+        if (seg->pos0[i] < 0 || seg->pos0[i] + seg->len[i] > max_pos)
+            return vsr_err_set(err, VSR_E_INVALID, "rope: positions %lld..%lld exceed the table of %lld positions",
+                               (long long)seg->pos0[i], (long long)(seg->pos0[i] + seg->len[i] - 1), (long long)max_pos);
+    dsegs s;
+    int64_t rows;
+    vsr_status st = segs_to_dev(c, seg, "rope", &s, &rows, NULL, err);
+    if (st || rows <= 0) return st;
+    int half = rot / 2;
+    if (half <= 0) return VSR_OK;
+    dim3 grid(blocks_for((int64_t)H * half, 128) > 16 ? 16 : blocks_for((int64_t)H * half, 128), (unsigned)rows);
+    k_rope<<<grid, 128, 0, c->stream>>>(x, xs, s, H, hs, half, cos_t, sin_t);
+    return cuda_check_launch(c, "rope", err);
+}
+
+static vsr_status cu_attention(void *ctx, const float *q, int64_t qs, const float *k, const float *v,
+                               const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal, float *out,
+                               vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (seg->n <= 0) return VSR_OK;
+    if (Hkv <= 0 || H % Hkv)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "attention: %d query heads over %d kv heads", H, Hkv);
+    if (d <= 0 || d > ATT_DMAX)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: attention: head dim %d (at most %d)", c->device, d, ATT_DMAX);
+    dsegs s;
+    int64_t rows, max_len;
+    vsr_status st = segs_to_dev(c, seg, "attention", &s, &rows, &max_len, err);
+    if (st || rows <= 0) return st;
+    dim3 grid(blocks_for(max_len, ATT_Q), (unsigned)H, (unsigned)s.n);
+    k_attention<<<grid, ATT_Q * 32, att_smem(d), c->stream>>>(q, qs, k, v, s, H, Hkv, d, scale, causal, out);
+    return cuda_check_launch(c, "attention", err);
+}
+
+static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, const float *g, int64_t gs, int64_t ghs,
+                                 vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    int64_t n = M * H * (int64_t)hd;
+    if (n <= 0) return VSR_OK;
+    k_mul_sigmoid<<<blocks_for(n, 256) > 4096 ? 4096 : blocks_for(n, 256), 256, 0, c->stream>>>(x, M, H, hd, g, gs, ghs);
+    return cuda_check_launch(c, "mul_sigmoid", err);
+}
+
+static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t M, int64_t N, float *y, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    int64_t n = M * N;
+    if (n <= 0) return VSR_OK;
+    k_swiglu<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, n, y);
+    return cuda_check_launch(c, "swiglu", err);
+}
+
+static vsr_status cu_add(void *ctx, float *y, const float *x, int64_t n, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (n <= 0) return VSR_OK;
+    k_add<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(y, x, n);
+    return cuda_check_launch(c, "add", err);
+}
+
+static vsr_status cu_gather_rows(void *ctx, const float *src, const int64_t *rows, int64_t n, int64_t D, float *dst,
+                                 vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (n <= 0) return VSR_OK;
+    if (n > 65535) return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: gather_rows: %lld rows (at most 65535)", c->device, (long long)n);
+    drows r;
+    const int64_t *rd = NULL;
+    if (n <= GATHER_MAX) {
+        memcpy(r.r, rows, sizeof(int64_t) * (size_t)n);
+    } else {
+        void *d;
+        vsr_status st = cuda_scratch(c, sizeof(int64_t) * (size_t)n, &d, err);
+        if (st || (st = cuda_check(c, cudaMemcpyAsync(d, rows, sizeof(int64_t) * (size_t)n, cudaMemcpyHostToDevice, c->stream),
+                                   "gather_rows: indices to device", err)))
+            return st;
+        rd = (const int64_t *)d;
+    }
+    dim3 grid(blocks_for(D, 256) > 16 ? 16 : blocks_for(D, 256), (unsigned)n);
+    k_gather<<<grid, 256, 0, c->stream>>>(src, r, rd, D, dst);
+    return cuda_check_launch(c, "gather_rows", err);
+}
+
+static vsr_status cu_readout(void *ctx, const float *h, int64_t M, const vsr_bweight *R, float *logits, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    const int64_t N = R->v.N, D = R->v.K;
+    if (R->v.kind == VSR_WK_F32) return lt_gemm(c, CUDA_R_32F, h, M, R->w, N, D, logits, 0, err);
+    if (R->v.kind != VSR_WK_BF16)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "readout: weight must be F32 or BF16 (found %s)",
+                           wkind_names_cuda[R->v.kind]);
+    /* torch: bf16 @ bf16 accumulates in FP32 and rounds the result to bf16 */
+    void *hb;
+    vsr_status st;
+    if ((st = cuda_scratch(c, sizeof(__nv_bfloat16) * (size_t)(M * D), &hb, err)) ||
+        (st = cuda_f32_to_bf16(c, h, M * D, (__nv_bfloat16 *)hb, err)) ||
+        (st = cuda_gemm_bf16(c, (const __nv_bfloat16 *)hb, M, (const __nv_bfloat16 *)R->w, N, D, logits, 0, err)))
+        return st;
+    k_round_bf16<<<blocks_for(M * N, 256), 256, 0, c->stream>>>(logits, M * N);
+    return cuda_check_launch(c, "readout rounding", err);
+}
+
+static const vsr_backend_ops cuda_ops = {
+    /* .name = */ "cuda",
+    /* .destroy = */ cu_destroy,
+    /* .buf_alloc = */ cu_buf_alloc,
+    /* .buf_free = */ cu_buf_free,
+    /* .buf_set = */ cu_buf_set,
+    /* .buf_get = */ cu_buf_get,
+    /* .weight_upload = */ cu_weight_upload,
+    /* .weight_free = */ cu_weight_free,
+    /* .weight_bytes = */ cu_weight_bytes,
+    /* .vec_upload = */ cu_vec_upload,
+    /* .embed = */ cu_embed,
+    /* .linear = */ cu_linear,
+    /* .rmsnorm = */ cu_rmsnorm,
+    /* .rmsnorm_gated = */ cu_rmsnorm_gated,
+    /* .conv1d_silu = */ cu_conv1d_silu,
+    /* .deltanet = */ cu_deltanet,
+    /* .rope = */ cu_rope,
+    /* .attention = */ cu_attention,
+    /* .mul_sigmoid = */ cu_mul_sigmoid,
+    /* .swiglu = */ cu_swiglu,
+    /* .add = */ cu_add,
+    /* .gather_rows = */ cu_gather_rows,
+    /* .readout = */ cu_readout,
+};
+
+extern "C" vsr_status vsr_backend_cuda_new(int device_index, vsr_backend *out, vsr_err *err) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: the CUDA runtime found no usable device: %s (%s)", device_index,
+                           cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    if (device_index < 0 || device_index >= count)
+        return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: no such device (the CUDA runtime sees %d)", device_index, count);
+    cuda_ctx_priv *p = (cuda_ctx_priv *)calloc(1, sizeof *p);
+    if (!p) return vsr_err_set(err, VSR_E_NOMEM, "cuda: out of memory");
+    cuda_ctx *c = &p->pub;
+    c->device = device_index;
+    snprintf(c->dtype, sizeof c->dtype, "auto");
+    vsr_status st;
+    cudaDeviceProp prop;
+    if ((st = cuda_check(c, cudaSetDevice(device_index), "cudaSetDevice", err)) ||
+        (st = cuda_check(c, cudaGetDeviceProperties(&prop, device_index), "cudaGetDeviceProperties", err)))
+        goto fail;
+    c->cc_major = prop.major, c->cc_minor = prop.minor, c->sm_count = prop.multiProcessorCount;
+    snprintf(c->dev_name, sizeof c->dev_name, "%s", prop.name);
+    if (c->cc_major < 8) {
+        st = vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: %s has compute capability %d.%d; the CUDA backend needs 8.0 or "
+                         "later (BF16 tensor cores)", device_index, c->dev_name, c->cc_major, c->cc_minor);
+        goto fail;
+    }
+    if ((st = cuda_check(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate", err)))
+        goto fail;
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+        st = vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: cublasLtCreate failed", device_index);
+        goto fail;
+    }
+    c->lt_ws_bytes = LT_WS_BYTES;
+    if ((st = cuda_check(c, cudaMalloc(&c->lt_ws, c->lt_ws_bytes), "cuBLASLt workspace", err))) goto fail;
+    if ((st = cuda_check(c, cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)att_smem(ATT_DMAX)),
+                         "attention: shared memory limit", err)))
+        goto fail;
+    out->ops = &cuda_ops;
+    out->ctx = c;
+    return VSR_OK;
+fail:
+    cu_destroy(c);
+    return st;
+}
