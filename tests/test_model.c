@@ -407,10 +407,11 @@ TEST(load_options_and_bad_inputs_are_refused) {
     if (!p) return;
     vsr_err err = {0};
     vsr_model *m = NULL;
-    vsr_device gpu = {.kind = VSR_DEV_CUDA};
+    vsr_device gpu = {.kind = VSR_DEV_ROCM};
     vsr_model_opts o = {.device = &gpu};
     vsr_status st = vsr_model_load(p, &o, &m, &err);
-    CHECK_ERR(st, err, VSR_E_UNSUPPORTED, "no backend for cuda");
+    CHECK_ERR(st, err, VSR_E_UNSUPPORTED, "no ROCm backend");
+    CHECK(m == NULL);
     o = (vsr_model_opts){.dtype = "float16"};
     st = vsr_model_load(p, &o, &m, &err);
     CHECK_ERR(st, err, VSR_E_INVALID, "--dtype float16");

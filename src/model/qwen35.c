@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/backend_cuda.h" /* vsr_backend_for_device: declarations only, no device API */
 #include "vsr/model.h"
 #include "vsr/safetensors.h"
 
@@ -444,9 +445,6 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
         return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: family %s has no model implementation here (expected "
                            "decision3)", pkg->path, vsr_family_name(pkg->family));
     vsr_model_opts o = opts ? *opts : (vsr_model_opts){0};
-    if (o.device && o.device->kind != VSR_DEV_CPU)
-        return vsr_err_set(err, VSR_E_UNSUPPORTED, "model: no backend for %s devices in this build",
-                           vsr_device_kind_name(o.device->kind));
     if (o.dtype && o.dtype[0] && strcmp(o.dtype, "auto"))
         return vsr_err_set(err, VSR_E_INVALID, "model: --dtype %s is not available on the CPU (expected auto: "
                            "FP32 activations over the stored weights)", o.dtype);
@@ -482,7 +480,8 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
                          pkg->path, m->Hv, m->Hk, m->Kc);
         goto fail;
     }
-    if ((st = vsr_backend_cpu_new(o.threads, &m->be, err))) goto fail;
+    /* The device's backend, or a refusal naming why (never a silent CPU fallback). */
+    if ((st = vsr_backend_for_device(o.device, o.threads, &m->be, err))) goto fail;
 
     if (!(m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers))) {
         st = vsr_err_set(err, VSR_E_NOMEM, "model: out of memory");
