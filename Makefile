@@ -33,7 +33,7 @@ TEST_LIB_OBJ := $(TEST_LIB:%.c=$(BUILD)/%.o)
 ifeq ($(HAVE_CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CPPFLAGS  += -DVSR_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80 -Xcompiler -fPIC -Iinclude -Isrc
+NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80 -Xcompiler -fPIC -Iinclude -Isrc -DVSR_HAVE_CUDA=1 -MMD -MP
 CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 endif
@@ -75,12 +75,14 @@ asan:
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CORE_SRC := $(sort $(wildcard src/core/*.c))
 FUZZ_SRC_fuzz_safetensors := src/format/dtype.c src/package/safetensors.c
+FUZZ_SRC_fuzz_json := src/package/model_config.c src/package/decision_config.c src/package/manifest.c \
+  src/package/identity.c src/format/quant_config.c
 # clang 14 lacks __builtin_roundevenf (used by src/format/dtype.c); under the default
 # round-to-nearest-even mode __builtin_nearbyintf gives the same result.
 FUZZ_CFLAGS := $(CSTD) -Iinclude -Isrc -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=undefined -fno-omit-frame-pointer -pthread \
   -D__builtin_roundevenf=__builtin_nearbyintf
-FUZZ_LDLIBS := -ljansson -lcrypto -lm -pthread
+FUZZ_LDLIBS := -ljansson -lcrypto -lpcre2-8 -lm -pthread
 fuzz: $(FUZZ_TARGETS)
 .SECONDEXPANSION:
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_CORE_SRC) $$(FUZZ_SRC_$$*)
@@ -94,3 +96,4 @@ format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(shell find include -name '*.h')
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BINS:=.d)
+-include $(CUDA_OBJ:.o=.d)
