@@ -405,7 +405,7 @@ static int count_valid(const vsr_decision_job *j) {
 vsr_decision_job *vsr_decision_parse(const vsr_decider *d, const char *body, size_t len,
                                      const char *served_name, vsr_http_error *herr) {
     json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root) {
         http_fail(herr, 400, "invalid_request", "the body is not valid JSON: %s (line %d, column %d)",
                   je.text, je.line, je.column);

@@ -53,8 +53,10 @@ done
 curl -s "$URL/openapi.yaml" | head -1 | grep -q '^openapi: 3' && ok "/openapi.yaml" || bad "/openapi.yaml"
 
 # ---- a decision, with Server-Timing ----
-golden='{"state":"Write a Python function that merges two sorted lists and explain its running time.","questions":{"domain":{"type":"choice","instructions":"Which domain does this request belong to?","criteria":{"code":"Programming","math":"Mathematics","other":"Anything else"}},"reasoning":{"type":"noul","instructions":"Does answering this request need multi-step reasoning?"},"difficulty":{"type":"score","instructions":"How difficult is this request?","criteria":["Trivial","Moderate","Hard"]}},"options":{"return_meta":true}}'
+golden='{"state":"Write a Python function that merges two sorted lists and explain its running time.","questions":{"domain":{"type":"choice","instructions":"Which domain does this request belong to?","criteria":{"code":"Programming","math":"Mathematics","other":"Anything else"}},"reasoning":{"type":"noul","instructions":"Does answering this request need multi-step reasoning?"},"difficulty":{"type":"score","instructions":"How difficult is this request?","criteria":["Trivial","Moderate","Hard"]}}}'
 r=$(curl -s -D "$T/h" "$URL/v1/decisions" -d "$golden")
+meta=$(curl -s "$URL/v1/decisions" -d "${golden%\}},\"options\":{\"return_meta\":true}}")
+echo "$meta" | grep -q '"meta":{"model_id":"vllm-sr-c/d3-tiny","revision":"[0-9a-f]\{40\}","model_sha256":"[0-9a-f]\{64\}"' && ok "return_meta" || bad "meta: $meta"
 echo "$r" | grep -q '"choice":"' && echo "$r" | grep -q '"noul":' && echo "$r" | grep -q '"score":' && ok "decision answered" || bad "decision: $r"
 grep -qi '^Server-Timing: parse;dur=[0-9.]*, tokenize;dur=[0-9.]*, queue;dur=[0-9.]*, forward;dur=[0-9.]*, post;dur=[0-9.]*, serialize;dur=[0-9.]*, total;dur=[0-9.]*' "$T/h" \
   && ok "Server-Timing on 200" || bad "Server-Timing missing: $(cat "$T/h")"
@@ -93,13 +95,21 @@ curl -s "$URL/metrics" | grep -q 'vllm_srun_requests_total{endpoint="/v1/decisio
 r3=$(curl -s "$URL/v1/decisions" -d "$golden"); [ "$r3" = "$r" ] && ok "same answer after a disconnect" || bad "answer changed after disconnect"
 stop; rc=$?; [ $rc = 0 ] && ok "SIGTERM exits 0" || bad "SIGTERM exit $rc: $(tail -5 "$T/worker.log")"
 
-# ---- 64 clients x 2,000 mixed requests; a small queue so that 429 happens ----
-start --max-queue 16 || { bad "restart failed"; exit 1; }
+# ---- 64 clients x 2,000 mixed requests, every one answered identically to the request alone ----
+start || { bad "restart failed"; exit 1; }
 ok "restarted on the same port"
 r4=$(curl -s "$URL/v1/decisions" -d "$golden"); [ "$r4" = "$r" ] && ok "same answer after restart" || bad "answer after restart differs"
 "$BIN" bench --port "$PORT" --concurrency 64 --requests 2000 --requests-file "$REPO/tests/data/server/mixed.jsonl" --verify > "$T/bench.out" 2>&1 \
+  && grep -q "verify: concurrency 64: 2000 of 2000 answered 200 identical" "$T/bench.out" \
   && ok "64 clients x 2000 requests: $(grep '^verify' "$T/bench.out")" || bad "concurrency: $(cat "$T/bench.out")"
 curl -s "$URL/health" | grep -q ready && ok "healthy after load" || bad "unhealthy after load"
+stop
+# ---- overload: a queue of 4 under 64 clients answers 429, never an unbounded queue ----
+start --max-queue 4 || { bad "restart failed"; exit 1; }
+"$BIN" bench --port "$PORT" --concurrency 64 --requests 600 --requests-file "$REPO/tests/data/server/mixed.jsonl" --verify > "$T/bench2.out" 2>&1 \
+  && grep -q "answered 429" "$T/bench2.out" && ! grep -q " 0 answered 429" "$T/bench2.out" \
+  && ok "overload: $(grep '^verify' "$T/bench2.out")" || bad "overload: $(cat "$T/bench2.out")"
+curl -s "$URL/metrics" | grep -q 'vllm_srun_requests_total{endpoint="/v1/decisions",status="429"} [1-9]' && ok "429 counted in metrics" || bad "429 not in metrics"
 
 # ---- SIGTERM drains in-flight work ----
 curl -s "$URL/v1/decisions" -d "$long" -o "$T/drain.out" -w '%{http_code}' > "$T/drain.code" &
