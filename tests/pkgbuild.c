@@ -306,7 +306,7 @@ int tpkg_manifest(const char *dir, void (*edit)(json_t *, void *), void *ctx) {
     int k = 0;
     DIR *d = opendir(dir);
     struct dirent *de;
-    char names[16][128];
+    char names[16][NAME_MAX + 1];
     int nn = 0;
     while (d && (de = readdir(d))) {
         size_t l = strlen(de->d_name);
