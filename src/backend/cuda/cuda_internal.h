@@ -16,12 +16,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
-#include "vsr/error.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* the project's C headers carry no extern "C" of their own: include them here, first */
+#include "backend/backend.h"
+#include "backend/backend_cuda.h"
+#include "vsr/device.h"
+#include "vsr/dtype.h"
+#include "vsr/error.h"
 
 /* Per-backend state. One stream: every op is enqueued on it in order; buf_get synchronises. */
 typedef struct cuda_ctx {

@@ -21,9 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend_cuda.h"
-#include "backend/cuda/cuda_internal.h"
-#include "vsr/device.h"
+#include "backend/cuda/cuda_internal.h" /* first: wraps the C headers in extern "C" */
 
 #define CUDA_MAX_SEGS 128
 #define LT_WS_BYTES ((size_t)32 << 20)

@@ -1,0 +1,194 @@
+/* tools/gpu/bench_cuda.c: per-op timings of the CUDA backend on d3-27B-shaped layer
+ * dimensions (hidden 5120, 24/4 heads of 256, DeltaNet 16 key / 48 value heads of 128,
+ * MLP 17408), one layer of each kind, at 3x128 and 8x512 tokens; then, when a package
+ * folder is given, the whole forward of that package on the GPU.
+ *   bench_cuda [package_dir]
+ * Weights are random BF16 (timing does not depend on values). Each op runs REPS times
+ * back to back after a warm-up; one synchronising copy closes the batch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/backend_cuda.h"
+#include "vsr/device.h"
+#include "vsr/dtype.h"
+#include "vsr/model.h"
+#include "vsr/package.h"
+
+#define REPS 20
+static vsr_backend B;
+static vsr_err E;
+static void *sync_buf;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static void die(const char *what) {
+    fprintf(stderr, "%s: %s\n", what, E.msg);
+    exit(1);
+}
+static void sync_dev(void) {
+    float f;
+    if (B.ops->buf_get(B.ctx, &f, sync_buf, 4, &E)) die("sync");
+}
+static float *buf(int64_t n) {
+    void *p;
+    if (B.ops->buf_alloc(B.ctx, sizeof(float) * (size_t)n, &p, &E)) die("alloc");
+    return p;
+}
+static uint16_t *host_w;
+static vsr_bweight *wt(int64_t N, int64_t K, const char *name) {
+    vsr_weight_view v = {.kind = VSR_WK_BF16, .N = N, .K = K, .w = host_w, .name = name};
+    vsr_bweight *w;
+    if (B.ops->weight_upload(B.ctx, &v, &w, &E)) die(name);
+    return w;
+}
+
+typedef struct row { const char *op; double us, bytes, flops; } row;
+static row rows[64];
+static int nrows;
+static double total_us;
+
+#define TIME(name, bytes_, flops_, call)                                                           \
+    do {                                                                                           \
+        if (call) die(name);                                                                       \
+        sync_dev();                                                                                \
+        double t0_ = now();                                                                        \
+        for (int i_ = 0; i_ < REPS; i_++)                                                          \
+            if (call) die(name);                                                                   \
+        sync_dev();                                                                                \
+        double us_ = (now() - t0_) / REPS * 1e6;                                                   \
+        rows[nrows++] = (row){name, us_, (double)(bytes_), (double)(flops_)};                      \
+        total_us += us_;                                                                           \
+    } while (0)
+
+static void run_shape(int R, int L) {
+    const int64_t D = 5120, I = 17408, H = 24, Hkv = 4, hd = 256, Hk = 16, Hv = 48, dk = 128, dv = 128, Kc = 4;
+    const int64_t Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, T = (int64_t)R * L;
+    int64_t start[8], len[8], pos0[8];
+    for (int r = 0; r < R; r++) start[r] = (int64_t)r * L, len[r] = L, pos0[r] = 0;
+    vsr_segs sg = {R, start, len, pos0};
+    float *x = buf(T * D), *h = buf(T * D), *t0 = buf(T * 2 * H * hd), *t1 = buf(T * C), *t2 = buf(T * Vd),
+          *t3 = buf(T * Vd), *t4 = buf(T * H * hd), *tb = buf(T * Hv), *ta = buf(T * Hv), *mg = buf(T * I),
+          *mu = buf(T * I), *st = buf((int64_t)R * Hv * dk * dv);
+    float *nw = buf(D), *cw = buf(C * Kc), *al = buf(Hv), *dt = buf(Hv), *cs = buf(8192 * 32), *sn = buf(8192 * 32);
+    vsr_bweight *Wqkv = wt(C, D, "qkv"), *Wz = wt(Vd, D, "z"), *Wb = wt(Hv, D, "b"), *Wa = wt(Hv, D, "a"),
+                *Wout = wt(D, Vd, "out"), *Wq = wt(2 * H * hd, D, "q"), *Wk = wt(Hkv * hd, D, "k"),
+                *Wv = wt(Hkv * hd, D, "v"), *Wo = wt(D, H * hd, "o"), *Wg = wt(I, D, "gate"), *Wu = wt(I, D, "up"),
+                *Wd = wt(D, I, "down");
+    const vsr_backend_ops *o = B.ops;
+    void *c = B.ctx;
+    nrows = 0, total_us = 0;
+#define LIN(nm, W, N, K, X, Y, acc) TIME(nm, 2.0 * (N) * (K) + 4.0 * T * ((K) + (N)), 2.0 * T * (N) * (K), o->linear(c, X, T, W, Y, acc, &E))
+    /* DeltaNet layer */
+    TIME("rmsnorm (input)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));
+    LIN("linear in_proj_qkv", Wqkv, C, D, h, t0, 0);
+    TIME("conv1d_silu", 8.0 * T * C, 2.0 * T * C * Kc, o->conv1d_silu(c, t0, &sg, C, cw, (int)Kc, t1, &E));
+    LIN("linear in_proj_z", Wz, Vd, D, h, t2, 0);
+    LIN("linear in_proj_b", Wb, Hv, D, h, tb, 0);
+    LIN("linear in_proj_a", Wa, Hv, D, h, ta, 0);
+    TIME("deltanet", 4.0 * T * (C + Vd), 6.0 * T * Hv * dk * dv,
+         o->deltanet(c, t1, C, tb, ta, al, dt, &sg, (int)Hk, (int)Hv, (int)dk, (int)dv, st, t3, &E));
+    TIME("rmsnorm_gated", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, T * Hv, dv, nw, 1e-6f, t2, &E));
+    LIN("linear out_proj (+=)", Wout, D, Vd, t2, x, 1);
+    TIME("rmsnorm (post)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));
+    LIN("linear gate", Wg, I, D, h, mg, 0);
+    LIN("linear up", Wu, I, D, h, mu, 0);
+    TIME("swiglu", 12.0 * T * I, 0, o->swiglu(c, mg, mu, T, I, mg, &E));
+    LIN("linear down (+=)", Wd, D, I, mg, x, 1);
+    double dn_total = total_us;
+    /* attention layer (its MLP is the same as above) */
+    TIME("rmsnorm (input)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));
+    LIN("linear q_proj (q|gate)", Wq, 2 * H * hd, D, h, t0, 0);
+    TIME("rmsnorm q", 8.0 * T * H * hd, 0, o->rmsnorm(c, t0, 2 * hd, T * H, hd, nw, 1.0f, 1e-6f, t1, hd, &E));
+    LIN("linear k_proj", Wk, Hkv * hd, D, h, t2, 0);
+    TIME("rmsnorm k", 8.0 * T * Hkv * hd, 0, o->rmsnorm(c, t2, hd, T * Hkv, hd, nw, 1.0f, 1e-6f, t2, hd, &E));
+    LIN("linear v_proj", Wv, Hkv * hd, D, h, t3, 0);
+    TIME("rope q", 8.0 * T * H * 32, 0, o->rope(c, t1, H * hd, &sg, (int)H, hd, 64, cs, sn, 8192, &E));
+    TIME("rope k", 8.0 * T * Hkv * 32, 0, o->rope(c, t2, Hkv * hd, &sg, (int)Hkv, hd, 64, cs, sn, 8192, &E));
+    TIME("attention (non-causal)", 4.0 * T * (H + 2 * Hkv) * hd + 4.0 * T * H * hd, 4.0 * R * L * L * H * hd,
+         o->attention(c, t1, H * hd, t2, t3, &sg, (int)H, (int)Hkv, (int)hd, 0.0625f, 0, t4, &E));
+    TIME("attention (causal)", 4.0 * T * (H + 2 * Hkv) * hd + 4.0 * T * H * hd, 2.0 * R * L * L * H * hd,
+         o->attention(c, t1, H * hd, t2, t3, &sg, (int)H, (int)Hkv, (int)hd, 0.0625f, 1, t4, &E));
+    TIME("mul_sigmoid", 12.0 * T * H * hd, 0, o->mul_sigmoid(c, t4, T, (int)H, (int)hd, t0 + hd, 2 * H * hd, 2 * hd, &E));
+    LIN("linear o_proj (+=)", Wo, D, H * hd, t4, x, 1);
+    double at_total = total_us - dn_total;
+    printf("\n## %d rows x %d tokens (T = %lld)\n%-26s %10s %9s %9s %9s %9s\n", R, L, (long long)T, "op", "us", "GB/s",
+           "TFLOP/s", "floor_us", "x_floor");
+    for (int i = 0; i < nrows; i++) {
+        double floor_us = fmax(rows[i].bytes / 4.19e12, rows[i].flops / 774e12) * 1e6;
+        /* elementwise and the scans run in FP32 on CUDA cores: their flops floor uses the bf16
+         * tensor rate only as a lower bound */
+        printf("%-26s %10.1f %9.0f %9.1f %9.1f %9.2f\n", rows[i].op, rows[i].us, rows[i].bytes / rows[i].us / 1e3,
+               rows[i].flops / rows[i].us / 1e6, floor_us, rows[i].us / floor_us);
+    }
+    printf("DeltaNet layer + MLP: %.1f us; attention layer (one attention variant counted twice, both listed) + "
+           "its MLP: %.1f us\n", dn_total, at_total + (dn_total - rows[0].us) * 0 /* MLP listed once */);
+    vsr_bweight *ws[] = {Wqkv, Wz, Wb, Wa, Wout, Wq, Wk, Wv, Wo, Wg, Wu, Wd};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) o->weight_free(c, ws[i]);
+    float *bs[] = {x, h, t0, t1, t2, t3, t4, tb, ta, mg, mu, st, nw, cw, al, dt, cs, sn};
+    for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) o->buf_free(c, bs[i]);
+}
+
+static void run_model(const char *dir) {
+    vsr_device_list dl;
+    if (vsr_devices_probe(&dl, &E)) die("probe");
+    const vsr_device *d = NULL;
+    for (int i = 0; i < dl.count; i++)
+        if (dl.dev[i].kind == VSR_DEV_CUDA) d = &dl.dev[i];
+    if (!d) { fprintf(stderr, "no CUDA device\n"); return; }
+    vsr_package *p;
+    if (vsr_package_open(dir, NULL, NULL, &p, &E) || vsr_package_map(p, &E)) die(dir);
+    vsr_model *m;
+    vsr_model_opts mo = {.device = d};
+    double t0 = now();
+    if (vsr_model_load(p, &mo, &m, &E)) die("load");
+    printf("\n## whole forward of %s on %s: load %.2f s, weights %.3f GB on the device\n", dir, d->name, now() - t0,
+           vsr_model_memory_bytes(m) / 1e9);
+    int shapes[2][2] = {{3, 128}, {8, 512}};
+    for (int s = 0; s < 2; s++) {
+        int R = shapes[s][0], L = shapes[s][1];
+        int32_t *ids[8];
+        int lens[8];
+        for (int r = 0; r < R; r++) {
+            ids[r] = malloc(sizeof(int32_t) * (size_t)L), lens[r] = L;
+            for (int i = 0; i < L; i++) ids[r][i] = (int32_t)((r * 7919 + i * 104729) % 150000);
+        }
+        float *hid = malloc(sizeof(float) * (size_t)R * (size_t)vsr_model_hidden_size(m)), lg[8 * 255];
+        if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
+        double best = 1e9;
+        for (int k = 0; k < 5; k++) {
+            double a = now();
+            if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
+            best = fmin(best, now() - a);
+        }
+        printf("forward %d x %d: best of 5 %.2f ms\n", R, L, best * 1e3);
+        for (int r = 0; r < R; r++) free(ids[r]);
+        free(hid);
+    }
+    vsr_model_free(m);
+    vsr_package_close(p);
+}
+
+int main(int argc, char **argv) {
+    if (vsr_backend_cuda_new(0, &B, &E)) die("cuda backend");
+    size_t nw = (size_t)17408 * 5120;
+    host_w = malloc(2 * nw);
+    uint64_t s = 88172645463325252ull;
+    for (size_t i = 0; i < nw; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        host_w[i] = vsr_f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f) * 0.04f);
+    }
+    sync_buf = buf(16);
+    run_shape(3, 128);
+    run_shape(8, 512);
+    vsr_backend_destroy(&B);
+    free(host_w);
+    if (argc > 1) run_model(argv[1]);
+    return 0;
+}
