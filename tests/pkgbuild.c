@@ -316,7 +316,7 @@ int tpkg_manifest(const char *dir, void (*edit)(json_t *, void *), void *ctx) {
     if (d) closedir(d);
     for (int i = 0; i < 4 && nn < 16; i++) snprintf(names[nn++], sizeof names[0], "%s", identity_names[i]);
     for (int i = 0; i < nn; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        snprintf(p, sizeof p, "%s/%.255s", dir, names[i]);
         if (stat(p, &sb) || vsr_sha256_file(p, store[k], &nb, NULL, &e)) continue;
         json_object_set_new(idfiles, names[i], json_string(store[k]));
         json_object_set_new(bytes, names[i], json_integer((json_int_t)nb));
