@@ -19,6 +19,7 @@ int cmd_dequant(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_decide(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_golden(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -1,0 +1,293 @@
+/* The decision layer on the tiny built-in package: prompts and ids against an
+ * independent oracle (tools/make_prompt_oracle.py: Python json.dumps, jinja2 with the
+ * package's chat template, Hugging Face tokenizers), answer formulas, validation,
+ * the golden self-check statuses, and the decider's load refusals. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decision/decision_impl.h"
+#include "fixture/builtin.h"
+#include "test.h"
+#include "vsr/engine.h"
+#include "vsr/fixture.h"
+#include "vsr/hash.h"
+
+static vsr_engine eng;
+static char pkg_dir[4096];
+static bool loaded;
+
+static void setup(void) {
+    if (loaded) return;
+    const vsr_builtin *b = vsr_builtin_fixture_find("vllm-sr-c/d3-tiny");
+    vsr_fixture_opts fo;
+    vsr_builtin_fixture_opts(b, &fo);
+    snprintf(pkg_dir, sizeof pkg_dir, "%s/d3-tiny", test_tmpdir());
+    vsr_err err = {0};
+    vsr_status st = vsr_fixture_write(pkg_dir, &fo, NULL, &err);
+    CHECK_OK(st, err);
+    vsr_engine_opts o = {.model = pkg_dir, .device = "cpu", .threads = 2};
+    st = vsr_engine_prepare(&eng, &o, &err);
+    CHECK_OK(st, err);
+    if (st == VSR_OK) st = vsr_engine_load(&eng, &o, &err);
+    CHECK_OK(st, err);
+    loaded = st == VSR_OK;
+}
+
+static d3_question *find_q(vsr_decision_job *j, const char *id) {
+    for (int i = 0; i < j->req[0].n_q; i++)
+        if (!strcmp(j->req[0].q[i].id, id)) return &j->req[0].q[i];
+    return NULL;
+}
+
+TEST(prompts_match_oracle) {
+    setup();
+    if (!loaded) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/data/decision/prompts.json", getenv("VSR_REPO") ? getenv("VSR_REPO") : ".");
+    json_error_t je;
+    json_t *cases = json_load_file(path, 0, &je);
+    CHECK_MSG(cases != NULL, "%s: %s", path, je.text);
+    if (!cases) return;
+    size_t i;
+    json_t *c;
+    int n = 0;
+    json_array_foreach(cases, i, c) {
+        char *body = json_dumps(json_object_get(c, "request"), JSON_COMPACT);
+        vsr_http_error he = {0};
+        vsr_decision_job *j = vsr_decision_parse(eng.decider, body, strlen(body), NULL, &he);
+        CHECK_MSG(j != NULL, "case %zu refused: %s", i, he.message);
+        free(body);
+        if (!j) continue;
+        const char *qid = json_string_value(json_object_get(c, "question"));
+        d3_question *q = find_q(j, qid);
+        CHECK(q != NULL);
+        if (q) {
+            const char *want = json_string_value(json_object_get(c, "prompt"));
+            CHECK_MSG(q->prompt && !strcmp(q->prompt, want), "case %zu question %s: prompt differs:\n--- ours\n%s\n--- oracle\n%s",
+                      i, qid, q->prompt ? q->prompt : "(null)", want);
+            json_t *ids = json_object_get(c, "ids");
+            bool same = q->n_ids == json_array_size(ids);
+            for (size_t k = 0; same && k < q->n_ids; k++)
+                same = q->ids[k] == json_integer_value(json_array_get(ids, k));
+            CHECK_MSG(same, "case %zu question %s: ids differ (%zu vs %zu tokens)", i, qid, q->n_ids,
+                      json_array_size(ids));
+            n++;
+        }
+        vsr_decision_free(j);
+    }
+    CHECK(n >= 9);
+    json_decref(cases);
+}
+
+TEST(answer_formulas) {
+    double u[4] = {0.25, 0.25, 0.25, 0.25}, one[3] = {1, 0, 0};
+    CHECK(fabs(d3_confidence(u, 4)) < 1e-12);
+    CHECK(fabs(d3_confidence(one, 3) - 1.0) < 1e-12);
+    float logits[3] = {1.0f, 2.0f, 3.0f};
+    double p[3];
+    CHECK(d3_probs_from_logits(logits, 3, 0.5, p));
+    double z = exp(2.0) + exp(4.0) + exp(6.0);
+    CHECK(fabs(p[0] - exp(2.0) / z) < 1e-12 && fabs(p[2] - exp(6.0) / z) < 1e-12);
+    float bad[2] = {1.0f, NAN};
+    CHECK(!d3_probs_from_logits(bad, 2, 1.0, p));
+    float inf[2] = {INFINITY, 0.0f};
+    CHECK(!d3_probs_from_logits(inf, 2, 1.0, p));
+    /* a tie goes to the first option */
+    d3_question q = {.type = D3_CHOICE, .n_opt = 2};
+    char *keys[2] = {"a", "b"};
+    q.keys = keys;
+    q.probs[0] = q.probs[1] = 0.5;
+    json_t *a = d3_answer_json(&q);
+    CHECK(!strcmp(json_string_value(json_object_get(a, "choice")), "a"));
+    json_decref(a);
+    /* score = sum i p_i */
+    d3_question s = {.type = D3_SCORE, .n_opt = 3};
+    char *sk[3] = {"0", "1", "2"}, *lg[3] = {"x", "y", "z"};
+    s.keys = sk;
+    s.legend = lg;
+    s.probs[0] = 0.2, s.probs[1] = 0.3, s.probs[2] = 0.5;
+    a = d3_answer_json(&s);
+    CHECK(fabs(json_real_value(json_object_get(a, "score")) - 1.3) < 1e-12);
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(a, "legend"), "2")), "z"));
+    json_decref(a);
+}
+
+TEST(answers_are_probabilities) {
+    setup();
+    if (!loaded) return;
+    const char *body = vsr_golden_request();
+    vsr_http_error he = {0};
+    vsr_decision_job *j = vsr_decision_parse(eng.decider, body, strlen(body), NULL, &he);
+    CHECK(j != NULL);
+    if (!j) return;
+    vsr_err err = {0};
+    vsr_status st = vsr_decision_run(eng.decider, j, NULL, NULL, NULL, &err);
+    CHECK_OK(st, err);
+    for (int i = 0; i < j->req[0].n_q; i++) {
+        d3_question *q = &j->req[0].q[i];
+        double sum = 0;
+        for (int k = 0; k < q->n_opt; k++) {
+            CHECK(q->probs[k] >= 0 && q->probs[k] <= 1);
+            sum += q->probs[k];
+        }
+        CHECK(fabs(sum - 1.0) < 1e-9);
+        CHECK(q->answered);
+    }
+    vsr_decision_free(j);
+}
+
+TEST(golden_statuses) {
+    setup();
+    if (!loaded) return;
+    vsr_golden_report r;
+    vsr_err err = {0};
+    CHECK_OK(vsr_golden_check(eng.decider, NULL, "cpu", 1e-3, &r, &err), err);
+    CHECK(!strcmp(r.status, "unverified"));
+    CHECK(r.checked == 6 && r.answers_json != NULL);
+    /* what was recorded matches itself */
+    char rec[8192];
+    snprintf(rec, sizeof rec, "{\"cpu\":%s}", r.answers_json);
+    vsr_golden_report m;
+    CHECK_OK(vsr_golden_check(eng.decider, rec, "cpu", 1e-3, &m, &err), err);
+    CHECK_MSG(!strcmp(m.status, "matched") && m.matched == 6, "%s %d: %s", m.status, m.matched, m.reason);
+    /* another device class has no record: unverified */
+    vsr_golden_report g;
+    CHECK_OK(vsr_golden_check(eng.decider, rec, "cuda", 0.02, &g, &err), err);
+    CHECK(!strcmp(g.status, "unverified"));
+    /* a changed probability beyond the tolerance fails and says which */
+    json_t *a = json_loads(r.answers_json, 0, NULL);
+    json_t *noul = json_object_get(json_object_get(a, "reasoning"), "noul");
+    json_real_set(noul, json_real_value(noul) + 0.01);
+    char *s = json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    snprintf(rec, sizeof rec, "{\"cpu\":%s}", s);
+    vsr_golden_report f;
+    CHECK_OK(vsr_golden_check(eng.decider, rec, "cpu", 1e-3, &f, &err), err);
+    CHECK_MSG(!strcmp(f.status, "failed") && strstr(f.reason, "reasoning.noul"), "%s: %s", f.status, f.reason);
+    /* a change within the tolerance still matches */
+    json_real_set(noul, json_real_value(noul) - 0.01 + 5e-4);
+    free(s);
+    s = json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    snprintf(rec, sizeof rec, "{\"cpu\":%s}", s);
+    vsr_golden_report w;
+    CHECK_OK(vsr_golden_check(eng.decider, rec, "cpu", 1e-3, &w, &err), err);
+    CHECK(!strcmp(w.status, "matched"));
+    free(s);
+    json_decref(a);
+    vsr_golden_report_free(&r);
+    vsr_golden_report_free(&m);
+    vsr_golden_report_free(&g);
+    vsr_golden_report_free(&f);
+    vsr_golden_report_free(&w);
+}
+
+TEST(builtin_golden_recorded_and_matching) {
+    /* The built-in default records CPU answers, and our forward still gives them. */
+    setup();
+    if (!loaded) return;
+    const vsr_builtin *b = vsr_builtin_fixture_find("vllm-sr-c/d3-tiny");
+    CHECK_MSG(b->golden_json != NULL, "vllm-sr-c/d3-tiny has no recorded golden answers");
+    if (!b->golden_json) return;
+    vsr_golden_report r;
+    vsr_err err = {0};
+    CHECK_OK(vsr_golden_check(eng.decider, b->golden_json, "cpu", 1e-3, &r, &err), err);
+    CHECK_MSG(!strcmp(r.status, "matched"), "%s: %s", r.status, r.reason);
+    vsr_golden_report_free(&r);
+}
+
+TEST(validation_messages) {
+    setup();
+    if (!loaded) return;
+    struct {
+        const char *body;
+        int status;
+        const char *needle;
+    } cases[] = {
+        {"{", 400, "not valid JSON"},
+        {"\"s\"", 400, "must be a JSON object"},
+        {"{\"state\":\"s\"}", 400, "questions must be an object"},
+        {"{\"state\":\"s\",\"questions\":{\"q\":{\"type\":\"noul\",\"instructions\":\"x\"}},\"model\":\"other\"}", 404,
+         "is not served here"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        vsr_http_error he = {0};
+        vsr_decision_job *j = vsr_decision_parse(eng.decider, cases[i].body, strlen(cases[i].body), "me", &he);
+        CHECK(j == NULL);
+        vsr_decision_free(j);
+        CHECK_MSG(he.status == cases[i].status && strstr(he.message, cases[i].needle), "case %zu: %d %s", i,
+                  he.status, he.message);
+    }
+    /* an item-level error keeps its sibling */
+    const char *body = "{\"state\":\"s\",\"questions\":{\"ok\":{\"type\":\"noul\",\"instructions\":\"x\"},"
+                       "\"bad\":{\"type\":\"score\",\"instructions\":\"x\",\"criteria\":[\"a\"]}}}";
+    vsr_http_error he = {0};
+    vsr_decision_job *j = vsr_decision_parse(eng.decider, body, strlen(body), NULL, &he);
+    CHECK(j != NULL);
+    if (j) {
+        CHECK(vsr_decision_rows(j) == 1);
+        d3_question *bad = find_q(j, "bad");
+        CHECK(bad && bad->err_code && !strcmp(bad->err_code, "invalid_question") &&
+              strstr(bad->err_msg, "criteria must list 2 to 10 levels"));
+        vsr_decision_free(j);
+    }
+}
+
+TEST(decider_refusals) {
+    setup();
+    if (!loaded) return;
+    vsr_err err = {0};
+    vsr_decider *d = NULL;
+    /* a code that does not encode to its recorded token id */
+    vsr_package *p = eng.pkg;
+    int32_t saved = p->decision.token_ids[7];
+    p->decision.token_ids[7] = saved + 1;
+    vsr_status st = vsr_decider_open(p, eng.model, &d, &err);
+    CHECK_ERR(st, err, VSR_E_INTEGRITY, "expected exactly token_ids[7]");
+    p->decision.token_ids[7] = saved;
+    /* an unknown chat template */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", p->path);
+    size_t n;
+    char *orig = test_read_file(path, &n);
+    test_write_file(path, "{{ messages }}", 14);
+    st = vsr_decider_open(p, eng.model, &d, &err);
+    CHECK_ERR(st, err, VSR_E_UNSUPPORTED, "is not a known Decision 3.0 template");
+    test_write_file(path, orig, n);
+    free(orig);
+    /* a tokenizer that adds a BOS token */
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", p->path);
+    orig = test_read_file(path, &n);
+    json_t *tc = json_loads(orig, 0, NULL);
+    json_object_set_new(tc, "add_bos_token", json_true());
+    json_dump_file(tc, path, 0);
+    json_decref(tc);
+    st = vsr_decider_open(p, eng.model, &d, &err);
+    CHECK_ERR(st, err, VSR_E_UNSUPPORTED, "adds a BOS token");
+    test_write_file(path, orig, n);
+    free(orig);
+    /* restored: opens again */
+    st = vsr_decider_open(p, eng.model, &d, &err);
+    CHECK_OK(st, err);
+    vsr_decider_free(d);
+    /* the fixture's template is known */
+    char sha[65];
+    vsr_sha256_hex(vsr_fixture_chat_template, strlen(vsr_fixture_chat_template), sha);
+    extern const char *const vsr_d3_known_templates[];
+    bool known = false;
+    for (const char *const *t = vsr_d3_known_templates; *t; t++) known |= !strcmp(*t, sha);
+    CHECK(known);
+}
+
+int main(void) {
+    RUN(answer_formulas);
+    RUN(prompts_match_oracle);
+    RUN(answers_are_probabilities);
+    RUN(validation_messages);
+    RUN(golden_statuses);
+    RUN(builtin_golden_recorded_and_matching);
+    RUN(decider_refusals);
+    if (loaded) vsr_engine_close(&eng);
+    return test_summary();
+}
