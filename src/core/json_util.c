@@ -1,6 +1,7 @@
 #include "core/json_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,28 +148,60 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Python's float repr: shortest round-trip digits; integral values keep ".0". */
+/* Python's float repr: the shortest digits that round-trip, written in fixed notation
+ * when the decimal exponent is in [-4, 16) (integral values keep ".0"), else as
+ * d.ddde+XX. */
 static void put_real(sbuf *b, double d) {
-    char tmp[64];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+    char tmp[64], digits[32];
+    if (d == 0.0) {
+        puts_(b, signbit(d) ? "-0.0" : "0.0");
+        return;
+    }
+    if (!isfinite(d)) {
+        puts_(b, isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    int prec = 1;
+    for (; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, d);
         if (strtod(tmp, NULL) == d) break;
     }
-    /* Python uses exponent form only when exp < -4 or >= 16. */
-    char *e = strchr(tmp, 'e');
-    if (e) {
-        int exp = atoi(e + 1);
-        if (exp >= -4 && exp < 16) snprintf(tmp, sizeof tmp, "%.17g", d); /* rare; keep exact */
-        else {
-            /* Python writes e+XX with at least two digits: 1e+20 -> 1e+20 */
-            char mant[24];
-            snprintf(mant, sizeof mant, "%.*s", (int)(e - tmp), tmp);
-            snprintf(tmp, sizeof tmp, "%se%c%02d", mant, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    /* tmp = [-]d.ddde[+-]XX */
+    const char *p = tmp;
+    bool neg = *p == '-';
+    if (neg) p++;
+    int nd = 0;
+    for (; *p && *p != 'e'; p++)
+        if (*p != '.') digits[nd++] = *p;
+    digits[nd] = 0;
+    int exp = atoi(p + 1);
+    char out[64];
+    size_t o = 0;
+    if (neg) out[o++] = '-';
+    if (exp >= -4 && exp < 16) {
+        if (exp >= 0) {
+            for (int i = 0; i <= exp; i++) out[o++] = i < nd ? digits[i] : '0';
+            out[o++] = '.';
+            if (nd > exp + 1)
+                for (int i = exp + 1; i < nd; i++) out[o++] = digits[i];
+            else
+                out[o++] = '0';
+        } else {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (int i = 0; i < -exp - 1; i++) out[o++] = '0';
+            for (int i = 0; i < nd; i++) out[o++] = digits[i];
         }
-    } else if (!strchr(tmp, '.') && !strchr(tmp, 'n') && !strchr(tmp, 'i')) {
-        strcat(tmp, ".0");
+        out[o] = 0;
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            for (int i = 1; i < nd; i++) out[o++] = digits[i];
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     }
-    puts_(b, tmp);
+    puts_(b, out);
 }
 
 static void dump(sbuf *b, const json_t *v, const dump_style *st) {
