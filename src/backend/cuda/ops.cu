@@ -373,11 +373,10 @@ __global__ void k_gather(const float *__restrict__ src, const drows rows, const 
 /* ---- gated delta rule ----
  * Pass 1 (k_dn_prep): per (row, key head) the l2-normalised q (times 1/sqrt(dk)) and k into
  * scratch [rows, Hk, dk] each; per (row, value head) beta and the decay exp(g).
- * Pass 2 (k_dn_scan): one warp per (sequence, value head, 32 value columns); lane i owns
- * column i of the state S[dk, dv] in registers (DK floats), so the token loop needs no
- * shared memory and no barrier: kv = S^T k and o = S^T q are sums over the lane's own
- * registers; k and q are warp-broadcast loads. Sequential over tokens, parallel over
- * sequences x heads x column slices (8 x 48 x 4 = 1536 warps at the 27B shape, 8x512). */
+ * Pass 2 (k_dn_scan): one warp per (sequence, value head, 8 value columns), the state
+ * S[dk, dv] in registers, no shared memory and no barrier. Sequential over tokens, parallel
+ * over sequences x heads x column slices (8 x 48 x 16 = 6144 warps at the 27B shape, 8x512).
+ * Not the chunked (WY/UT) form of flash-linear-attention: see docs/cuda.md. */
 __global__ void k_dn_prep(const float *__restrict__ qkv, int64_t qkv_stride, const float *__restrict__ b,
                           const float *__restrict__ a, const float *__restrict__ A_log,
                           const float *__restrict__ dt_bias, int64_t rows, int Hk, int Hv, int dk,
@@ -408,42 +407,66 @@ __global__ void k_dn_prep(const float *__restrict__ qkv, int64_t qkv_stride, con
     }
 }
 
-template <int DK>
+/* Lane l of a warp: column c = l / 4 of the warp's 8 columns, row group g = l % 4; it keeps
+ * rows g, g+4, ... (RPT of them) of that column of S in registers. S^T k and S^T q are a
+ * sum over the lane's rows, then two shuffles within the group of 4: the per-token chain
+ * is RPT FMAs deep instead of dk (the first version, one column per lane, ran ~6 us per
+ * token at the 27B shape, latency-bound on its 128-deep chains). */
+template <int RPT>
 __global__ void __launch_bounds__(128) k_dn_scan(const float *__restrict__ qn, const float *__restrict__ kn,
                                                  const float *__restrict__ beta, const float *__restrict__ decay,
                                                  const float *__restrict__ qkv, int64_t qkv_stride, const dsegs s,
                                                  int Hk, int Hv, int dk, int dv, float *__restrict__ out) {
-    const int lane = threadIdx.x & 31;
-    const int slices = (dv + 31) / 32;
+    const int lane = threadIdx.x & 31, g = lane & 3;
+    const int slices = (dv + 7) / 8;
     int64_t wid = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (wid >= (int64_t)s.n * Hv * slices) return;
     const int sl = (int)(wid % slices), h = (int)((wid / slices) % Hv), sg = (int)(wid / slices / Hv);
-    const int hk = h / (Hv / Hk), col = sl * 32 + lane;
+    const int hk = h / (Hv / Hk), col = sl * 8 + (lane >> 2);
     const bool live = col < dv;
-    float S[DK];
+    float S[RPT];
 #pragma unroll
-    for (int i = 0; i < DK; i++) S[i] = 0.0f;
+    for (int j = 0; j < RPT; j++) S[j] = 0.0f;
     const int64_t Kd2 = 2LL * Hk * dk;
     for (int64_t r = s.start[sg]; r < s.start[sg] + s.len[sg]; r++) {
         const float *kr = kn + (r * Hk + hk) * dk, *qr = qn + (r * Hk + hk) * dk;
         const float bt = beta[r * Hv + h], dc = decay[r * Hv + h];
         const float v = live ? qkv[r * qkv_stride + Kd2 + (int64_t)h * dv + col] : 0.0f;
-        float kv = 0.0f;
+        float kk[RPT], qq[RPT];
 #pragma unroll
-        for (int i = 0; i < DK; i++) {
-            float k = i < dk ? kr[i] : 0.0f;
-            S[i] *= dc;
-            kv += S[i] * k;
+        for (int j = 0; j < RPT; j++) {
+            int i = g + 4 * j;
+            kk[j] = i < dk ? kr[i] : 0.0f;
+            qq[j] = i < dk ? qr[i] : 0.0f;
         }
+        float kv0 = 0.0f, kv1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < RPT; j += 2) {
+            S[j] *= dc;
+            kv0 += S[j] * kk[j];
+            if (j + 1 < RPT) {
+                S[j + 1] *= dc;
+                kv1 += S[j + 1] * kk[j + 1];
+            }
+        }
+        float kv = kv0 + kv1;
+        kv += __shfl_xor_sync(0xffffffffu, kv, 1);
+        kv += __shfl_xor_sync(0xffffffffu, kv, 2);
         const float delta = (v - kv) * bt;
-        float o = 0.0f;
+        float o0 = 0.0f, o1 = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DK; i++) {
-            float k = i < dk ? kr[i] : 0.0f, q = i < dk ? qr[i] : 0.0f;
-            S[i] += k * delta;
-            o += S[i] * q;
+        for (int j = 0; j < RPT; j += 2) {
+            S[j] += kk[j] * delta;
+            o0 += S[j] * qq[j];
+            if (j + 1 < RPT) {
+                S[j + 1] += kk[j + 1] * delta;
+                o1 += S[j + 1] * qq[j + 1];
+            }
         }
-        if (live) out[r * ((int64_t)Hv * dv) + (int64_t)h * dv + col] = o;
+        float o = o0 + o1;
+        o += __shfl_xor_sync(0xffffffffu, o, 1);
+        o += __shfl_xor_sync(0xffffffffu, o, 2);
+        if (live && g == 0) out[r * ((int64_t)Hv * dv) + (int64_t)h * dv + col] = o;
     }
 }
 
@@ -754,13 +777,13 @@ static vsr_status cu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, c
     k_dn_prep<<<blocks_for(blocks * 256, 256), 256, 0, c->stream>>>(qkv, qkv_stride, b, a, A_log, dt_bias, rows, Hk, Hv,
                                                                    dk, qn, kn, beta, decay);
     if ((st = cuda_check_launch(c, "deltanet prep", err))) return st;
-    int64_t nw = (int64_t)s.n * Hv * ((dv + 31) / 32);
+    int64_t nw = (int64_t)s.n * Hv * ((dv + 7) / 8);
     unsigned g = blocks_for(nw * 32, 128);
-#define SCAN(D) k_dn_scan<D><<<g, 128, 0, c->stream>>>(qn, kn, beta, decay, qkv, qkv_stride, s, Hk, Hv, dk, dv, out)
-    if (dk <= 16) SCAN(16);
-    else if (dk <= 32) SCAN(32);
-    else if (dk <= 64) SCAN(64);
-    else SCAN(128);
+#define SCAN(R) k_dn_scan<R><<<g, 128, 0, c->stream>>>(qn, kn, beta, decay, qkv, qkv_stride, s, Hk, Hv, dk, dv, out)
+    if (dk <= 16) SCAN(4);
+    else if (dk <= 32) SCAN(8);
+    else if (dk <= 64) SCAN(16);
+    else SCAN(32);
 #undef SCAN
     return cuda_check_launch(c, "deltanet scan", err);
 }
