@@ -11,6 +11,10 @@
 
 #include "vsr/quant.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct vsr_fixture_recipe {
     const char *size;     /* "tiny", "lite", "27b-shape", ... */
     const char *scheme;   /* "bf16", "fp8", "w4a16-gptq", "w4a16-awq", "nvfp4" */
@@ -40,5 +44,9 @@ const vsr_builtin *vsr_catalog_at(size_t i);
 const vsr_builtin *vsr_catalog_find(const char *repo, const char *revision);
 /* The built-in default package (a fixture), used by the README's main job. */
 const vsr_builtin *vsr_catalog_default(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -17,6 +17,10 @@
 #include "vsr/package.h"
 #include "vsr/tokenizer.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VSR_D3_ROWS_PER_FORWARD 8
 #define VSR_D3_SYSTEM_PROMPT                                                                       \
     "You are a routing decision model. Read the state and the question, then reply with only "    \
@@ -95,5 +99,9 @@ typedef struct vsr_golden_report {
 vsr_status vsr_golden_check(vsr_decider *d, const char *recorded, const char *device_class,
                             double tol, vsr_golden_report *out, vsr_err *err);
 void vsr_golden_report_free(vsr_golden_report *r);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -17,6 +17,10 @@
 #include "vsr/error.h"
 #include "vsr/quant.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VSR_MAX_DEVICES 16
 
 typedef enum vsr_device_kind { VSR_DEV_CPU, VSR_DEV_CUDA, VSR_DEV_ROCM, VSR_DEV_KIND_COUNT } vsr_device_kind;
@@ -132,5 +136,9 @@ vsr_status vsr_place(const vsr_device_list *devs, const char *spec, const vsr_ga
 /* Validates a --device value: "auto" or [a-z][a-z0-9_]*(:N)? naming cpu, cuda or rocm. */
 vsr_status vsr_device_spec_parse(const char *spec, bool *is_auto, vsr_device_kind *kind, int *index,
                                  vsr_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

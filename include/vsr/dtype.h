@@ -5,6 +5,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum vsr_dtype {
     VSR_DT_BOOL,
     VSR_DT_U8,
@@ -53,5 +57,9 @@ static inline uint16_t vsr_f32_to_bf16(float f) {
 }
 float vsr_f16_to_f32(uint16_t h);
 uint16_t vsr_f32_to_f16(float f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -13,6 +13,10 @@
 #include "vsr/package.h"
 #include "vsr/progress.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct vsr_engine {
     vsr_package *pkg;
     vsr_device device;
@@ -38,5 +42,9 @@ vsr_status vsr_engine_load(vsr_engine *e, const vsr_engine_opts *o, vsr_err *err
 /* Runs the golden self-check; a `failed` status is returned as VSR_E_INTEGRITY. */
 vsr_status vsr_engine_golden(vsr_engine *e, vsr_err *err);
 void vsr_engine_close(vsr_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

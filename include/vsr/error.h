@@ -9,6 +9,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum vsr_status {
     VSR_OK = 0,
     VSR_E_INVALID,     /* bad argument or malformed input (file, JSON, request) */
@@ -39,5 +43,9 @@ vsr_status vsr_err_prefix(vsr_err *err, const char *fmt, ...) __attribute__((for
 void vsr_err_clear(vsr_err *err);
 /* Short stable name of a status ("format", "integrity", ...). */
 const char *vsr_status_name(vsr_status s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,10 @@
 #include "vsr/model_config.h"
 #include "vsr/progress.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct vsr_fixture_opts {
     const char *family;         /* "decision3" */
     const char *size;           /* "tiny", "small", "lite", "27b-shape" */
@@ -70,5 +74,9 @@ vsr_status vsr_fixture_install(const char *store_dir, const char *repo, const vs
 extern const char vsr_fixture_chat_template[];
 #define VSR_FIXTURE_CHAT_TEMPLATE_SHA256 \
     "90fe4ebf04737041a41ce422bdaa6e24f12ad8128a001f60c678f162794e0ea7"
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

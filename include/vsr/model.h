@@ -10,6 +10,10 @@
 #include "vsr/error.h"
 #include "vsr/package.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct vsr_model vsr_model;
 
 typedef struct vsr_model_opts {
@@ -36,5 +40,9 @@ uint64_t vsr_model_memory_bytes(const vsr_model *m);
  * logits[n_rows, 255] (FP32; a bf16 readout is computed in bf16 then widened). */
 vsr_status vsr_model_forward_last(vsr_model *m, int n_rows, const int32_t *const *ids,
                                   const int *lens, float *hidden, float *logits, vsr_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include "vsr/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VSR_MAX_LAYERS 256
 
 typedef enum vsr_layer_type {
@@ -68,5 +72,9 @@ static inline int64_t vsr_text_linear_value_dim(const vsr_text_config *c) {
 }
 /* Number of layers of each kind. */
 int vsr_text_count_layers(const vsr_text_config *c, vsr_layer_type t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -23,6 +23,10 @@
 #include "vsr/quant.h"
 #include "vsr/safetensors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum vsr_family {
     VSR_FAMILY_DECISION3, /* qwen3_5 + decision_config.json + readout */
     VSR_FAMILY_SPAN,      /* qwen3_5 text encoder + token-classification head (Vela-style) */
@@ -121,5 +125,9 @@ vsr_status vsr_store_resolve(const char *store_dir, const char *repo, const char
  * files: name->sha256 pairs; decision: the decision_config json_t*. */
 vsr_status vsr_identity_model_sha256(int n, const char *const *names, const char *const *sha256,
                                      const void *decision_json, char out[65], vsr_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -13,6 +13,10 @@
 
 #include "vsr/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VSR_QUANT_REFUSAL_FORMATS                                                                \
     "only compressed-tensors int4 (pack-quantized), FP8 (float-quantized) and NVFP4 "            \
     "(nvfp4-pack-quantized) weights are supported"
@@ -102,5 +106,9 @@ void vsr_quantize_int4_rtn(const uint16_t *w_bf16, int64_t N, int64_t K, int gro
                            uint32_t *zp_out);
 void vsr_quantize_nvfp4_rtn(const uint16_t *w_bf16, int64_t N, int64_t K, uint8_t *packed_out,
                             uint8_t *scale_e4m3_out, float *global_scale_out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

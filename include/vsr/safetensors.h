@@ -18,6 +18,10 @@
 #include "vsr/dtype.h"
 #include "vsr/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define VSR_ST_MAX_DIMS 8
 /* The Rust library's HeaderTooLarge limit. */
 #define VSR_ST_MAX_HEADER_BYTES 100000000ull
@@ -91,5 +95,9 @@ const vsr_tensor *vsr_weights_find(const vsr_weights *w, const char *name);
 size_t vsr_weights_file_count(const vsr_weights *w);
 const char *vsr_weights_file_name(const vsr_weights *w, size_t i); /* relative to dir */
 uint64_t vsr_weights_total_bytes(const vsr_weights *w); /* sum of tensor bytes */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -11,6 +11,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct vsr_serve_opts {
     const char *model;          /* org/name[@rev] or an absolute path */
     const char *revision;       /* NULL: from @rev or "main" */
@@ -31,5 +35,9 @@ typedef struct vsr_serve_opts {
 void vsr_serve_opts_default(vsr_serve_opts *o);
 /* Runs the worker until SIGTERM/SIGINT. Returns the process exit status. */
 int vsr_serve(const vsr_serve_opts *o);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include "vsr/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct vsr_tokenizer vsr_tokenizer;
 
 /* dir holds tokenizer.json (and tokenizer_config.json, whose added_tokens_decoder
@@ -30,5 +34,9 @@ const char *vsr_tokenizer_token_str(const vsr_tokenizer *t, int32_t id);
  * *text is malloc'd and NUL-terminated; caller frees. Unknown ids are refused. */
 vsr_status vsr_tokenizer_decode(const vsr_tokenizer *t, const int32_t *ids, size_t n, char **text,
                                 size_t *len, vsr_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -26,6 +26,10 @@
 
 #include "vsr/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* How a linear weight [N, K] (out x in) is stored. */
 typedef enum vsr_wkind {
     VSR_WK_BF16,  /* w: uint16 bf16 [N, K] */
@@ -157,5 +161,9 @@ static inline void vsr_backend_destroy(vsr_backend *b) {
     if (b && b->ops) b->ops->destroy(b->ctx);
     if (b) b->ops = NULL, b->ctx = NULL;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

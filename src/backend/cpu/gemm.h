@@ -15,6 +15,10 @@
 
 #include "backend/cpu/threadpool.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* int4 pack-quantized weight (compressed-tensors-format.md 2.2):
  *   packed [N, K/8] u32 (nibble k%8 of word k/8, from the LSB), K a multiple of 8;
  *   scale_bf16 [N, G], G = ceil(K/group) (group -1 = channel: G = 1);
@@ -51,5 +55,9 @@ const char *vsr_gemm_isa(void);
  * automatic choice. Returns 0, or -1 (nothing changed) when this CPU lacks the path or the
  * name is unknown. Not thread-safe against concurrent GEMM calls. */
 int vsr_gemm_force_isa(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

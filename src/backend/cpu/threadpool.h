@@ -8,6 +8,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct vsr_pool vsr_pool;
 
 /* 0 = every online core; the caller's thread is one worker. NULL if threads cannot start. */
@@ -19,5 +23,9 @@ int vsr_pool_size(const vsr_pool *p); /* 1 for NULL */
  * thread at a time (not re-entrant from inside fn). */
 void vsr_pool_for(vsr_pool *p, int64_t n, int64_t grain,
                   void (*fn)(void *ctx, int64_t begin, int64_t end, int worker), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
