@@ -488,7 +488,7 @@ static int find_cuda(char *why, size_t n) {
 int main(void) {
     RUN(for_device_cpu_and_refusals);
 #ifdef VSR_HAVE_CUDA
-    char why[600];
+    char why[VSR_ERR_MSG_MAX + 600];
     if (!find_cuda(why, sizeof why)) {
         printf("SKIP: no CUDA device (%s)\n", why);
         return test_summary();
