@@ -1,0 +1,224 @@
+/* src/backend/cuda/autotune.cu: --autotune-cache DIR.
+ *
+ * A kernel with several tile configurations asks autotune_choose() for one per key (the shape
+ * and what else changes the choice). The answer is remembered per ctx. With a cache directory,
+ * the first process to need a key times every candidate once on the live inputs (into a private
+ * output buffer) and records the fastest in DIR/<kernel>-<device>-<key>.json; it creates the
+ * file with link(2), which fails if another process got there first, and then loads that one,
+ * so racing processes still agree. Later processes load the file and time nothing, so every
+ * process sees the same configuration and, since the kernels are deterministic for a given
+ * configuration, bit-identical answers. Without a directory the caller's default is used
+ * (no timing, deterministic).
+ *
+ * File: {"format":"vsr-autotune/1","kernel":"int4_fused","device":"NVIDIA H200",
+ *        "key":"n1024-k5120-g128-t2","choice":"mt2-w4-ks8","timings_us":{"mt2-w4-ks1":12.1,...}} */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define VSR_QUANT_INTERNAL_CUDA 1
+#include "backend/cuda/quant_internal.h"
+
+#define TUNE_FORMAT "vsr-autotune/1"
+#define TUNE_FILE_MAX (64 * 1024)
+
+struct tune_entry {
+    char kernel[32];
+    char key[96];
+    int choice;
+    const char *source; /* "timed", "cache", "default" (static strings) */
+};
+
+static long g_timings, g_loads;
+extern "C" long cuda_quant_autotune_timings(void) { return g_timings; }
+extern "C" long cuda_quant_autotune_loads(void) { return g_loads; }
+
+extern "C" void autotune_free(quant_state *q) {
+    free(q->tune);
+    q->tune = NULL;
+    q->n_tune = q->cap_tune = 0;
+}
+
+static vsr_status remember(cuda_ctx *c, quant_state *q, const char *kernel, const char *key, int choice,
+                           const char *source, vsr_err *err) {
+    if (q->n_tune == q->cap_tune) {
+        int cap = q->cap_tune ? q->cap_tune * 2 : 64;
+        struct tune_entry *t = (struct tune_entry *)realloc(q->tune, sizeof *t * (size_t)cap);
+        if (!t) return vsr_err_set(err, VSR_E_NOMEM, "cuda:%d: out of memory (autotune table)", c->device);
+        q->tune = t, q->cap_tune = cap;
+    }
+    struct tune_entry *e = &q->tune[q->n_tune++];
+    snprintf(e->kernel, sizeof e->kernel, "%s", kernel);
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->choice = choice, e->source = source;
+    return VSR_OK;
+}
+
+/* file-name-safe device name: letters and digits kept, anything else '_' */
+static void safe_name(const char *s, char *out, size_t n) {
+    size_t i = 0;
+    for (; *s && i + 1 < n; s++)
+        out[i++] = ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-') ? *s : '_';
+    out[i] = 0;
+}
+
+/* Reads a cache file. VSR_E_NOT_FOUND when absent; VSR_E_FORMAT naming the file when it is not
+ * one of ours for this kernel, device and key, or names a configuration we do not have. */
+static vsr_status load_file(cuda_ctx *c, const char *path, const char *kernel, const char *key, int n_cand,
+                            const char *const *names, int *choice, vsr_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT) return VSR_E_NOT_FOUND;
+        return vsr_err_set(err, VSR_E_IO, "autotune cache file %s: cannot open: %s", path, strerror(errno));
+    }
+    char *buf = (char *)malloc(TUNE_FILE_MAX + 1);
+    size_t n = buf ? fread(buf, 1, TUNE_FILE_MAX + 1, f) : 0;
+    fclose(f);
+    if (!buf) return vsr_err_set(err, VSR_E_NOMEM, "autotune cache file %s: out of memory", path);
+    if (n > TUNE_FILE_MAX) {
+        free(buf);
+        return vsr_err_set(err, VSR_E_FORMAT, "autotune cache file %s: larger than %d bytes", path, TUNE_FILE_MAX);
+    }
+    json_error_t je;
+    json_t *root = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
+    free(buf);
+    if (!root)
+        return vsr_err_set(err, VSR_E_FORMAT, "autotune cache file %s: not JSON (line %d: %s)", path, je.line, je.text);
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    const char *k = json_string_value(json_object_get(root, "kernel"));
+    const char *d = json_string_value(json_object_get(root, "device"));
+    const char *ky = json_string_value(json_object_get(root, "key"));
+    const char *ch = json_string_value(json_object_get(root, "choice"));
+    vsr_status st = VSR_OK;
+    if (!fmt || strcmp(fmt, TUNE_FORMAT) != 0 || !k || strcmp(k, kernel) != 0 || !d || strcmp(d, c->dev_name) != 0 ||
+        !ky || strcmp(ky, key) != 0 || !ch)
+        st = vsr_err_set(err, VSR_E_FORMAT,
+                         "autotune cache file %s: expected {\"format\":\"%s\",\"kernel\":\"%s\",\"device\":\"%s\","
+                         "\"key\":\"%s\",\"choice\":...}",
+                         path, TUNE_FORMAT, kernel, c->dev_name, key);
+    else {
+        int found = -1;
+        for (int i = 0; i < n_cand; i++)
+            if (strcmp(names[i], ch) == 0) found = i;
+        if (found < 0)
+            st = vsr_err_set(err, VSR_E_FORMAT,
+                             "autotune cache file %s: choice \"%s\" is not a configuration of %s for this shape "
+                             "(delete the file to time again)",
+                             path, ch, kernel);
+        else
+            *choice = found;
+    }
+    json_decref(root);
+    return st;
+}
+
+static vsr_status write_file(cuda_ctx *c, const char *path, const char *kernel, const char *key, int n_cand,
+                             const char *const *names, const float *us, int choice, vsr_err *err) {
+    json_t *root = json_object(), *tm = json_object();
+    json_object_set_new(root, "format", json_string(TUNE_FORMAT));
+    json_object_set_new(root, "kernel", json_string(kernel));
+    json_object_set_new(root, "device", json_string(c->dev_name));
+    json_object_set_new(root, "key", json_string(key));
+    json_object_set_new(root, "choice", json_string(names[choice]));
+    for (int i = 0; i < n_cand; i++) json_object_set_new(tm, names[i], json_real(us[i] < 0 ? -1.0 : (double)us[i]));
+    json_object_set_new(root, "timings_us", tm);
+    char *text = json_dumps(root, JSON_INDENT(1));
+    json_decref(root);
+    if (!text) return vsr_err_set(err, VSR_E_NOMEM, "autotune cache file %s: out of memory", path);
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    vsr_status st = VSR_OK;
+    if (!f)
+        st = vsr_err_set(err, VSR_E_IO, "autotune cache file %s: cannot create: %s", tmp, strerror(errno));
+    else {
+        size_t len = strlen(text);
+        int bad = fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF;
+        bad |= fclose(f) != 0;
+        if (bad) st = vsr_err_set(err, VSR_E_IO, "autotune cache file %s: write failed", tmp);
+    }
+    free(text);
+    if (st) {
+        unlink(tmp);
+        return st;
+    }
+    /* first writer wins: link fails with EEXIST when another process recorded the key first */
+    if (link(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        if (e == EEXIST) return VSR_E_NOT_FOUND; /* caller loads the other file */
+        return vsr_err_set(err, VSR_E_IO, "autotune cache file %s: cannot create: %s", path, strerror(e));
+    }
+    unlink(tmp);
+    return VSR_OK;
+}
+
+extern "C" vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const char *key, int n_cand,
+                                      const char *const *names, int default_cand, tune_time_fn time_fn, void *arg,
+                                      int *choice, const char **source, vsr_err *err) {
+    quant_state *q;
+    vsr_status st = quant_state_get(c, &q, err);
+    if (st) return st;
+    for (int i = 0; i < q->n_tune; i++)
+        if (strcmp(q->tune[i].kernel, kernel) == 0 && strcmp(q->tune[i].key, key) == 0) {
+            *choice = q->tune[i].choice, *source = q->tune[i].source;
+            return VSR_OK;
+        }
+    if (n_cand <= 0) return vsr_err_set(err, VSR_E_INTERNAL, "autotune %s %s: no candidates", kernel, key);
+    if (!c->autotune_dir[0] || n_cand == 1) {
+        *choice = default_cand < n_cand ? default_cand : 0, *source = "default";
+        return remember(c, q, kernel, key, *choice, *source, err);
+    }
+    char dev[128], path[1200];
+    safe_name(c->dev_name, dev, sizeof dev);
+    int pn = snprintf(path, sizeof path, "%s/%s-%s-%s.json", c->autotune_dir, kernel, dev, key);
+    if (pn < 0 || (size_t)pn >= sizeof path)
+        return vsr_err_set(err, VSR_E_INVALID, "autotune cache directory %s: path too long", c->autotune_dir);
+    st = load_file(c, path, kernel, key, n_cand, names, choice, err);
+    if (st == VSR_OK) {
+        g_loads++;
+        *source = "cache";
+        return remember(c, q, kernel, key, *choice, *source, err);
+    }
+    if (st != VSR_E_NOT_FOUND) return st;
+    struct stat sb;
+    if (stat(c->autotune_dir, &sb) != 0 && mkdir(c->autotune_dir, 0777) != 0 && errno != EEXIST)
+        return vsr_err_set(err, VSR_E_IO, "autotune cache directory %s: cannot create: %s", c->autotune_dir,
+                           strerror(errno));
+    if (stat(c->autotune_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return vsr_err_set(err, VSR_E_IO, "autotune cache directory %s: not a directory", c->autotune_dir);
+    /* timing needs synchronisation; inside a graph capture keep the default and record nothing */
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(c->stream, &cap);
+    if (cap != cudaStreamCaptureStatusNone) {
+        *choice = default_cand < n_cand ? default_cand : 0, *source = "default(capturing)";
+        return VSR_OK; /* not remembered: a later call outside capture times it */
+    }
+    float *us = (float *)malloc(sizeof(float) * (size_t)n_cand);
+    if (!us) return vsr_err_set(err, VSR_E_NOMEM, "autotune: out of memory");
+    int best = -1;
+    for (int i = 0; i < n_cand; i++) {
+        us[i] = time_fn(c, i, arg, err);
+        if (us[i] < 0) {
+            free(us);
+            return vsr_err_prefix(err, "autotune %s %s: candidate %s", kernel, key, names[i]);
+        }
+        if (best < 0 || us[i] < us[best]) best = i;
+    }
+    g_timings++;
+    st = write_file(c, path, kernel, key, n_cand, names, us, best, err);
+    free(us);
+    if (st == VSR_E_NOT_FOUND) { /* another process recorded it first: use its choice */
+        if ((st = load_file(c, path, kernel, key, n_cand, names, choice, err))) return st;
+        g_loads++;
+        *source = "cache";
+        return remember(c, q, kernel, key, *choice, *source, err);
+    }
+    if (st) return st;
+    *choice = best, *source = "timed";
+    return remember(c, q, kernel, key, *choice, *source, err);
+}

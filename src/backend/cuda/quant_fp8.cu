@@ -1,0 +1,313 @@
+/* src/backend/cuda/quant_fp8.cu: FP8 W8A8 (compressed-tensors float-quantized: E4M3FN weights
+ * with a per-channel BF16 scale [N, 1]; activations quantized per token at run time).
+ *
+ *   x FP32 [M, K] --(k_fp8_quant: one pass over x)--> xq e4m3 [M, Kp], sx FP32 [M]
+ *       sx[m] = amax(|x[m, :]|) / 448 (1 for an all-zero row), xq = e4m3_rne_satfinite(x / sx)
+ *   scaled:   y = sx[m] * sw[n] * (xq . wq^T)   one cuBLASLt FP8 matmul with outer-vector FP32
+ *             scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on A and B, CUDA 12.9+)
+ *   unscaled: t = xq . wq^T in FP32 (cuBLASLt FP8, no scales), then y = t * sx[m] * sw[n] in an
+ *             epilogue kernel: the seed's Ada rule (capability 8.9, >= 256 rows, --dtype auto);
+ *             also the fallback where cuBLASLt offers no outer-vector algorithm for a shape.
+ * Weights stay E4M3 on the device, rows padded with zeros to Kp = K rounded up to 16 (cuBLASLt's
+ * FP8 operands need 16-byte leading dimensions); the padded activation columns are zero too. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_fp8.h>
+
+#define VSR_QUANT_INTERNAL_CUDA 1
+#include "backend/cuda/quant_internal.h"
+#include "vsr/device.h"
+
+extern int quant_forced_fp8_path(void);
+extern int quant_fp8_fast_accum(void);
+
+#define FP8_MAX 448.0f
+#define FP8_PLANS 64
+#define QROW_THREADS 256
+#define QROW_VEC 20 /* float4 per thread held in registers: rows up to 256*4*20 = 20480 */
+
+static inline int64_t rup(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+/* ---- activation quantization: one block per row ---- */
+
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = l < (int)(blockDim.x >> 5) ? sh[l] : 0.0f;
+        for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (l == 0) sh[32] = v;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+__device__ __forceinline__ uint8_t to_e4m3(float f) {
+    return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* fast form: K % 4 == 0, K <= QROW_THREADS * 4 * QROW_VEC, rows 16-byte aligned; reads x once */
+__global__ void __launch_bounds__(QROW_THREADS) k_fp8_quant_vec(const float *__restrict__ x, int64_t K, int64_t Kp,
+                                                                uint8_t *__restrict__ xq, float *__restrict__ sx) {
+    __shared__ float sh[33];
+    const int64_t m = blockIdx.x;
+    const float4 *xr = (const float4 *)(x + m * K);
+    const int K4 = (int)(K / 4);
+    float4 v[QROW_VEC];
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < QROW_VEC; j++) {
+        int i = threadIdx.x + j * QROW_THREADS;
+        v[j] = i < K4 ? __ldg(xr + i) : make_float4(0, 0, 0, 0);
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
+    }
+    amax = block_max(amax, sh);
+    const float s = amax > 0.0f ? amax / FP8_MAX : 1.0f;
+    if (threadIdx.x == 0) sx[m] = s;
+    uint32_t *qr = (uint32_t *)(xq + m * Kp);
+#pragma unroll
+    for (int j = 0; j < QROW_VEC; j++) {
+        int i = threadIdx.x + j * QROW_THREADS;
+        if (i < K4)
+            qr[i] = (uint32_t)to_e4m3(v[j].x / s) | (uint32_t)to_e4m3(v[j].y / s) << 8 |
+                    (uint32_t)to_e4m3(v[j].z / s) << 16 | (uint32_t)to_e4m3(v[j].w / s) << 24;
+    }
+    for (int64_t i = K + threadIdx.x; i < Kp; i += QROW_THREADS) xq[m * Kp + i] = 0;
+}
+
+/* general form: any K; two passes over the row (the second from L2) */
+__global__ void __launch_bounds__(QROW_THREADS) k_fp8_quant_gen(const float *__restrict__ x, int64_t K, int64_t Kp,
+                                                                uint8_t *__restrict__ xq, float *__restrict__ sx) {
+    __shared__ float sh[33];
+    const int64_t m = blockIdx.x;
+    const float *xr = x + m * K;
+    float amax = 0.0f;
+    for (int64_t i = threadIdx.x; i < K; i += QROW_THREADS) amax = fmaxf(amax, fabsf(xr[i]));
+    amax = block_max(amax, sh);
+    const float s = amax > 0.0f ? amax / FP8_MAX : 1.0f;
+    if (threadIdx.x == 0) sx[m] = s;
+    for (int64_t i = threadIdx.x; i < Kp; i += QROW_THREADS) xq[m * Kp + i] = i < K ? to_e4m3(xr[i] / s) : 0;
+}
+
+/* y[m, n] = (accumulate ? y : 0) + t[m, n] (* sx[m] * sw[n] when scaled); t row stride ldt */
+__global__ void k_fp8_epilogue(const float *__restrict__ t, int64_t ldt, const float *__restrict__ sx,
+                               const float *__restrict__ sw, int64_t M, int64_t N, float *__restrict__ y, int accumulate) {
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= M * N) return;
+    int64_t m = id / N, n = id % N;
+    float v = t[m * ldt + n];
+    if (sx) v = v * sx[m] * sw[n];
+    y[id] = accumulate ? y[id] + v : v;
+}
+
+/* ---- cuBLASLt plans ---- */
+
+struct fp8_plan {
+    int used;
+    int64_t M, N, Kp, ldd;
+    int scaled, fast;
+    int ok; /* 0: no algorithm (remembered so we do not ask again) */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+};
+
+static void plan_free(fp8_plan *p) {
+    if (!p->used) return;
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    memset(p, 0, sizeof *p);
+}
+
+extern "C" void fp8_plans_free(quant_state *q) {
+    if (!q->plans) return;
+    for (int i = 0; i < q->n_plans; i++) plan_free(&q->plans[i]);
+    free(q->plans);
+    q->plans = NULL;
+    q->n_plans = q->next_plan = 0;
+}
+
+/* column-major view: D[N, M] (ld ldd) = op(Wq)[N, Kp] . Xq[Kp, M]; Wq stored Kp x N, transposed */
+static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, int64_t Kp, int64_t ldd, int scaled,
+                           fp8_plan **out, vsr_err *err) {
+    int fast = quant_fp8_fast_accum();
+    if (!q->plans) {
+        q->plans = (fp8_plan *)calloc(FP8_PLANS, sizeof(fp8_plan));
+        if (!q->plans) return vsr_err_set(err, VSR_E_NOMEM, "cuda:%d: out of memory (FP8 plans)", c->device);
+        q->n_plans = FP8_PLANS;
+    }
+    for (int i = 0; i < q->n_plans; i++) {
+        fp8_plan *p = &q->plans[i];
+        if (p->used && p->M == M && p->N == N && p->Kp == Kp && p->ldd == ldd && p->scaled == scaled && p->fast == fast) {
+            *out = p;
+            return VSR_OK;
+        }
+    }
+    fp8_plan *p = &q->plans[q->next_plan];
+    q->next_plan = (q->next_plan + 1) % q->n_plans;
+    plan_free(p);
+    p->used = 1, p->M = M, p->N = N, p->Kp = Kp, p->ldd = ldd, p->scaled = scaled, p->fast = fast;
+    *out = p;
+    cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
+    int8_t fa = (int8_t)fast;
+    if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)Kp, (uint64_t)N, Kp) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)Kp, (uint64_t)M, Kp) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)N, (uint64_t)M, ldd) != CUBLAS_STATUS_SUCCESS) {
+        plan_free(p);
+        return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: cuBLASLt: cannot create an FP8 matmul description", c->device);
+    }
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof fa);
+    if (scaled) {
+        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) !=
+                CUBLAS_STATUS_SUCCESS)
+            return VSR_OK; /* p->ok = 0: this cuBLASLt has no outer-vector scales */
+    }
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    size_t ws = c->lt_ws_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s == CUBLAS_STATUS_SUCCESS && found >= 1) p->algo = res.algo, p->ok = 1;
+    return VSR_OK;
+}
+
+static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void *xq, const float *sw, const float *sx,
+                           float *d, int accumulate, int *ran, vsr_err *err) {
+    *ran = 0;
+    if (!p->ok) return VSR_OK;
+    if (p->scaled) {
+        if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw) ||
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx)) {
+            p->ok = 0;
+            return VSR_OK;
+        }
+    }
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cublasStatus_t s = cublasLtMatmul(c->lt, p->desc, &alpha, wq, p->la, xq, p->lb, &beta, d, p->ld, d, p->ld, &p->algo,
+                                      c->lt_ws, c->lt_ws_bytes, c->stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
+        p->ok = 0; /* fall back, and remember */
+        return VSR_OK;
+    }
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: cuBLASLt FP8 matmul [%lld x %lld] . [%lld x %lld]^T: status %d",
+                           c->device, (long long)p->M, (long long)p->Kp, (long long)p->N, (long long)p->Kp, (int)s);
+    *ran = 1;
+    return VSR_OK;
+}
+
+/* ---- hooks ---- */
+
+extern "C" vsr_status cuda_fp8_upload(cuda_ctx *c, const vsr_weight_view *v, vsr_bweight *b, vsr_err *err) {
+    const char *nm = b->name;
+    if (c->cc_major * 10 + c->cc_minor < 89)
+        return vsr_err_set(err, VSR_E_DEVICE, "%s: %s; cuda:%d is %s (compute capability %d.%d)", nm, VSR_REFUSAL_FP8,
+                           c->device, c->dev_name, c->cc_major, c->cc_minor);
+    if (!v->scale) return vsr_err_set(err, VSR_E_FORMAT, "cuda:%d: %s: FP8 weight has no weight_scale", c->device, nm);
+    int64_t N = v->N, K = v->K, Kp = rup(K, 16);
+    float *sw = (float *)malloc(sizeof(float) * (size_t)N);
+    if (!sw) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", nm);
+    for (int64_t n = 0; n < N; n++) {
+        uint32_t u = (uint32_t)((const uint16_t *)v->scale)[n] << 16;
+        memcpy(&sw[n], &u, 4);
+    }
+    vsr_status st = cuda_upload_bytes(c, sw, sizeof(float) * (size_t)N, nm, &b->scale, err);
+    free(sw);
+    if (!st) st = cuda_check(c, cudaMalloc(&b->w, (size_t)(N * Kp)), "FP8 weight: cudaMalloc", err);
+    if (!st && Kp != K) st = cuda_check(c, cudaMemsetAsync(b->w, 0, (size_t)(N * Kp), c->stream), "FP8 weight: memset", err);
+    if (!st)
+        st = cuda_check(c, cudaMemcpy2DAsync(b->w, (size_t)Kp, v->w, (size_t)K, (size_t)K, (size_t)N, cudaMemcpyHostToDevice,
+                                             c->stream),
+                        "FP8 weight: copy to device", err);
+    if (!st) st = cuda_check(c, cudaStreamSynchronize(c->stream), "FP8 upload: synchronize", err);
+    quant_wmeta *m = NULL;
+    if (!st && !(m = (quant_wmeta *)calloc(1, sizeof *m))) st = vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", nm);
+    if (st) {
+        if (st != VSR_E_NOMEM) vsr_err_prefix(err, "%s", nm);
+        cudaFree(b->w), cudaFree(b->scale);
+        b->w = b->scale = NULL;
+        return st;
+    }
+    m->Np = N, m->Kp = Kp, m->G = 1, m->fused_ok = 0;
+    b->q = m;
+    b->bytes = (uint64_t)(N * Kp) + sizeof(float) * (uint64_t)N;
+    return VSR_OK;
+}
+
+extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
+                                      int accumulate, vsr_err *err) {
+    if (M <= 0) return VSR_OK;
+    const quant_wmeta *m = (const quant_wmeta *)w->q;
+    if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
+    quant_state *q;
+    vsr_status st = quant_state_get(c, &q, err);
+    if (st) return st;
+    int64_t N = w->v.N, K = w->v.K, Kp = m->Kp;
+    /* xq e4m3 [M, Kp] then sx FP32 [M] (16-byte aligned: M*Kp is a multiple of 16) */
+    if ((st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(M * Kp) + sizeof(float) * (size_t)M, "FP8 activations", err)))
+        return st;
+    uint8_t *xq = (uint8_t *)q->act;
+    float *sx = (float *)(xq + M * Kp);
+    const float *sw = (const float *)w->scale;
+    if (K % 4 == 0 && K <= (int64_t)QROW_THREADS * 4 * QROW_VEC && ((uintptr_t)x & 15) == 0)
+        k_fp8_quant_vec<<<(unsigned)M, QROW_THREADS, 0, c->stream>>>(x, K, Kp, xq, sx);
+    else
+        k_fp8_quant_gen<<<(unsigned)M, QROW_THREADS, 0, c->stream>>>(x, K, Kp, xq, sx);
+    if ((st = cuda_check_launch(c, "FP8 activation quantization", err))) return st;
+
+    int forced = quant_forced_fp8_path();
+    int unscaled = forced == 2 ||
+                   (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
+    int64_t Np = rup(N, 16);
+    fp8_plan *p;
+    int ran = 0;
+    if (!unscaled) {
+        /* straight into y where its row stride suits cuBLASLt (16 bytes), else via the workspace */
+        if (N % 4 == 0) {
+            if ((st = plan_get(c, q, M, N, Kp, N, 1, &p, err)) ||
+                (st = run_plan(c, p, w->w, xq, sw, sx, y, accumulate, &ran, err)))
+                return st;
+            if (ran) {
+                quant_set_last_path("fp8:scaled(outer-vec)");
+                return VSR_OK;
+            }
+        }
+        if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product", err)) ||
+            (st = plan_get(c, q, M, N, Kp, Np, 1, &p, err)) ||
+            (st = run_plan(c, p, w->w, xq, sw, sx, (float *)q->wtmp, 0, &ran, err)))
+            return st;
+        if (ran) {
+            k_fp8_epilogue<<<(unsigned)((M * N + 255) / 256), 256, 0, c->stream>>>((const float *)q->wtmp, Np, NULL, NULL,
+                                                                                   M, N, y, accumulate);
+            quant_set_last_path("fp8:scaled(outer-vec,padded)");
+            return cuda_check_launch(c, "FP8 copy-out", err);
+        }
+    }
+    /* unscaled FP8 product into FP32, then the scales */
+    if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product", err)) ||
+        (st = plan_get(c, q, M, N, Kp, Np, 0, &p, err)) ||
+        (st = run_plan(c, p, w->w, xq, NULL, NULL, (float *)q->wtmp, 0, &ran, err)))
+        return st;
+    if (!ran)
+        return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d (%s): cuBLASLt offers no FP8 matmul for [%lld x %lld] . [%lld x %lld]^T",
+                           c->device, c->dev_name, (long long)M, (long long)Kp, (long long)N, (long long)Kp);
+    k_fp8_epilogue<<<(unsigned)((M * N + 255) / 256), 256, 0, c->stream>>>((const float *)q->wtmp, Np, sx, sw, M, N, y,
+                                                                           accumulate);
+    quant_set_last_path(unscaled ? "fp8:unscaled+epilogue" : "fp8:unscaled+epilogue(no outer-vec algorithm)");
+    return cuda_check_launch(c, "FP8 epilogue", err);
+}

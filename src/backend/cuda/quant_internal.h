@@ -1,0 +1,123 @@
+/* src/backend/cuda/quant_internal.h: what quant_fp8.cu, quant_int4.cu and autotune.cu share,
+ * plus a few C-callable knobs for tests and the GEMM benchmark.
+ *
+ * The first part (below VSR_QUANT_INTERNAL_CUDA) needs CUDA headers and is for .cu files only;
+ * the knobs at the end use plain C types so tests/test_cuda_quant.c can call them.
+ *
+ * Paths (docs: PRODUCT.md "Kernel rules"):
+ *  FP8 W8A8   x FP32 -> (one kernel: per-row amax, scale = amax/448, e4m3 RNE saturating) ->
+ *             cuBLASLt FP8 matmul with outer-vector FP32 scales (per weight channel, per token),
+ *             "scaled"; or the unscaled FP8 product into FP32 followed by an epilogue applying
+ *             both scales, "unscaled" (the seed's Ada rule: capability 8.9, >= 256 rows,
+ *             --dtype auto). Explicit --dtype keeps the scaled product.
+ *  int4 W4A16 --dtype auto and M <= 256: a fused mma.sync kernel reading the packed nibbles
+ *             (repacked once at upload into the tensor-core fragment order); otherwise the
+ *             weight is unpacked to BF16 once per call into a workspace and multiplied by the
+ *             BF16 cuBLASLt GEMM. */
+#ifndef VSR_CUDA_QUANT_INTERNAL_H
+#define VSR_CUDA_QUANT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "vsr/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- knobs (process-wide; TEST/BENCH ONLY, not thread-safe against concurrent linears) ---- */
+
+/* FP8 path: 0 automatic (the rules above), 1 scaled (row-wise scales inside the matmul),
+ * 2 unscaled product + scale epilogue (the Ada rule's path, selectable on any FP8 GPU).
+ * Returns the previous value, or -1 for an unknown value (nothing changed). */
+int cuda_quant_force_fp8_path(int mode);
+/* int4 path: 0 automatic, 1 fused (refused above 256 rows or for a layout the fused kernel
+ * cannot take), 2 unpack to BF16 + cuBLASLt. Returns the previous value or -1. */
+int cuda_quant_force_int4_path(int mode);
+/* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM) for the bench; default 0. */
+int cuda_quant_set_fp8_fast_accum(int on);
+/* The path the last quantized linear took, e.g. "fp8:scaled(outer-vec)", "fp8:unscaled+epilogue",
+ * "int4:fused(mt=2,w=4,ks=8,src=cache)", "int4:unpack+bf16". Static storage. */
+const char *cuda_quant_last_path(void);
+/* Tile timings done by this process (autotune runs), and loads from an autotune cache file. */
+long cuda_quant_autotune_timings(void);
+long cuda_quant_autotune_loads(void);
+/* Sets the options the model layer would set on the backend (NULL leaves a field as it is):
+ * dtype ("auto" or explicit) and the autotune cache directory ("" = none). ctx is the CUDA
+ * backend's ctx (vsr_backend.ctx). */
+vsr_status cuda_quant_set_options(void *ctx, const char *dtype, const char *autotune_dir, vsr_err *err);
+/* TEST-ONLY: pretend the device has compute capability major.minor (gating tests, e.g. an
+ * Ampere 8.0 for the FP8 refusal); returns the real one as major*10+minor. */
+int cuda_quant_test_fake_cc(void *ctx, int major, int minor);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef VSR_QUANT_INTERNAL_CUDA
+#include "backend/cuda/cuda_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-ctx private state of the quant paths (cuda_ctx.quant_state). Grow-only device buffers
+ * owned here, so the quant hooks never depend on how ops.cu uses c->scratch. */
+typedef struct quant_state {
+    void *act;        /* staged activations (bf16 fragments / bf16 rows / e4m3 rows) */
+    size_t act_bytes;
+    void *aux;        /* per-token scales, partial sums of split-K */
+    size_t aux_bytes;
+    void *wtmp;       /* unpacked BF16 weights / unscaled FP8 products */
+    size_t wtmp_bytes;
+    unsigned *counters; /* split-K arrival counters (zero between launches) */
+    size_t counters_n;
+    void *tune_out;   /* autotune: output of timed candidates (never the caller's y) */
+    size_t tune_out_bytes;
+    struct fp8_plan *plans; /* cuBLASLt FP8 plans (quant_fp8.cu) */
+    int n_plans, next_plan;
+    struct tune_entry *tune; /* autotune choices known to this ctx (autotune.cu) */
+    int n_tune, cap_tune;
+} quant_state;
+
+/* What a quant upload keeps beside vsr_bweight's device pointers (vsr_bweight.q; host memory).
+ * FP8:  w e4m3 [N, Kp] (rows zero-padded to Kp = K rounded up to 16, cuBLASLt's FP8 rule),
+ *       scale FP32 [N] (the stored BF16 scales widened once).
+ * int4: w u32 tiles [Np/16][Kp/64][32 lanes][4] in mma.m16n8k16 A-fragment order (see
+ *       quant_int4.cu), scale u32 [G][Np] = bf16(128 + zero point) | bf16(scale) << 16,
+ *       g_idx = the column permutation (int32 [Kp], -1 = padding) when act-order groups were
+ *       sorted, dev = int32 [Kp/16] group of each 16-column block of the (permuted) K. */
+typedef struct quant_wmeta {
+    int64_t Np, Kp;
+    int G;
+    int fused_ok;  /* every 16-column block lies in one group: the fused int4 kernel applies */
+    void *dev;     /* extra device allocation (int4: block groups), freed by cuda_quant_release */
+} quant_wmeta;
+
+vsr_status quant_state_get(cuda_ctx *c, quant_state **out, vsr_err *err);
+/* Grow-only device buffer (synchronises the stream before freeing a smaller one). */
+vsr_status quant_grow(cuda_ctx *c, void **buf, size_t *have, size_t need, const char *what, vsr_err *err);
+/* dtype "auto" (or empty)? */
+int quant_dtype_auto(const cuda_ctx *c);
+void quant_set_last_path(const char *fmt, ...);
+void fp8_plans_free(quant_state *q); /* quant_fp8.cu */
+
+/* ---- autotune (autotune.cu) ----
+ * A choice is an int config index into the caller's candidate list, recorded per
+ * (kernel, device name, key). With c->autotune_dir set, the first process that needs a key times
+ * the candidates (time_fn) and records the winner in DIR/<kernel>-<device>-<key>.json (created
+ * atomically: a second process racing it loads the first one's file); later processes load the
+ * file and never time. Without a directory, the caller's default is used and nothing is timed
+ * (deterministic). */
+typedef float (*tune_time_fn)(cuda_ctx *c, int cand, void *arg, vsr_err *err); /* microseconds, <0 = error */
+vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const char *key, int n_cand,
+                           const char *const *cand_names, int default_cand, tune_time_fn time_fn, void *arg,
+                           int *choice, const char **source, vsr_err *err);
+void autotune_free(quant_state *q);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VSR_QUANT_INTERNAL_CUDA */
+
+#endif

@@ -1,0 +1,523 @@
+/* tests/test_cuda_quant.c: the CUDA quantized GEMMs (FP8 W8A8, int4 W4A16) against the scalar
+ * CPU references, their refusals, and the autotune cache across two processes.
+ *
+ * Error measure: normalised error ||y - ref||_2 / ||ref||_2 over the whole output. Thresholds:
+ *  int4, against vsr_gemm_int4_ref on the activations rounded to BF16 (what the GPU multiplies:
+ *    the dequantized weights are exact, so only FP32 summation order differs): 1e-5;
+ *    against vsr_gemm_int4_ref on the FP32 activations (adds the BF16 rounding of x, ~2^-9 per
+ *    element): 8e-3.
+ *  FP8, against the product of the same quantized activations (per-row amax/448, e4m3 RNE
+ *    saturating, computed here with vsr_f32_to_e4m3fn) and weights, in double, scaled: 1e-4
+ *    (FP32 accumulation in the tensor cores); against the FP32 activations times the
+ *    dequantized weights (vsr_gemm_bf16_ref on vsr_dequant_fp8_ref): 6e-2 (e4m3 keeps 3
+ *    mantissa bits: ~2^-5 relative per activation).
+ * Every output is poisoned with NaN first, so an unwritten element fails.
+ * Without CUDA in the build or without a device, prints "SKIP: no CUDA device (...)". */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/gemm.h"
+#include "test.h"
+#include "vsr/device.h"
+#include "vsr/quant.h"
+#ifdef VSR_HAVE_CUDA
+#include "backend/backend_cuda.h"
+#include "backend/cuda/quant_internal.h"
+#endif
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static float frand(void) { /* uniform [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+static uint16_t f2bf(float f) { /* RNE, finite inputs */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static double nerr(const float *y, const float *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(y[i])) return INFINITY;
+        double d = (double)y[i] - ref[i];
+        num += d * d, den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#ifdef VSR_HAVE_CUDA
+
+static vsr_backend GB;
+static const int64_t ROWS[] = {1, 3, 8, 16, 33, 128, 256, 257, 1024};
+#define NROWS ((int)(sizeof ROWS / sizeof ROWS[0]))
+
+static void *dalloc(size_t bytes) {
+    void *d = NULL;
+    vsr_err e;
+    if (GB.ops->buf_alloc(GB.ctx, bytes, &d, &e)) {
+        fprintf(stderr, "buf_alloc: %s\n", e.msg);
+        return NULL;
+    }
+    return d;
+}
+static void dset(void *d, const void *h, size_t n) {
+    vsr_err e;
+    if (GB.ops->buf_set(GB.ctx, d, h, n, &e)) fprintf(stderr, "buf_set: %s\n", e.msg);
+}
+static void dget(void *h, const void *d, size_t n) {
+    vsr_err e;
+    if (GB.ops->buf_get(GB.ctx, h, d, n, &e)) fprintf(stderr, "buf_get: %s\n", e.msg);
+}
+
+/* y = linear(x) on the GPU, poisoned first (or preloaded with y0 when accumulating) */
+static vsr_status gpu_linear(const vsr_bweight *w, const float *x, int64_t M, int64_t K, int64_t N, const float *y0,
+                             float *y, vsr_err *e) {
+    float *dx = dalloc(sizeof(float) * (size_t)(M * K)), *dy = dalloc(sizeof(float) * (size_t)(M * N));
+    vsr_status st = VSR_E_NOMEM;
+    if (dx && dy) {
+        for (int64_t i = 0; i < M * N; i++) y[i] = y0 ? y0[i] : NAN;
+        dset(dx, x, sizeof(float) * (size_t)(M * K));
+        dset(dy, y, sizeof(float) * (size_t)(M * N));
+        st = GB.ops->linear(GB.ctx, dx, M, w, dy, y0 != NULL, e);
+        if (!st) dget(y, dy, sizeof(float) * (size_t)(M * N));
+    }
+    GB.ops->buf_free(GB.ctx, dx);
+    GB.ops->buf_free(GB.ctx, dy);
+    return st;
+}
+
+/* ---- int4 ---- */
+
+typedef struct i4case {
+    int64_t N, K;
+    int group;
+    int sym, act_order;
+} i4case;
+
+typedef struct i4w {
+    int64_t N, K;
+    int group, G;
+    uint32_t *packed, *zp;
+    uint16_t *scale;
+    int32_t *g_idx;
+} i4w;
+
+static void i4_make(const i4case *c, i4w *w) {
+    memset(w, 0, sizeof *w);
+    w->N = c->N, w->K = c->K, w->group = c->group;
+    w->G = c->group > 0 ? (int)((c->K + c->group - 1) / c->group) : 1;
+    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(c->N * c->K));
+    for (int64_t i = 0; i < c->N * c->K; i++) wb[i] = f2bf(frand() * 0.05f);
+    if (c->act_order) { /* GPTQ: a shuffled column order, `group` columns per group */
+        int32_t *perm = malloc(sizeof(int32_t) * (size_t)c->K);
+        for (int64_t k = 0; k < c->K; k++) perm[k] = (int32_t)k;
+        for (int64_t k = c->K - 1; k > 0; k--) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            int64_t j = (int64_t)(rng % (uint64_t)(k + 1));
+            int32_t t = perm[k];
+            perm[k] = perm[j], perm[j] = t;
+        }
+        w->g_idx = malloc(sizeof(int32_t) * (size_t)c->K);
+        for (int64_t k = 0; k < c->K; k++) w->g_idx[perm[k]] = (int32_t)(k / c->group);
+        free(perm);
+    }
+    w->packed = malloc(sizeof(uint32_t) * (size_t)(c->N * c->K / 8));
+    w->scale = malloc(sizeof(uint16_t) * (size_t)(c->N * w->G));
+    if (!c->sym) w->zp = malloc(sizeof(uint32_t) * (size_t)((c->N + 7) / 8 * w->G));
+    vsr_quantize_int4_rtn(wb, c->N, c->K, c->group, c->sym, w->g_idx, w->packed, w->scale, w->zp);
+    free(wb);
+}
+static void i4_free(i4w *w) { free(w->packed), free(w->zp), free(w->scale), free(w->g_idx); }
+static vsr_weight_view i4_view(const i4w *w, const char *name) {
+    return (vsr_weight_view){.kind = VSR_WK_INT4, .N = w->N, .K = w->K, .w = w->packed, .scale = w->scale,
+                             .zp = w->zp, .g_idx = w->g_idx, .group = w->group, .name = name};
+}
+static vsr_int4_weight i4_cpu(const i4w *w) {
+    return (vsr_int4_weight){.packed = w->packed, .scale_bf16 = w->scale, .zp = w->zp, .g_idx = w->g_idx,
+                             .group = w->group, .N = w->N, .K = w->K};
+}
+
+static const i4case I4_CASES[] = {
+    {40, 384, 128, 1, 0},  /* GPTQ, K = 3 groups of 128, N = 5 x 8 */
+    {24, 160, 32, 0, 0},   /* AWQ zero points, K = 5 groups of 32, N = 3 x 8 */
+    {56, 192, 64, 1, 1},   /* GPTQ act-order g_idx, K = 3 x 64 */
+    {72, 200, -1, 0, 0},   /* channel, asymmetric, K = 25 x 8 (padded to 256) */
+    {8, 96, 32, 0, 1},     /* AWQ + act-order, the smallest N */
+    {16, 24, 8, 1, 0},     /* group 8: not fused (16-column blocks span groups): unpack path */
+};
+
+TEST(int4_against_reference) {
+    for (size_t ci = 0; ci < sizeof I4_CASES / sizeof I4_CASES[0]; ci++) {
+        const i4case *c = &I4_CASES[ci];
+        i4w w;
+        i4_make(c, &w);
+        vsr_weight_view v = i4_view(&w, "test.int4");
+        vsr_bweight *bw = NULL;
+        vsr_err e = {0};
+        vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+        CHECK_OK(st, e);
+        if (st) {
+            i4_free(&w);
+            continue;
+        }
+        vsr_int4_weight cw = i4_cpu(&w);
+        int fusable = c->group == -1 || c->group % 16 == 0;
+        for (int ri = 0; ri < NROWS; ri++) {
+            int64_t M = ROWS[ri], N = c->N, K = c->K;
+            float *x = malloc(sizeof(float) * (size_t)(M * K)), *xb = malloc(sizeof(float) * (size_t)(M * K));
+            float *ref = malloc(sizeof(float) * (size_t)(M * N)), *refb = malloc(sizeof(float) * (size_t)(M * N));
+            float *y = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
+            for (int64_t i = 0; i < M * K; i++) x[i] = frand(), xb[i] = bf2f(f2bf(x[i]));
+            vsr_gemm_int4_ref(x, M, &cw, ref, 0);
+            vsr_gemm_int4_ref(xb, M, &cw, refb, 0);
+            /* automatic path, then each path forced */
+            for (int mode = 0; mode <= 2; mode++) {
+                if (mode == 1 && (!fusable || M > 256)) continue;
+                cuda_quant_force_int4_path(mode);
+                st = gpu_linear(bw, x, M, K, N, NULL, y, &e);
+                CHECK_OK(st, e);
+                const char *path = cuda_quant_last_path();
+                int want_fused = mode == 1 || (mode == 0 && fusable && M <= 256);
+                CHECK_MSG(strstr(path, want_fused ? "int4:fused" : "int4:unpack") != NULL,
+                          "case %zu M %lld mode %d: path %s", ci, (long long)M, mode, path);
+                double eb = nerr(y, refb, M * N), ef = nerr(y, ref, M * N);
+                CHECK_MSG(eb <= 1e-5, "case %zu (N %lld K %lld g %d sym %d act %d) M %lld path %s: %.3g vs bf16-x ref",
+                          ci, (long long)N, (long long)K, c->group, c->sym, c->act_order, (long long)M, path, eb);
+                CHECK_MSG(ef <= 8e-3, "case %zu M %lld path %s: %.3g vs fp32-x ref", ci, (long long)M, path, ef);
+            }
+            cuda_quant_force_int4_path(0);
+            /* accumulate: y = y0 + x W^T */
+            for (int64_t i = 0; i < M * N; i++) y0[i] = frand();
+            st = gpu_linear(bw, x, M, K, N, y0, y, &e);
+            CHECK_OK(st, e);
+            for (int64_t i = 0; i < M * N; i++) refb[i] += y0[i];
+            CHECK_MSG(nerr(y, refb, M * N) <= 1e-5, "case %zu M %lld accumulate: %.3g", ci, (long long)M,
+                      nerr(y, refb, M * N));
+            free(x), free(xb), free(ref), free(refb), free(y), free(y0);
+        }
+        GB.ops->weight_free(GB.ctx, bw);
+        i4_free(&w);
+    }
+}
+
+TEST(int4_refusals) {
+    i4case c = {16, 24, 8, 1, 0};
+    i4w w;
+    i4_make(&c, &w);
+    vsr_err e = {0};
+    vsr_bweight *bw = NULL;
+    vsr_weight_view v = i4_view(&w, "layers.0.mlp.up_proj");
+    v.K = 20; /* not a multiple of 8 */
+    CHECK_ERR(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e, VSR_E_FORMAT, "up_proj: int4 weight needs K a multiple of 8");
+    v = i4_view(&w, "layers.0.mlp.up_proj");
+    v.group = 12;
+    CHECK_ERR(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e, VSR_E_FORMAT, "group size 12 is neither -1");
+    v = i4_view(&w, "layers.0.mlp.up_proj");
+    v.scale = NULL;
+    CHECK_ERR(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e, VSR_E_FORMAT, "has no weight_scale");
+    int32_t gi[24];
+    for (int k = 0; k < 24; k++) gi[k] = k / 8;
+    gi[5] = 3; /* G = 3 */
+    v = i4_view(&w, "layers.0.mlp.up_proj");
+    v.g_idx = gi;
+    CHECK_ERR(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e, VSR_E_FORMAT, "weight_g_idx[5] = 3 is outside [0, 3)");
+    /* a g_idx holding -1 is column order (as compressed-tensors): accepted */
+    gi[5] = -1;
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e);
+    GB.ops->weight_free(GB.ctx, bw);
+    bw = NULL;
+    /* forcing the fused kernel where it cannot run is refused with the reason */
+    v = i4_view(&w, "layers.0.mlp.up_proj");
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e);
+    float x[24 * 300], y[16 * 300];
+    for (int i = 0; i < 24 * 300; i++) x[i] = frand();
+    cuda_quant_force_int4_path(1);
+    CHECK_ERR(gpu_linear(bw, x, 2, 24, 16, NULL, y, &e), e, VSR_E_UNSUPPORTED,
+              "the fused int4 kernel takes at most 256 rows and 16-column blocks inside one group (M 2, group 8)");
+    GB.ops->weight_free(GB.ctx, bw);
+    i4_free(&w);
+    i4case c2 = {16, 128, 128, 1, 0};
+    i4_make(&c2, &w);
+    v = i4_view(&w, "layers.0.mlp.down_proj");
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e);
+    float *x2 = malloc(sizeof(float) * 300 * 128), *y2 = malloc(sizeof(float) * 300 * 16);
+    for (int i = 0; i < 300 * 128; i++) x2[i] = frand();
+    CHECK_ERR(gpu_linear(bw, x2, 257, 128, 16, NULL, y2, &e), e, VSR_E_UNSUPPORTED, "(M 257, group 128)");
+    cuda_quant_force_int4_path(0);
+    CHECK_OK(gpu_linear(bw, x2, 257, 128, 16, NULL, y2, &e), e); /* automatic: unpack path */
+    CHECK(cuda_quant_force_int4_path(7) == -1);
+    /* explicit --dtype keeps the unpack-then-BF16 multiply at every row count */
+    CHECK_OK(cuda_quant_set_options(GB.ctx, "bfloat16", NULL, &e), e);
+    CHECK_OK(gpu_linear(bw, x2, 1, 128, 16, NULL, y2, &e), e);
+    CHECK(strcmp(cuda_quant_last_path(), "int4:unpack+bf16") == 0);
+    CHECK_OK(cuda_quant_set_options(GB.ctx, "auto", NULL, &e), e);
+    CHECK_OK(gpu_linear(bw, x2, 1, 128, 16, NULL, y2, &e), e);
+    CHECK(strncmp(cuda_quant_last_path(), "int4:fused", 10) == 0);
+    GB.ops->weight_free(GB.ctx, bw);
+    free(x2), free(y2);
+    i4_free(&w);
+}
+
+/* ---- FP8 ---- */
+
+typedef struct fp8case {
+    int64_t N, K;
+} fp8case;
+static const fp8case F8_CASES[] = {
+    {40, 384}, /* aligned */
+    {24, 200}, /* K not a multiple of 16: padded rows */
+    {27, 96},  /* N odd: the product goes through the workspace */
+    {16, 99},  /* K odd: the general quantization kernel */
+};
+
+/* the GPU's activation quantization, restated on the host */
+static void quant_rows(const float *x, int64_t M, int64_t K, uint8_t *q, float *s) {
+    for (int64_t m = 0; m < M; m++) {
+        float amax = 0;
+        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[m * K + k]));
+        s[m] = amax > 0 ? amax / 448.0f : 1.0f;
+        for (int64_t k = 0; k < K; k++) q[m * K + k] = vsr_f32_to_e4m3fn(x[m * K + k] / s[m]);
+    }
+}
+
+TEST(fp8_against_reference) {
+    for (size_t ci = 0; ci < sizeof F8_CASES / sizeof F8_CASES[0]; ci++) {
+        int64_t N = F8_CASES[ci].N, K = F8_CASES[ci].K;
+        uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *wd = malloc(sizeof(uint16_t) * (size_t)(N * K));
+        uint8_t *wq = malloc((size_t)(N * K));
+        uint16_t *ws = malloc(sizeof(uint16_t) * (size_t)N);
+        for (int64_t i = 0; i < N * K; i++) wb[i] = f2bf(frand() * 0.05f * (1 + (i % 7)));
+        vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
+        vsr_dequant_fp8_ref(wq, ws, N, K, wd);
+        vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.fp8"};
+        vsr_bweight *bw = NULL;
+        vsr_err e = {0};
+        vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+        CHECK_OK(st, e);
+        if (st) continue;
+        /* device bytes: E4M3 rows padded to 16 columns plus the FP32 scales */
+        CHECK(GB.ops->weight_bytes(GB.ctx, bw) == (uint64_t)(N * ((K + 15) / 16 * 16) + 4 * N));
+        for (int ri = 0; ri < NROWS; ri++) {
+            int64_t M = ROWS[ri];
+            float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
+            uint8_t *xq = malloc((size_t)(M * K));
+            float *refq = malloc(sizeof(float) * (size_t)(M * N)), *ref = malloc(sizeof(float) * (size_t)(M * N));
+            float *y = malloc(sizeof(float) * (size_t)(M * N)), *y2 = malloc(sizeof(float) * (size_t)(M * N));
+            for (int64_t i = 0; i < M * K; i++) x[i] = frand() * (1 + (i % 5));
+            if (M > 2) /* an all-zero row (scale 1) */
+                for (int64_t k = 0; k < K; k++) x[1 * K + k] = 0;
+            quant_rows(x, M, K, xq, sx);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        s += (double)vsr_e4m3fn_to_f32(xq[m * K + k]) * vsr_e4m3fn_to_f32(wq[n * K + k]);
+                    refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
+                }
+            vsr_gemm_bf16_ref(x, M, K, wd, N, ref, 0);
+            for (int mode = 0; mode <= 2; mode++) {
+                cuda_quant_force_fp8_path(mode);
+                st = gpu_linear(bw, x, M, K, N, NULL, y, &e);
+                CHECK_OK(st, e);
+                const char *path = cuda_quant_last_path();
+                if (mode == 2) CHECK_MSG(!strcmp(path, "fp8:unscaled+epilogue"), "path %s", path);
+                if (mode == 0) printf("  fp8 N %lld K %lld M %lld: %s\n", (long long)N, (long long)K, (long long)M, path);
+                double eq = nerr(y, refq, M * N), ef = nerr(y, ref, M * N);
+                CHECK_MSG(eq <= 1e-4, "fp8 N %lld K %lld M %lld path %s: %.3g vs same-quantized ref", (long long)N,
+                          (long long)K, (long long)M, path, eq);
+                CHECK_MSG(ef <= 6e-2, "fp8 N %lld K %lld M %lld path %s: %.3g vs fp32 ref", (long long)N, (long long)K,
+                          (long long)M, path, ef);
+                /* deterministic run to run */
+                st = gpu_linear(bw, x, M, K, N, NULL, y2, &e);
+                CHECK(st == VSR_OK && memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0);
+            }
+            cuda_quant_force_fp8_path(0);
+            for (int64_t i = 0; i < M * N; i++) y2[i] = frand();
+            float *y0 = malloc(sizeof(float) * (size_t)(M * N));
+            memcpy(y0, y2, sizeof(float) * (size_t)(M * N));
+            CHECK_OK(gpu_linear(bw, x, M, K, N, y0, y, &e), e);
+            for (int64_t i = 0; i < M * N; i++) refq[i] += y0[i];
+            CHECK_MSG(nerr(y, refq, M * N) <= 1e-4, "fp8 accumulate M %lld: %.3g", (long long)M, nerr(y, refq, M * N));
+            free(y0), free(x), free(sx), free(xq), free(refq), free(ref), free(y), free(y2);
+        }
+        GB.ops->weight_free(GB.ctx, bw);
+        free(wb), free(wd), free(wq), free(ws);
+    }
+    CHECK(cuda_quant_force_fp8_path(3) == -1);
+}
+
+TEST(fp8_refused_before_ada) {
+    uint8_t wq[16 * 32] = {0};
+    uint16_t ws[16];
+    for (int i = 0; i < 16; i++) ws[i] = f2bf(1.0f);
+    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = 16, .K = 32, .w = wq, .scale = ws, .name = "layers.3.self_attn.q_proj"};
+    vsr_bweight *bw = NULL;
+    vsr_err e = {0};
+    int real = cuda_quant_test_fake_cc(GB.ctx, 8, 0); /* an injected Ampere A100 */
+    CHECK_ERR(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e, VSR_E_DEVICE,
+              "layers.3.self_attn.q_proj: " VSR_REFUSAL_FP8 "; cuda:");
+    CHECK(strstr(e.msg, "(compute capability 8.0)") != NULL);
+    cuda_quant_test_fake_cc(GB.ctx, real / 10, real % 10);
+    v.scale = NULL;
+    CHECK_ERR(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e, VSR_E_FORMAT, "q_proj: FP8 weight has no weight_scale");
+}
+
+/* ---- autotune across processes ---- */
+
+static const char *g_self;
+
+/* child: one process using DIR; writes its outputs, then timings and loads, to OUT */
+static int autotune_child(const char *dir, const char *outpath) {
+    vsr_err e = {0};
+    if (vsr_backend_cuda_new(0, &GB, &e)) {
+        fprintf(stderr, "child: %s\n", e.msg);
+        return 2;
+    }
+    if (cuda_quant_set_options(GB.ctx, "auto", dir, &e)) return 3;
+    rng = 0x5151;
+    i4case c = {1024, 2048, 128, 0, 0};
+    i4w w;
+    i4_make(&c, &w);
+    vsr_weight_view v = i4_view(&w, "child.int4");
+    vsr_bweight *bw = NULL;
+    if (GB.ops->weight_upload(GB.ctx, &v, &bw, &e)) {
+        fprintf(stderr, "child upload: %s\n", e.msg);
+        return 4;
+    }
+    FILE *f = fopen(outpath, "wb");
+    if (!f) return 5;
+    static const int64_t ms[] = {1, 16, 40, 100};
+    for (int i = 0; i < 4; i++) {
+        int64_t M = ms[i];
+        float *x = malloc(sizeof(float) * (size_t)(M * c.K)), *y = malloc(sizeof(float) * (size_t)(M * c.N));
+        for (int64_t j = 0; j < M * c.K; j++) x[j] = frand();
+        if (gpu_linear(bw, x, M, c.K, c.N, NULL, y, &e)) {
+            fprintf(stderr, "child linear: %s\n", e.msg);
+            return 6;
+        }
+        fprintf(stderr, "child M %lld: %s\n", (long long)M, cuda_quant_last_path());
+        fwrite(y, sizeof(float), (size_t)(M * c.N), f);
+        free(x), free(y);
+    }
+    long t = cuda_quant_autotune_timings(), l = cuda_quant_autotune_loads();
+    fwrite(&t, sizeof t, 1, f);
+    fwrite(&l, sizeof l, 1, f);
+    fclose(f);
+    GB.ops->weight_free(GB.ctx, bw);
+    vsr_backend_destroy(&GB);
+    i4_free(&w);
+    return 0;
+}
+
+static int run_child(const char *dir, const char *out) {
+    pid_t p = fork();
+    if (p == 0) {
+        execl(g_self, g_self, "--autotune-child", dir, out, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    if (p < 0 || waitpid(p, &status, 0) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(autotune_two_processes) {
+    char dir[600], o1[700], o2[700];
+    snprintf(dir, sizeof dir, "%s/tune", test_tmpdir());
+    snprintf(o1, sizeof o1, "%s/out1.bin", test_tmpdir());
+    snprintf(o2, sizeof o2, "%s/out2.bin", test_tmpdir());
+    CHECK(run_child(dir, o1) == 0);
+    CHECK(run_child(dir, o2) == 0);
+    size_t n1 = 0, n2 = 0;
+    char *b1 = test_read_file(o1, &n1), *b2 = test_read_file(o2, &n2);
+    CHECK(b1 && b2 && n1 == n2 && n1 > 2 * sizeof(long));
+    if (b1 && b2 && n1 == n2 && n1 > 2 * sizeof(long)) {
+        size_t ny = n1 - 2 * sizeof(long);
+        CHECK_MSG(memcmp(b1, b2, ny) == 0, "the two processes' answers differ");
+        long t1, l1, t2, l2;
+        memcpy(&t1, b1 + ny, sizeof t1), memcpy(&l1, b1 + ny + sizeof(long), sizeof l1);
+        memcpy(&t2, b2 + ny, sizeof t2), memcpy(&l2, b2 + ny + sizeof(long), sizeof l2);
+        printf("  autotune: first process timed %ld keys, loaded %ld; second timed %ld, loaded %ld\n", t1, l1, t2, l2);
+        CHECK(t1 == 4 && l1 == 0); /* four token-tile buckets: 1, 2, 8 (40 rows = 5 tiles), 16 (100 rows = 13 tiles) */
+        CHECK(t2 == 0 && l2 == 4);
+    }
+    free(b1), free(b2);
+    /* a cache file that is not ours is refused with its name */
+    char path[900];
+    snprintf(path, sizeof path, "%s/bad", test_tmpdir());
+    vsr_err e = {0};
+    vsr_backend save = GB;
+    CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, path, &e), e);
+    i4case c = {64, 256, 128, 1, 0};
+    i4w w;
+    i4_make(&c, &w);
+    vsr_weight_view v = i4_view(&w, "t.int4");
+    vsr_bweight *bw = NULL;
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e);
+    float x[2 * 256], y[2 * 64];
+    for (int i = 0; i < 2 * 256; i++) x[i] = frand();
+    CHECK_OK(gpu_linear(bw, x, 2, 256, 64, NULL, y, &e), e); /* times and records */
+    CHECK(strstr(cuda_quant_last_path(), "src=timed") != NULL);
+    /* corrupt the file, and use a fresh backend (nothing remembered in memory) */
+    char file[1200];
+    snprintf(file, sizeof file, "%s/int4_fused-", path);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "for f in %s*.json; do echo '{\"format\":\"other\"}' > \"$f\"; done", file);
+    CHECK(system(cmd) == 0);
+    GB.ops->weight_free(GB.ctx, bw);
+    vsr_backend g2;
+    CHECK_OK(vsr_backend_cuda_new(0, &g2, &e), e);
+    GB = g2;
+    CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, path, &e), e);
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e);
+    CHECK_ERR(gpu_linear(bw, x, 2, 256, 64, NULL, y, &e), e, VSR_E_FORMAT, "autotune cache file ");
+    CHECK(strstr(e.msg, "expected {\"format\":\"vsr-autotune/1\"") != NULL);
+    GB.ops->weight_free(GB.ctx, bw);
+    /* a directory that is a file */
+    char notdir[900];
+    snprintf(notdir, sizeof notdir, "%s/afile", test_tmpdir());
+    test_write_file(notdir, "x", 1);
+    CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, notdir, &e), e);
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e);
+    CHECK_ERR(gpu_linear(bw, x, 2, 256, 64, NULL, y, &e), e, VSR_E_IO, "not a directory");
+    GB.ops->weight_free(GB.ctx, bw);
+    vsr_backend_destroy(&GB);
+    GB = save;
+    i4_free(&w);
+}
+
+#endif /* VSR_HAVE_CUDA */
+
+int main(int argc, char **argv) {
+#ifdef VSR_HAVE_CUDA
+    if (argc == 4 && strcmp(argv[1], "--autotune-child") == 0) return autotune_child(argv[2], argv[3]);
+    g_self = "/proc/self/exe";
+    (void)argv;
+    vsr_err e = {0};
+    if (vsr_backend_cuda_new(0, &GB, &e)) {
+        printf("SKIP: no CUDA device (%s)\n", e.msg);
+        return test_summary();
+    }
+    RUN(int4_against_reference);
+    RUN(int4_refusals);
+    RUN(fp8_against_reference);
+    RUN(fp8_refused_before_ada);
+    RUN(autotune_two_processes);
+    vsr_backend_destroy(&GB);
+#else
+    (void)argc, (void)argv;
+    printf("SKIP: no CUDA device (this build has no CUDA: nvcc was not found at build time)\n");
+#endif
+    return test_summary();
+}
