@@ -326,6 +326,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         if (!rc) return MHD_NO;
         rc->t0 = mono();
         *con_cls = rc;
+        __atomic_add_fetch(&h->inflight, 1, __ATOMIC_SEQ_CST);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > h->opts->max_request_bytes) {
             char msg[96];
@@ -425,7 +426,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
 static void request_done(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     req_ctx *rc = *con_cls;
+    srv_http *h = cls;
     if (rc) {
+        __atomic_sub_fetch(&h->inflight, 1, __ATOMIC_SEQ_CST);
         free(rc->body);
         free(rc);
         *con_cls = NULL;
@@ -477,6 +480,8 @@ vsr_status srv_http_start(srv_http *h, vsr_err *err) {
     }
     return VSR_OK;
 }
+
+int srv_http_inflight(srv_http *h) { return __atomic_load_n(&h->inflight, __ATOMIC_SEQ_CST); }
 
 void srv_http_quiesce(srv_http *h) {
     if (h->daemon) MHD_quiesce_daemon(h->daemon);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "server/http.h"
 #include "server/log.h"
@@ -63,6 +64,12 @@ int vsr_serve(const vsr_serve_opts *o) {
     sigwait(&sigs, &sig);
     srv_log(SRV_LOG_INFO, "%s: draining in-flight work", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     srv_http_quiesce(&http);
+    /* Every request already received is answered by the running scheduler before it
+     * stops (bounded: a stuck client cannot hold the process for more than 10 minutes). */
+    for (int i = 0; i < 60000 && srv_http_inflight(&http) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     srv_model_drain_and_stop(&model);
     srv_http_stop(&http);
     srv_model_free(&model);
