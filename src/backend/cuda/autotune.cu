@@ -72,7 +72,7 @@ static vsr_status load_file(cuda_ctx *c, const char *path, const char *kernel, c
                             const char *const *names, int *choice, vsr_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        if (errno == ENOENT) return VSR_E_NOT_FOUND;
+        if (errno == ENOENT || errno == ENOTDIR) return VSR_E_NOT_FOUND; /* ENOTDIR: reported below */
         return vsr_err_set(err, VSR_E_IO, "autotune cache file %s: cannot open: %s", path, strerror(errno));
     }
     char *buf = (char *)malloc(TUNE_FILE_MAX + 1);

@@ -1,0 +1,225 @@
+/* bench/gemm_cuda.cu: GEMM sweep of the CUDA backend's linears on the 27B model's projection
+ * shapes: our BF16 (cuBLASLt; GEMM alone and the whole linear with the FP32->BF16 conversion),
+ * our FP8 W8A8 linear (activation quantization included; scaled and unscaled paths), our int4
+ * W4A16 linear (automatic path, and the unpack path for comparison). Writes CSV to stdout:
+ *   variant,shape,K,N,M,us,tflops,tbps
+ * us is the median of per-launch event timings; weights rotate over enough copies to exceed
+ * the 60 MB L2 several times. tbps counts the weight bytes as stored on the device plus FP32
+ * activations read and FP32 outputs written once. First lines (# ...) are the ceilings.
+ * Usage: gemm_cuda [rows,rows,...] [--quick] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/backend_cuda.h"
+#define VSR_QUANT_INTERNAL_CUDA 1
+#include "backend/cuda/quant_internal.h"
+
+struct shape {
+    const char *name;
+    int64_t K, N;
+};
+static const shape SHAPES[] = {
+    {"q_proj", 5120, 12288},  {"kv_proj", 5120, 1024}, {"o_proj", 6144, 5120}, {"in_proj_qkv", 5120, 10240},
+    {"in_proj_z", 5120, 6144}, {"gate_up", 5120, 17408}, {"down", 17408, 5120},
+};
+/* out_proj has o_proj's shape and up has gate's: measured once */
+
+static vsr_backend B;
+static cuda_ctx *C;
+static uint64_t rs = 88172645463325252ull;
+static inline uint32_t r32() {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (uint32_t)(rs >> 16);
+}
+
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        vsr_err e_;                                                                                                    \
+        vsr_status s_ = (x);                                                                                           \
+        (void)e_;                                                                                                      \
+        if (s_) {                                                                                                      \
+            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #x);                                             \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+template <class F> static float time_us(F &&f, int min_iters = 5, float budget_us = 3000) {
+    cudaStream_t s = C->stream;
+    for (int i = 0; i < 3; i++) f(i);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    cudaEventRecord(a, s);
+    f(3);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    int iters = (int)std::min(200.0f, std::max((float)min_iters, budget_us / std::max(ms * 1000, 1.0f)));
+    std::vector<cudaEvent_t> ev(iters + 1);
+    for (auto &e : ev) cudaEventCreate(&e);
+    cudaEventRecord(ev[0], s);
+    for (int i = 0; i < iters; i++) {
+        f(i);
+        cudaEventRecord(ev[i + 1], s);
+    }
+    cudaEventSynchronize(ev[iters]);
+    std::vector<float> t(iters);
+    for (int i = 0; i < iters; i++) cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]);
+    for (auto &e : ev) cudaEventDestroy(e);
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) {
+        fprintf(stderr, "cuda error: %s\n", cudaGetErrorString(err));
+        exit(1);
+    }
+    std::sort(t.begin(), t.end());
+    return t[iters / 2] * 1000.0f;
+}
+
+static std::vector<vsr_bweight *> upload_copies(const vsr_weight_view &v, uint64_t stored_bytes) {
+    int n = (int)std::min<uint64_t>(32, std::max<uint64_t>(2, (256ull << 20) / stored_bytes + 1));
+    std::vector<vsr_bweight *> ws;
+    for (int i = 0; i < n; i++) {
+        vsr_bweight *b;
+        vsr_err e;
+        if (B.ops->weight_upload(B.ctx, &v, &b, &e)) {
+            fprintf(stderr, "upload %s: %s\n", v.name, e.msg);
+            exit(1);
+        }
+        ws.push_back(b);
+    }
+    return ws;
+}
+
+static void row(const char *variant, const shape &s, int64_t M, float us, double wbytes, double abytes) {
+    double fl = 2.0 * M * s.N * s.K;
+    printf("%s,%s,%lld,%lld,%lld,%.2f,%.1f,%.3f\n", variant, s.name, (long long)s.K, (long long)s.N, (long long)M, us,
+           fl / us * 1e-6, (wbytes + abytes) / us * 1e-6);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    std::vector<int64_t> rows = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 8192};
+    if (argc > 1 && argv[1][0] != '-') {
+        rows.clear();
+        for (char *p = strtok(argv[1], ","); p; p = strtok(NULL, ",")) rows.push_back(atoll(p));
+    }
+    vsr_err e;
+    if (vsr_backend_cuda_new(0, &B, &e)) {
+        fprintf(stderr, "SKIP: no CUDA device (%s)\n", e.msg);
+        return 0;
+    }
+    C = (cuda_ctx *)B.ctx;
+    const char *tune = getenv("VSR_AUTOTUNE_DIR");
+    if (tune) CK(cuda_quant_set_options(B.ctx, NULL, tune, &e));
+    int64_t Mmax = *std::max_element(rows.begin(), rows.end());
+    int64_t Kmax = 17408, Nmax = 17408;
+    float *x, *y;
+    __nv_bfloat16 *xb;
+    cudaMalloc(&x, sizeof(float) * Mmax * Kmax);
+    cudaMalloc(&y, sizeof(float) * Mmax * Nmax);
+    cudaMalloc(&xb, sizeof(__nv_bfloat16) * Mmax * Kmax);
+    {
+        std::vector<float> h(Mmax * Kmax);
+        for (auto &v : h) v = (float)((int)(r32() % 2001) - 1000) / 1000.0f;
+        cudaMemcpy(x, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice);
+        CK(cuda_f32_to_bf16(C, x, Mmax * Kmax, xb, &e));
+    }
+    printf("# device %s (cc %d.%d, %d SMs)\n", C->dev_name, C->cc_major, C->cc_minor, C->sm_count);
+    /* ceilings: device copy (bytes read + written), BF16 and FP8 8192^3 */
+    {
+        size_t n = 2ull << 30;
+        void *a, *b;
+        cudaMalloc(&a, n), cudaMalloc(&b, n);
+        cudaMemsetAsync(a, 1, n, C->stream);
+        float us = time_us([&](int) { cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, C->stream); });
+        printf("# ceiling copy %.3f TB/s (2 GiB, read+write)\n", 2.0 * n / us * 1e-6);
+        cudaFree(a), cudaFree(b);
+        const int64_t S = 8192;
+        __nv_bfloat16 *w;
+        cudaMalloc(&w, sizeof(__nv_bfloat16) * S * S);
+        CK(cuda_f32_to_bf16(C, x, S * S > Mmax * Kmax ? Mmax * Kmax : S * S, w, &e));
+        if (Mmax >= S) {
+            us = time_us([&](int) { CK(cuda_gemm_bf16(C, xb, S, w, S, S, y, 0, &e)); });
+            printf("# ceiling bf16 gemm 8192^3 %.1f TFLOP/s (cuBLASLt, ours)\n", 2.0 * S * S * S / us * 1e-6);
+        }
+        cudaFree(w);
+    }
+    printf("variant,shape,K,N,M,us,tflops,tbps\n");
+    for (const shape &s : SHAPES) {
+        int64_t N = s.N, K = s.K;
+        /* BF16 weights: random finite bf16 in +-[2^-7, 2^-5] */
+        std::vector<uint16_t> wb(N * K);
+        for (auto &v : wb) v = (uint16_t)(0x3C00 | (r32() & 0x80FF));
+        vsr_weight_view vb = {VSR_WK_BF16, N, K, wb.data(), NULL, NULL, NULL, 0, 0, s.name};
+        auto Wb = upload_copies(vb, 2ull * N * K);
+        wb.clear(), wb.shrink_to_fit();
+        /* FP8: random e4m3 bytes without NaN, scales ~1e-2 */
+        std::vector<uint8_t> w8(N * K);
+        for (auto &v : w8) {
+            v = (uint8_t)r32();
+            if ((v & 0x7F) == 0x7F) v ^= 1;
+        }
+        std::vector<uint16_t> s8(N);
+        for (auto &v : s8) v = 0x3C23;
+        vsr_weight_view v8 = {VSR_WK_FP8, N, K, w8.data(), s8.data(), NULL, NULL, 0, 0, s.name};
+        auto W8 = upload_copies(v8, 1ull * N * K);
+        w8.clear(), w8.shrink_to_fit();
+        /* int4: random nibbles, group 128, symmetric (GPTQ) */
+        int G = (int)(K / 128);
+        std::vector<uint32_t> w4(N * K / 8);
+        for (auto &v : w4) v = r32() ^ (r32() << 16);
+        std::vector<uint16_t> s4(N * G);
+        for (auto &v : s4) v = (uint16_t)(0x3C00 | (r32() & 0x7F));
+        vsr_weight_view v4 = {VSR_WK_INT4, N, K, w4.data(), s4.data(), NULL, NULL, 128, 0, s.name};
+        auto W4 = upload_copies(v4, 1ull * N * K / 2);
+        w4.clear(), s4.clear();
+        double by_bf16 = B.ops->weight_bytes(B.ctx, Wb[0]), by_fp8 = B.ops->weight_bytes(B.ctx, W8[0]),
+               by_i4 = B.ops->weight_bytes(B.ctx, W4[0]);
+        for (int64_t M : rows) {
+            double act = 4.0 * M * K + 4.0 * M * N;
+            float us;
+            us = time_us([&](int i) {
+                const vsr_bweight *w = Wb[i % Wb.size()];
+                CK(cuda_gemm_bf16(C, xb, M, (const __nv_bfloat16 *)w->w, N, K, y, 0, &e));
+            });
+            row("bf16_gemm", s, M, us, by_bf16, 2.0 * M * K + 4.0 * M * N);
+            us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, Wb[i % Wb.size()], y, 0, &e)); });
+            row("bf16_linear", s, M, us, by_bf16, act);
+            cuda_quant_force_fp8_path(0);
+            us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
+            fprintf(stderr, "%s M %lld fp8 path %s\n", s.name, (long long)M, cuda_quant_last_path());
+            row("fp8_linear", s, M, us, by_fp8, act);
+            cuda_quant_force_fp8_path(2);
+            us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
+            row("fp8_unscaled", s, M, us, by_fp8, act);
+            cuda_quant_force_fp8_path(0);
+            if (M >= 4096) {
+                cuda_quant_set_fp8_fast_accum(1);
+                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
+                row("fp8_linear_fastacc", s, M, us, by_fp8, act);
+                cuda_quant_set_fp8_fast_accum(0);
+            }
+            us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
+            fprintf(stderr, "%s M %lld int4 path %s\n", s.name, (long long)M, cuda_quant_last_path());
+            row("int4_linear", s, M, us, by_i4, act);
+            if (M <= 256) {
+                cuda_quant_force_int4_path(2);
+                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
+                row("int4_unpack", s, M, us, by_i4, act);
+                cuda_quant_force_int4_path(0);
+            }
+        }
+        for (auto *w : Wb) B.ops->weight_free(B.ctx, w);
+        for (auto *w : W8) B.ops->weight_free(B.ctx, w);
+        for (auto *w : W4) B.ops->weight_free(B.ctx, w);
+    }
+    cudaFree(x), cudaFree(y), cudaFree(xb);
+    vsr_backend_destroy(&B);
+    return 0;
+}
