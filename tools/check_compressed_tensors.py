@@ -55,7 +55,16 @@ def quantized_modules(state, fmt):
 def library_decompress(qc, state):
     """{module: BF16 weight} decompressed by compressed-tensors."""
     fields = QuantizationConfig.model_fields
-    config = QuantizationConfig.model_validate({k: v for k, v in qc.items() if k in fields})
+    qc = {k: v for k, v in qc.items() if k in fields}
+    # Releases before 0.13 do not know scale_dtype/zp_dtype; a null there means "the
+    # default", so dropping the null key is the same config for them.
+    from compressed_tensors.quantization import QuantizationArgs
+    arg_fields = QuantizationArgs.model_fields
+    for g in qc.get("config_groups", {}).values():
+        for role in ("weights", "input_activations", "output_activations"):
+            if isinstance(g.get(role), dict):
+                g[role] = {k: v for k, v in g[role].items() if k in arg_fields or v is not None}
+    config = QuantizationConfig.model_validate(qc)
     if len(config.config_groups) != 1:
         raise ValueError("more than one config group")
     scheme = next(iter(config.config_groups.values()))
