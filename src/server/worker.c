@@ -35,7 +35,6 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->wake, NULL);
-    pthread_cond_init(&m->done, NULL);
     m->opts = o;
     m->metrics = metrics;
     m->max_queue = o->max_queue;
@@ -114,7 +113,7 @@ static void *sched_main(void *arg) {
             j->st = VSR_OK;
             j->state = JOB_DONE;
             j->t_done = now;
-            pthread_cond_broadcast(&m->done);
+            pthread_cond_signal(&j->done);
             continue;
         }
         j->state = JOB_RUNNING;
@@ -128,7 +127,7 @@ static void *sched_main(void *arg) {
         j->forward_s = t_end - j->t_start;
         j->t_done = t_end;
         j->state = JOB_DONE;
-        pthread_cond_broadcast(&m->done);
+        pthread_cond_signal(&j->done);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -151,6 +150,7 @@ bool srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
         return false;
     }
     j->state = JOB_QUEUED;
+    pthread_cond_init(&j->done, NULL);
     j->t_enqueue = mono();
     j->deadline = deadline_ms > 0 ? j->t_enqueue + deadline_ms / 1000.0 : 0;
     j->next = NULL;
@@ -182,12 +182,12 @@ bool srv_model_wait(srv_model *m, srv_job *j, bool (*client_gone)(void *), void 
     while (j->state != JOB_DONE) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L;
+        ts.tv_nsec += 100 * 1000000L; /* how often a waiting handler checks its client */
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&m->done, &m->mu, &ts);
+        pthread_cond_timedwait(&j->done, &m->mu, &ts);
         if (j->state == JOB_DONE || abandoned) continue;
         pthread_mutex_unlock(&m->mu);
         bool gone = client_gone && client_gone(ctx);
@@ -201,6 +201,7 @@ bool srv_model_wait(srv_model *m, srv_job *j, bool (*client_gone)(void *), void 
         j->cancel = 1; /* running: the scheduler stops between forwards */
     }
     pthread_mutex_unlock(&m->mu);
+    pthread_cond_destroy(&j->done);
     return !abandoned;
 }
 
@@ -224,6 +225,5 @@ void srv_model_drain_and_stop(srv_model *m) {
 void srv_model_free(srv_model *m) {
     vsr_engine_close(&m->engine);
     pthread_cond_destroy(&m->wake);
-    pthread_cond_destroy(&m->done);
     pthread_mutex_destroy(&m->mu);
 }

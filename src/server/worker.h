@@ -27,13 +27,13 @@ typedef struct srv_job {
     double t_enqueue, t_start, t_done, deadline; /* monotonic seconds; deadline 0 = none */
     double forward_s;
     bool expired;
+    pthread_cond_t done;     /* signalled when this job is done (the waiter owns it) */
     struct srv_job *next;
 } srv_job;
 
 typedef struct srv_model {
     pthread_mutex_t mu;
     pthread_cond_t wake;     /* scheduler: work arrived or stopping */
-    pthread_cond_t done;     /* waiters: some job finished */
     srv_state state;
     char reason[VSR_ERR_MSG_MAX];
     const vsr_serve_opts *opts;
