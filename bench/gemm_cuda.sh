@@ -38,7 +38,7 @@ if [ "${VSR_SWEEP:-1}" = 1 ]; then
   mkdir -p /tmp/vsr-tune
   VSR_AUTOTUNE_DIR=/tmp/vsr-tune timeout "${VSR_SWEEP_TIMEOUT:-180}" .gpuq/gemm_cuda ${VSR_ROWS:-} \
     > "$OUT/gemm_cuda.csv" 2> "$OUT/gemm_cuda.err"; echo "gemm_cuda rc=$?"
-  PYTHONUNBUFFERED=1 timeout "${VSR_TORCH_TIMEOUT:-120}" python3 bench/gemm_cuda_torch.py ${VSR_ROWS:-} \
+  [ "${VSR_TORCH:-1}" = 1 ] && PYTHONUNBUFFERED=1 timeout "${VSR_TORCH_TIMEOUT:-120}" python3 bench/gemm_cuda_torch.py ${VSR_ROWS:-} \
     > "$OUT/gemm_torch.csv" 2> "$OUT/gemm_torch.err"; echo "torch rc=$?"
   head -3 "$OUT/gemm_cuda.csv"; head -4 "$OUT/gemm_torch.csv"
 fi

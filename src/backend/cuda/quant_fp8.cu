@@ -8,8 +8,11 @@
  *   unscaled: t = xq . wq^T in FP32 (cuBLASLt FP8, no scales), then y = t * sx[m] * sw[n] in an
  *             epilogue kernel: the seed's Ada rule (capability 8.9, >= 256 rows, --dtype auto);
  *             also the fallback where cuBLASLt offers no outer-vector algorithm for a shape.
- * Weights stay E4M3 on the device, rows padded with zeros to Kp = K rounded up to 16 (cuBLASLt's
- * FP8 operands need 16-byte leading dimensions); the padded activation columns are zero too. */
+ * Weights stay E4M3 on the device, padded with zeros to [Np, Kp] = [N, K] rounded up to 16
+ * (cuBLASLt's FP8 operands need 16-byte leading dimensions, and it offered no FP8 algorithm for
+ * N = 27 on the H200); the padded activation columns are zero too.
+ * Measured on the H200 (CUDA 13.0's cuBLASLt): no algorithm for outer-vector scales with an FP32
+ * output, so the scaled request falls back to the unscaled product + epilogue there. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,17 +222,19 @@ extern "C" vsr_status cuda_fp8_upload(cuda_ctx *c, const vsr_weight_view *v, vsr
         return vsr_err_set(err, VSR_E_DEVICE, "%s: %s; cuda:%d is %s (compute capability %d.%d)", nm, VSR_REFUSAL_FP8,
                            c->device, c->dev_name, c->cc_major, c->cc_minor);
     if (!v->scale) return vsr_err_set(err, VSR_E_FORMAT, "cuda:%d: %s: FP8 weight has no weight_scale", c->device, nm);
-    int64_t N = v->N, K = v->K, Kp = rup(K, 16);
-    float *sw = (float *)malloc(sizeof(float) * (size_t)N);
+    /* rows padded to Np (zero rows, zero scales): cuBLASLt has no FP8 algorithm for odd m */
+    int64_t N = v->N, K = v->K, Kp = rup(K, 16), Np = rup(N, 16);
+    float *sw = (float *)calloc((size_t)Np, sizeof(float));
     if (!sw) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", nm);
     for (int64_t n = 0; n < N; n++) {
         uint32_t u = (uint32_t)((const uint16_t *)v->scale)[n] << 16;
         memcpy(&sw[n], &u, 4);
     }
-    vsr_status st = cuda_upload_bytes(c, sw, sizeof(float) * (size_t)N, nm, &b->scale, err);
+    vsr_status st = cuda_upload_bytes(c, sw, sizeof(float) * (size_t)Np, nm, &b->scale, err);
     free(sw);
-    if (!st) st = cuda_check(c, cudaMalloc(&b->w, (size_t)(N * Kp)), "FP8 weight: cudaMalloc", err);
-    if (!st && Kp != K) st = cuda_check(c, cudaMemsetAsync(b->w, 0, (size_t)(N * Kp), c->stream), "FP8 weight: memset", err);
+    if (!st) st = cuda_check(c, cudaMalloc(&b->w, (size_t)(Np * Kp)), "FP8 weight: cudaMalloc", err);
+    if (!st && (Kp != K || Np != N))
+        st = cuda_check(c, cudaMemsetAsync(b->w, 0, (size_t)(Np * Kp), c->stream), "FP8 weight: memset", err);
     if (!st)
         st = cuda_check(c, cudaMemcpy2DAsync(b->w, (size_t)Kp, v->w, (size_t)K, (size_t)K, (size_t)N, cudaMemcpyHostToDevice,
                                              c->stream),
@@ -243,9 +248,9 @@ extern "C" vsr_status cuda_fp8_upload(cuda_ctx *c, const vsr_weight_view *v, vsr
         b->w = b->scale = NULL;
         return st;
     }
-    m->Np = N, m->Kp = Kp, m->G = 1, m->fused_ok = 0;
+    m->Np = Np, m->Kp = Kp, m->G = 1, m->fused_ok = 0;
     b->q = m;
-    b->bytes = (uint64_t)(N * Kp) + sizeof(float) * (uint64_t)N;
+    b->bytes = (uint64_t)(Np * Kp) + sizeof(float) * (uint64_t)Np;
     return VSR_OK;
 }
 
@@ -273,12 +278,12 @@ extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, co
     int forced = quant_forced_fp8_path();
     int unscaled = forced == 2 ||
                    (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
-    int64_t Np = rup(N, 16);
+    int64_t Np = m->Np;
     fp8_plan *p;
     int ran = 0;
     if (!unscaled) {
         /* straight into y where its row stride suits cuBLASLt (16 bytes), else via the workspace */
-        if (N % 4 == 0) {
+        if (N == Np) {
             if ((st = plan_get(c, q, M, N, Kp, N, 1, &p, err)) ||
                 (st = run_plan(c, p, w->w, xq, sw, sx, y, accumulate, &ran, err)))
                 return st;
@@ -288,7 +293,7 @@ extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, co
             }
         }
         if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product", err)) ||
-            (st = plan_get(c, q, M, N, Kp, Np, 1, &p, err)) ||
+            (st = plan_get(c, q, M, Np, Kp, Np, 1, &p, err)) ||
             (st = run_plan(c, p, w->w, xq, sw, sx, (float *)q->wtmp, 0, &ran, err)))
             return st;
         if (ran) {
@@ -300,7 +305,7 @@ extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, co
     }
     /* unscaled FP8 product into FP32, then the scales */
     if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product", err)) ||
-        (st = plan_get(c, q, M, N, Kp, Np, 0, &p, err)) ||
+        (st = plan_get(c, q, M, Np, Kp, Np, 0, &p, err)) ||
         (st = run_plan(c, p, w->w, xq, NULL, NULL, (float *)q->wtmp, 0, &ran, err)))
         return st;
     if (!ran)

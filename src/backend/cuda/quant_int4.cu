@@ -174,6 +174,9 @@ __global__ void k_i4_unpack(const uint4 *__restrict__ wq, const uint32_t *__rest
 
 /* ---- the fused kernel ----
  * grid (NT n-tiles, ceil(Mt / MT) token groups, KS splits), block W warps. */
+/* Sweep 1 streamed at ~1 TB/s at 1-16 rows: each group change loaded its scales inside the
+ * multiply (a dependent global load per 64 columns); sweep 2 forcing 128 registers and 6 chunks
+ * in flight did not help (slower). Now a chunk's scales are loaded with its weights. */
 template <int MT, int W>
 __global__ void __launch_bounds__(W * 32)
     k_i4_fused(const uint4 *__restrict__ wq, const uint32_t *__restrict__ sz, const int4 *__restrict__ kgrp4,
@@ -201,12 +204,17 @@ __global__ void __launch_bounds__(W * 32)
         uint4 wv[U];
         int4 gv[U];
         uint4 xv[U][MT][2];
+        uint32_t s0v[U], s8v[U]; /* the chunk's scales, loaded with its weights (one group per chunk) */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int64_t kc = kb + (int64_t)u * W;
             if (kc < kc1) {
                 wv[u] = __ldg(wq + (nt * KC + kc) * 32 + lane);
                 gv[u] = __ldg(kgrp4 + kc);
+                if (gv[u].x == gv[u].w) { /* groups are non-decreasing along the (permuted) columns */
+                    s0v[u] = __ldg(szr + (int64_t)gv[u].x * Np);
+                    s8v[u] = __ldg(szr + (int64_t)gv[u].x * Np + 8);
+                }
 #pragma unroll
                 for (int t = 0; t < MT; t++) {
                     if (tt0 + t < Mt) {
@@ -222,9 +230,14 @@ __global__ void __launch_bounds__(W * 32)
             if (kb + (int64_t)u * W >= kc1) break;
             uint32_t wd[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
             int gg[4] = {gv[u].x, gv[u].y, gv[u].z, gv[u].w};
+            if (gg[0] == gg[3]) { /* prefetched: no dependent load inside the multiply */
+                gprev = gg[0];
+                br = prmt(s0v[u], 0x1010), sr = prmt(s0v[u], 0x3232);
+                br8 = prmt(s8v[u], 0x1010), sr8 = prmt(s8v[u], 0x3232);
+            }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                if (gg[j] != gprev) { /* uniform across the warp */
+                if (gg[j] != gprev) { /* group smaller than 64: uniform across the warp */
                     gprev = gg[j];
                     uint32_t s0 = __ldg(szr + (int64_t)gprev * Np), s8 = __ldg(szr + (int64_t)gprev * Np + 8);
                     br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232);
