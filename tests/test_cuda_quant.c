@@ -32,6 +32,7 @@
 #include "backend/cuda/quant_internal.h"
 #endif
 
+#ifdef VSR_HAVE_CUDA
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static float frand(void) { /* uniform [-1, 1) */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -57,8 +58,6 @@ static double nerr(const float *y, const float *ref, int64_t n) {
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
-
-#ifdef VSR_HAVE_CUDA
 
 static vsr_backend GB;
 static const int64_t ROWS[] = {1, 3, 8, 16, 33, 128, 256, 257, 1024};
