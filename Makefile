@@ -43,6 +43,7 @@ all: $(BUILD)/vllm-srun $(TEST_BINS)
 
 $(BUILD)/libvsr.a: $(LIB_OBJ) $(CUDA_OBJ)
 	@mkdir -p $(@D)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(BUILD)/vllm-srun: $(TOOL_OBJ) $(BUILD)/libvsr.a
