@@ -139,8 +139,8 @@ int cmd_fixture(int argc, char **argv) {
     vsr_progress *p = vsr_progress_new("fixture", 0, "B");
     vsr_status st;
     char rev[41] = "", snap[8192] = "";
+    char defrepo[160]; /* outlives the branch: `repo` may point here when printed below */
     if (install) {
-        char defrepo[160];
         if (!repo) {
             snprintf(defrepo, sizeof defrepo, "vllm-sr-c/%s", o.model_name ? o.model_name : "");
             if (!o.model_name) {
