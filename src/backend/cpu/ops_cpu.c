@@ -11,6 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define VSR_OPS_AVX512 1
+#endif
+
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/threadpool.h"
@@ -313,12 +318,93 @@ static void l2norm_into(const float *x, int n, float *y, float extra_scale) {
     for (int i = 0; i < n; i++) y[i] = (x[i] * inv) * extra_scale;
 }
 
+/* One token's update of one head's state S [dk, dv], scalar (the oracle; any dv):
+ *   S *= decay; kvm = S^T k; delta = (v - kvm) * beta; S += k (x) delta; o = S^T q. */
+static void delta_step_scalar(float *S, int dk, int dv, const float *kn, const float *qn, const float *v,
+                              float beta, float decay, float *kvm, float *o) {
+    for (int i = 0; i < dv; i++) kvm[i] = 0;
+    for (int kk = 0; kk < dk; kk++) {
+        float *Sr = S + (int64_t)kk * dv;
+        for (int i = 0; i < dv; i++) {
+            Sr[i] *= decay;
+            kvm[i] += Sr[i] * kn[kk];
+        }
+    }
+    for (int i = 0; i < dv; i++) kvm[i] = (v[i] - kvm[i]) * beta; /* delta */
+    for (int i = 0; i < dv; i++) o[i] = 0;
+    for (int kk = 0; kk < dk; kk++) {
+        float *Sr = S + (int64_t)kk * dv;
+        float kq = kn[kk], qq = qn[kk];
+        for (int i = 0; i < dv; i++) {
+            Sr[i] += kq * kvm[i];
+            o[i] += Sr[i] * qq;
+        }
+    }
+}
+
+#ifdef VSR_OPS_AVX512
+/* The same step on AVX-512, column blocks of NV x 16 held in registers across the dk rows
+ * (same per-element order over kk as the scalar step; FMA instead of mul + add). Each
+ * column block is independent, so both passes run per block while it is in L1. */
+#define DELTA_BLOCK(NV)                                                                            \
+    do {                                                                                           \
+        __m512 acc[NV], dl[NV];                                                                    \
+        for (int u = 0; u < NV; u++) acc[u] = _mm512_setzero_ps();                                 \
+        for (int kk = 0; kk < dk; kk++) {                                                          \
+            float *Sr = S + (int64_t)kk * dv + c0;                                                 \
+            __m512 kb = _mm512_set1_ps(kn[kk]);                                                    \
+            for (int u = 0; u < NV; u++) {                                                         \
+                __m512 x = _mm512_mul_ps(_mm512_loadu_ps(Sr + 16 * u), vdec);                      \
+                _mm512_storeu_ps(Sr + 16 * u, x);                                                  \
+                acc[u] = _mm512_fmadd_ps(x, kb, acc[u]);                                           \
+            }                                                                                      \
+        }                                                                                          \
+        for (int u = 0; u < NV; u++) {                                                             \
+            dl[u] = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(v + c0 + 16 * u), acc[u]), vbeta); \
+            acc[u] = _mm512_setzero_ps();                                                          \
+        }                                                                                          \
+        for (int kk = 0; kk < dk; kk++) {                                                          \
+            float *Sr = S + (int64_t)kk * dv + c0;                                                 \
+            __m512 kb = _mm512_set1_ps(kn[kk]), qb = _mm512_set1_ps(qn[kk]);                       \
+            for (int u = 0; u < NV; u++) {                                                         \
+                __m512 x = _mm512_fmadd_ps(kb, dl[u], _mm512_loadu_ps(Sr + 16 * u));               \
+                _mm512_storeu_ps(Sr + 16 * u, x);                                                  \
+                acc[u] = _mm512_fmadd_ps(x, qb, acc[u]);                                           \
+            }                                                                                      \
+        }                                                                                          \
+        for (int u = 0; u < NV; u++) _mm512_storeu_ps(o + c0 + 16 * u, acc[u]);                    \
+    } while (0)
+
+__attribute__((target("avx512f,fma"))) static void delta_step_avx512(float *S, int dk, int dv,
+                                                                     const float *kn, const float *qn,
+                                                                     const float *v, float beta,
+                                                                     float decay, float *o) {
+    const __m512 vdec = _mm512_set1_ps(decay), vbeta = _mm512_set1_ps(beta);
+    int c0 = 0;
+    for (; c0 + 128 <= dv; c0 += 128) DELTA_BLOCK(8);
+    for (; c0 + 16 <= dv; c0 += 16) DELTA_BLOCK(1);
+}
+#undef DELTA_BLOCK
+
+static int have_avx512(void) {
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    }
+    return v;
+}
+#endif
+
 /* One (sequence, value head) pair: a sequential scan over the sequence's tokens. */
 static void delta_fn(void *p, int64_t b, int64_t e, int worker) {
     (void)worker;
     delta_job *j = p;
     const int dk = j->dk, dv = j->dv;
     float qn[1024], kn[1024], kvm[1024]; /* dk, dv <= 1024: checked by the caller */
+#ifdef VSR_OPS_AVX512
+    const int vec = dv % 16 == 0 && have_avx512();
+#endif
     for (int64_t u = b; u < e; u++) {
         int s = (int)(u / j->Hv), h = (int)(u % j->Hv);
         int hk = h / (j->Hv / j->Hk);
@@ -334,25 +420,14 @@ static void delta_fn(void *p, int64_t b, int64_t e, int worker) {
             const float *v = row + 2 * Kd + (int64_t)h * dv;
             float beta = sigmoidf_(j->b[r * j->Hv + h]);
             float decay = expf(negA * softplusf(j->a[r * j->Hv + h] + j->dt_bias[h]));
-            for (int i = 0; i < dv; i++) kvm[i] = 0;
-            for (int kk = 0; kk < dk; kk++) {
-                float *Sr = S + (int64_t)kk * dv;
-                for (int i = 0; i < dv; i++) {
-                    Sr[i] *= decay;
-                    kvm[i] += Sr[i] * kn[kk];
-                }
-            }
-            for (int i = 0; i < dv; i++) kvm[i] = (v[i] - kvm[i]) * beta; /* delta */
             float *o = j->out + r * ((int64_t)j->Hv * dv) + (int64_t)h * dv;
-            for (int i = 0; i < dv; i++) o[i] = 0;
-            for (int kk = 0; kk < dk; kk++) {
-                float *Sr = S + (int64_t)kk * dv;
-                float kq = kn[kk], qq = qn[kk];
-                for (int i = 0; i < dv; i++) {
-                    Sr[i] += kq * kvm[i];
-                    o[i] += Sr[i] * qq;
-                }
+#ifdef VSR_OPS_AVX512
+            if (vec) {
+                delta_step_avx512(S, dk, dv, kn, qn, v, beta, decay, o);
+                continue;
             }
+#endif
+            delta_step_scalar(S, dk, dv, kn, qn, v, beta, decay, kvm, o);
         }
     }
 }
@@ -471,6 +546,79 @@ static void attn_fn(void *p, int64_t b, int64_t e, int worker) {
     }
 }
 
+/* Blocked attention: one unit = (sequence, kv head, block of ATT_QB query rows). The unit
+ * gathers its kv head's K [nk, d] and V^T [d, nk] once, then for each of the rep query heads
+ * sharing it runs S = Q K^T and O = P V through the FP32 GEMM (on the worker's own thread),
+ * with the softmax in between (FP32, max-subtracted, probabilities p = e * (1/sum) as the
+ * per-row path does). Causal blocks read keys [0, block end) and mask the triangle to exact
+ * zeros. Each output element is still written by exactly one unit: thread-count independent. */
+enum { ATT_QB = 64 };
+
+typedef struct attn_blk_job {
+    const float *q, *k, *v;
+    int64_t qs;
+    const vsr_segs *seg;
+    int H, Hkv, d, causal;
+    float scale;
+    float *out;
+    int64_t nqb_total, max_len;
+    const int64_t *unit_seg; /* first unit index of each sequence: [n_seg + 1] */
+    float *ws;               /* per worker: ws_floats */
+    int64_t ws_floats;
+} attn_blk_job;
+
+static void attn_blk_fn(void *p, int64_t b, int64_t e, int worker) {
+    attn_blk_job *j = p;
+    const int d = j->d, rep = j->H / j->Hkv;
+    const int64_t kvs = (int64_t)j->Hkv * d, ldo = (int64_t)j->H * d;
+    float *Kh = j->ws + (int64_t)worker * j->ws_floats; /* [max_len, d] */
+    float *VT = Kh + j->max_len * d;                     /* [d, max_len] */
+    float *Qb = VT + j->max_len * d;                     /* [ATT_QB, d] */
+    float *Sb = Qb + (int64_t)ATT_QB * d;                /* [ATT_QB, max_len] */
+    float *Ob = Sb + (int64_t)ATT_QB * j->max_len;       /* [ATT_QB, d] */
+    for (int64_t u = b; u < e; u++) {
+        int s = 0;
+        while (u >= j->unit_seg[s + 1]) s++;
+        int64_t loc = u - j->unit_seg[s], len = j->seg->len[s], s0 = j->seg->start[s];
+        int64_t nqb = (len + ATT_QB - 1) / ATT_QB;
+        int hk = (int)(loc / nqb);
+        int64_t q0 = (loc % nqb) * ATT_QB, q1 = q0 + ATT_QB < len ? q0 + ATT_QB : len, nq = q1 - q0;
+        int64_t nk = j->causal ? q1 : len;
+        for (int64_t t = 0; t < nk; t++) {
+            const float *kr = j->k + (s0 + t) * kvs + (int64_t)hk * d;
+            const float *vr = j->v + (s0 + t) * kvs + (int64_t)hk * d;
+            memcpy(Kh + t * d, kr, sizeof(float) * (size_t)d);
+            for (int c = 0; c < d; c++) VT[(int64_t)c * nk + t] = vr[c];
+        }
+        for (int hh = 0; hh < rep; hh++) {
+            int h = hk * rep + hh;
+            for (int64_t i = 0; i < nq; i++)
+                memcpy(Qb + i * d, j->q + (s0 + q0 + i) * j->qs + (int64_t)h * d, sizeof(float) * (size_t)d);
+            vsr_gemm_f32(NULL, Qb, nq, d, Kh, nk, Sb, 0);
+            for (int64_t i = 0; i < nq; i++) {
+                float *sc = Sb + i * nk;
+                int64_t lim = j->causal ? q0 + i + 1 : nk;
+                float mx = -INFINITY;
+                for (int64_t t = 0; t < lim; t++) {
+                    sc[t] *= j->scale;
+                    if (sc[t] > mx) mx = sc[t];
+                }
+                float sum = 0;
+                for (int64_t t = 0; t < lim; t++) {
+                    sc[t] = expf(sc[t] - mx);
+                    sum += sc[t];
+                }
+                float inv = 1.0f / sum;
+                for (int64_t t = 0; t < lim; t++) sc[t] *= inv;
+                for (int64_t t = lim; t < nk; t++) sc[t] = 0.0f;
+            }
+            vsr_gemm_f32(NULL, Sb, nq, nk, VT, d, Ob, 0);
+            for (int64_t i = 0; i < nq; i++)
+                memcpy(j->out + (s0 + q0 + i) * ldo + (int64_t)h * d, Ob + i * d, sizeof(float) * (size_t)d);
+        }
+    }
+}
+
 static vsr_status cpu_attention(void *ctx, const float *q, int64_t qs, const float *k, const float *v,
                                 const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal,
                                 float *out, vsr_err *err) {
@@ -482,7 +630,25 @@ static vsr_status cpu_attention(void *ctx, const float *q, int64_t qs, const flo
     for (int s = 0; s < seg->n; s++)
         if (seg->len[s] > max_len) max_len = seg->len[s];
     int workers = vsr_pool_size(c->pool);
-    float *scratch = malloc(sizeof(float) * (size_t)max_len * (size_t)(workers > 0 ? workers : 1));
+    if (workers < 1) workers = 1;
+    /* Blocked path: per worker K and V^T of one kv head, a query block, its scores and output. */
+    int64_t ws_floats = 2 * max_len * d + 2LL * ATT_QB * d + (int64_t)ATT_QB * max_len;
+    ws_floats = (ws_floats + 15) & ~(int64_t)15;
+    int64_t *unit_seg = malloc(sizeof(int64_t) * ((size_t)seg->n + 1));
+    float *ws = NULL;
+    if (unit_seg && !posix_memalign((void **)&ws, 64, sizeof(float) * (size_t)ws_floats * (size_t)workers)) {
+        unit_seg[0] = 0;
+        for (int s = 0; s < seg->n; s++)
+            unit_seg[s + 1] = unit_seg[s] + (int64_t)Hkv * ((seg->len[s] + ATT_QB - 1) / ATT_QB);
+        attn_blk_job bj = {q, k, v, qs, seg, H, Hkv, d, causal, scale, out, 0, max_len, unit_seg, ws, ws_floats};
+        vsr_pool_for(c->pool, unit_seg[seg->n], 1, attn_blk_fn, &bj);
+        free(ws);
+        free(unit_seg);
+        return VSR_OK;
+    }
+    free(unit_seg);
+    /* Not enough memory for the blocked workspace: the per-row path needs only max_len. */
+    float *scratch = malloc(sizeof(float) * (size_t)max_len * (size_t)workers);
     if (!scratch) return vsr_err_set(err, VSR_E_NOMEM, "attention: no memory for %lld scores", (long long)max_len);
     int64_t rows = seg->start[seg->n - 1] + seg->len[seg->n - 1];
     attn_job j = {q, k, v, qs, seg, H, Hkv, d, causal, scale, out, scratch, max_len};
