@@ -29,27 +29,27 @@
 TEST(for_device_cpu_and_refusals) {
     vsr_err e = {0};
     vsr_backend b = {0};
-    CHECK_OK(vsr_backend_for_device(NULL, 1, &b, &e), e);
+    CHECK_OK(vsr_backend_for_device(NULL, 1, NULL, NULL, &b, &e), e);
     CHECK(b.ops && !strcmp(b.ops->name, "cpu"));
     vsr_backend_destroy(&b);
     vsr_device cpu = {.kind = VSR_DEV_CPU};
-    CHECK_OK(vsr_backend_for_device(&cpu, 1, &b, &e), e);
+    CHECK_OK(vsr_backend_for_device(&cpu, 1, NULL, NULL, &b, &e), e);
     CHECK(b.ops && !strcmp(b.ops->name, "cpu"));
     vsr_backend_destroy(&b);
     vsr_device rocm = {.kind = VSR_DEV_ROCM, .index = 1};
-    vsr_status st = vsr_backend_for_device(&rocm, 1, &b, &e);
+    vsr_status st = vsr_backend_for_device(&rocm, 1, NULL, NULL, &b, &e);
     CHECK_ERR(st, e, VSR_E_UNSUPPORTED, "rocm:1: this vllm-srun has no ROCm backend");
     CHECK(b.ops == NULL);
 #ifndef VSR_HAVE_CUDA
     vsr_device cu = {.kind = VSR_DEV_CUDA, .index = 0};
-    st = vsr_backend_for_device(&cu, 1, &b, &e);
+    st = vsr_backend_for_device(&cu, 1, NULL, NULL, &b, &e);
     CHECK_ERR(st, e, VSR_E_UNSUPPORTED,
               "cuda:0: this vllm-srun was built without CUDA (nvcc was not found at build time)");
     CHECK(b.ops == NULL);
 #else
     /* a CUDA ordinal no host has: refused with the device named, never the CPU instead */
     vsr_device cu = {.kind = VSR_DEV_CUDA, .index = 97};
-    st = vsr_backend_for_device(&cu, 1, &b, &e);
+    st = vsr_backend_for_device(&cu, 1, NULL, NULL, &b, &e);
     CHECK_ERR(st, e, VSR_E_DEVICE, "cuda:97: ");
     CHECK(b.ops == NULL);
 #endif

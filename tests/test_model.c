@@ -415,6 +415,9 @@ TEST(load_options_and_bad_inputs_are_refused) {
     o = (vsr_model_opts){.dtype = "float16"};
     st = vsr_model_load(p, &o, &m, &err);
     CHECK_ERR(st, err, VSR_E_INVALID, "--dtype float16");
+    o = (vsr_model_opts){.dtype = "bfloat16"}; /* a GPU rule; the CPU computes FP32 activations */
+    st = vsr_model_load(p, &o, &m, &err);
+    CHECK_ERR(st, err, VSR_E_INVALID, "cpu: --dtype bfloat16 is not available on the CPU");
     o = (vsr_model_opts){.threads = -1};
     st = vsr_model_load(p, &o, &m, &err);
     CHECK_ERR(st, err, VSR_E_INVALID, "threads");

@@ -16,8 +16,11 @@ vsr_status vsr_backend_cuda_new(int device_index, vsr_backend *out, vsr_err *err
 
 /* The backend for `d` (NULL = the CPU): CPU with `threads` workers, or CUDA on d->index.
  * A build without nvcc refuses a CUDA device ("this vllm-srun was built without CUDA ...");
- * there is no ROCm backend. Never falls back to the CPU silently. */
-vsr_status vsr_backend_for_device(const vsr_device *d, int threads, vsr_backend *out, vsr_err *err);
+ * there is no ROCm backend. Never falls back to the CPU silently.
+ * `dtype` ("auto" or NULL, or "bfloat16") and `autotune_dir` (NULL = none) configure the
+ * GPU kernels' rules (docs/cuda.md); the CPU takes only "auto". */
+vsr_status vsr_backend_for_device(const vsr_device *d, int threads, const char *dtype,
+                                  const char *autotune_dir, vsr_backend *out, vsr_err *err);
 
 #ifdef __cplusplus
 }

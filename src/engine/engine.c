@@ -41,6 +41,11 @@ vsr_status vsr_engine_prepare(vsr_engine *e, const vsr_engine_opts *o, vsr_err *
     if ((st = vsr_place(&devs, spec, &gr, &chosen, err)) != VSR_OK) return st;
     e->device = devs.dev[chosen];
     vsr_device_id(&e->device, e->device_id, sizeof e->device_id);
+    /* --dtype selects GPU kernel rules; the CPU has one numerics (FP32 activations). */
+    if (o->dtype && strcmp(o->dtype, "auto") && e->device.kind == VSR_DEV_CPU)
+        return vsr_err_set(err, VSR_E_INVALID,
+                           "%s: --dtype %s is not available on the CPU (expected auto: FP32 activations "
+                           "over the stored weights)", e->device_id, o->dtype);
     return VSR_OK;
 }
 

@@ -445,9 +445,6 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
         return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: family %s has no model implementation here (expected "
                            "decision3)", pkg->path, vsr_family_name(pkg->family));
     vsr_model_opts o = opts ? *opts : (vsr_model_opts){0};
-    if (o.dtype && o.dtype[0] && strcmp(o.dtype, "auto"))
-        return vsr_err_set(err, VSR_E_INVALID, "model: --dtype %s is not available on the CPU (expected auto: "
-                           "FP32 activations over the stored weights)", o.dtype);
     const vsr_text_config *c = &pkg->config.text;
     if (c->num_hidden_layers <= 0 || c->num_hidden_layers > VSR_MAX_LAYERS || c->hidden_size <= 0)
         return vsr_err_set(err, VSR_E_FORMAT, "%s: text_config has %d layers of hidden size %lld", pkg->path,
@@ -481,7 +478,7 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
         goto fail;
     }
     /* The device's backend, or a refusal naming why (never a silent CPU fallback). */
-    if ((st = vsr_backend_for_device(o.device, o.threads, &m->be, err))) goto fail;
+    if ((st = vsr_backend_for_device(o.device, o.threads, o.dtype, o.autotune_cache, &m->be, err))) goto fail;
 
     if (!(m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers))) {
         st = vsr_err_set(err, VSR_E_NOMEM, "model: out of memory");

@@ -136,6 +136,10 @@ out=$("$BIN" serve vllm-sr-c/d3-tiny --device cuda:3 --port "$PORT" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "cuda" && ok "missing cuda:3 refused" || bad "cuda:3: $rc $out"
 out=$("$BIN" serve vllm-sr-c/d3-tiny --device tpu --port "$PORT" 2>&1); rc=$?
 [ $rc != 0 ] && echo "$out" | grep -q "device must be auto or one of" && ok "bad --device refused" || bad "--device tpu: $rc $out"
+out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --dtype bfloat16 --port "$PORT" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "cpu: --dtype bfloat16 is not available on the CPU" && ok "--dtype bfloat16 on the CPU refused at startup" || bad "dtype on cpu: $rc $out"
+out=$("$BIN" serve vllm-sr-c/d3-tiny --dtype float16 --port "$PORT" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "dtype must be auto or bfloat16" && ok "--dtype float16 refused" || bad "dtype float16: $rc $out"
 out=$("$BIN" serve vllm-sr-c/d3-tiny@main --revision other --port "$PORT" 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q "names revision main but --revision says other" && ok "conflicting revisions refused" || bad "revisions: $rc $out"
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny-FP8 >/dev/null
