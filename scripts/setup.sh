@@ -3,7 +3,7 @@
 # Idempotent: installs only missing packages. Needs root or sudo for apt.
 set -euo pipefail
 pkgs=(build-essential pkg-config libjansson-dev libssl-dev libpcre2-dev libutf8proc-dev
-      libmicrohttpd-dev libyaml-dev curl ca-certificates python3)
+      libmicrohttpd-dev libyaml-dev curl ca-certificates python3 python3-jsonschema python3-yaml)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
