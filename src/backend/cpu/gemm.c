@@ -191,7 +191,8 @@ int vsr_gemm_force_isa(const char *name) {
 
 enum {
     SMALL_BAND = 16, /* W rows per small-path task unit */
-    LARGE_MC = 128,  /* X rows per large-path task */
+    LARGE_MC = 128,  /* X rows per large-path task (at least) */
+    LARGE_MC_MAX = 512, /* ... and at most */
     LARGE_NC = GEMM_LARGE_NC, /* W rows (output columns) per large-path task */
 };
 
@@ -247,6 +248,11 @@ static bool gemm_run(vsr_pool *p, const gemm_w *w, const float *X, int64_t M, fl
         j.mc = LARGE_MC;
         j.nc = LARGE_NC; /* a multiple of every isa's n_align (32, 16) */
         j.nblocks = (N + j.nc - 1) / j.nc;
+        /* A task decodes and packs its W panels once for its mc rows: grow the row block up to
+         * LARGE_MC_MAX (X tile [mc, KC] still fits in L2) while there are enough tasks left to
+         * balance the pool. Per-element arithmetic does not depend on mc. */
+        while (j.mc < LARGE_MC_MAX && j.nblocks * ((M + 2 * j.mc - 1) / (2 * j.mc)) >= 4 * (int64_t)threads)
+            j.mc *= 2;
         int64_t mblocks = (M + j.mc - 1) / j.mc;
         vsr_pool_for(p, mblocks * j.nblocks, 1, large_task, &j);
     }

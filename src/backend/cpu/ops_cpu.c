@@ -547,8 +547,8 @@ static void attn_fn(void *p, int64_t b, int64_t e, int worker) {
 }
 
 /* Blocked attention: one unit = (sequence, kv head, block of ATT_QB query rows). The unit
- * gathers its kv head's K [nk, d] and V^T [d, nk] once, then for each of the rep query heads
- * sharing it runs S = Q K^T and O = P V through the FP32 GEMM (on the worker's own thread),
+ * gathers its kv head's K [nk, d] and V^T [d, nk] once, stacks the rep query heads sharing
+ * it and runs S = Q K^T and O = P V through the FP32 GEMM (on the worker's own thread),
  * with the softmax in between (FP32, max-subtracted, probabilities p = e * (1/sum) as the
  * per-row path does). Causal blocks read keys [0, block end) and mask the triangle to exact
  * zeros. Each output element is still written by exactly one unit: thread-count independent. */
@@ -570,12 +570,12 @@ typedef struct attn_blk_job {
 static void attn_blk_fn(void *p, int64_t b, int64_t e, int worker) {
     attn_blk_job *j = p;
     const int d = j->d, rep = j->H / j->Hkv;
-    const int64_t kvs = (int64_t)j->Hkv * d, ldo = (int64_t)j->H * d;
+    const int64_t kvs = (int64_t)j->Hkv * d, ldo = (int64_t)j->H * d, qbr = (int64_t)rep * ATT_QB;
     float *Kh = j->ws + (int64_t)worker * j->ws_floats; /* [max_len, d] */
     float *VT = Kh + j->max_len * d;                     /* [d, max_len] */
-    float *Qb = VT + j->max_len * d;                     /* [ATT_QB, d] */
-    float *Sb = Qb + (int64_t)ATT_QB * d;                /* [ATT_QB, max_len] */
-    float *Ob = Sb + (int64_t)ATT_QB * j->max_len;       /* [ATT_QB, d] */
+    float *Qb = VT + j->max_len * d;                     /* [rep * ATT_QB, d] */
+    float *Sb = Qb + qbr * d;                            /* [rep * ATT_QB, max_len] */
+    float *Ob = Sb + qbr * j->max_len;                   /* [rep * ATT_QB, d] */
     for (int64_t u = b; u < e; u++) {
         int s = 0;
         while (u >= j->unit_seg[s + 1]) s++;
@@ -590,32 +590,35 @@ static void attn_blk_fn(void *p, int64_t b, int64_t e, int worker) {
             memcpy(Kh + t * d, kr, sizeof(float) * (size_t)d);
             for (int c = 0; c < d; c++) VT[(int64_t)c * nk + t] = vr[c];
         }
-        for (int hh = 0; hh < rep; hh++) {
-            int h = hk * rep + hh;
+        /* The rep query heads of this kv head stacked: row hh * nq + i is head hk*rep + hh,
+         * query q0 + i. One GEMM each for the scores and the output: K and V^T packed once. */
+        for (int hh = 0; hh < rep; hh++)
             for (int64_t i = 0; i < nq; i++)
-                memcpy(Qb + i * d, j->q + (s0 + q0 + i) * j->qs + (int64_t)h * d, sizeof(float) * (size_t)d);
-            vsr_gemm_f32(NULL, Qb, nq, d, Kh, nk, Sb, 0);
-            for (int64_t i = 0; i < nq; i++) {
-                float *sc = Sb + i * nk;
-                int64_t lim = j->causal ? q0 + i + 1 : nk;
-                float mx = -INFINITY;
-                for (int64_t t = 0; t < lim; t++) {
-                    sc[t] *= j->scale;
-                    if (sc[t] > mx) mx = sc[t];
-                }
-                float sum = 0;
-                for (int64_t t = 0; t < lim; t++) {
-                    sc[t] = expf(sc[t] - mx);
-                    sum += sc[t];
-                }
-                float inv = 1.0f / sum;
-                for (int64_t t = 0; t < lim; t++) sc[t] *= inv;
-                for (int64_t t = lim; t < nk; t++) sc[t] = 0.0f;
+                memcpy(Qb + ((int64_t)hh * nq + i) * d, j->q + (s0 + q0 + i) * j->qs + (int64_t)(hk * rep + hh) * d,
+                       sizeof(float) * (size_t)d);
+        vsr_gemm_f32(NULL, Qb, rep * nq, d, Kh, nk, Sb, 0);
+        for (int64_t ri = 0; ri < rep * nq; ri++) {
+            float *sc = Sb + ri * nk;
+            int64_t lim = j->causal ? q0 + ri % nq + 1 : nk;
+            float mx = -INFINITY;
+            for (int64_t t = 0; t < lim; t++) {
+                sc[t] *= j->scale;
+                if (sc[t] > mx) mx = sc[t];
             }
-            vsr_gemm_f32(NULL, Sb, nq, nk, VT, d, Ob, 0);
-            for (int64_t i = 0; i < nq; i++)
-                memcpy(j->out + (s0 + q0 + i) * ldo + (int64_t)h * d, Ob + i * d, sizeof(float) * (size_t)d);
+            float sum = 0;
+            for (int64_t t = 0; t < lim; t++) {
+                sc[t] = expf(sc[t] - mx);
+                sum += sc[t];
+            }
+            float inv = 1.0f / sum;
+            for (int64_t t = 0; t < lim; t++) sc[t] *= inv;
+            for (int64_t t = lim; t < nk; t++) sc[t] = 0.0f;
         }
+        vsr_gemm_f32(NULL, Sb, rep * nq, nk, VT, d, Ob, 0);
+        for (int hh = 0; hh < rep; hh++)
+            for (int64_t i = 0; i < nq; i++)
+                memcpy(j->out + (s0 + q0 + i) * ldo + (int64_t)(hk * rep + hh) * d, Ob + ((int64_t)hh * nq + i) * d,
+                       sizeof(float) * (size_t)d);
     }
 }
 
@@ -632,7 +635,8 @@ static vsr_status cpu_attention(void *ctx, const float *q, int64_t qs, const flo
     int workers = vsr_pool_size(c->pool);
     if (workers < 1) workers = 1;
     /* Blocked path: per worker K and V^T of one kv head, a query block, its scores and output. */
-    int64_t ws_floats = 2 * max_len * d + 2LL * ATT_QB * d + (int64_t)ATT_QB * max_len;
+    int64_t qbr = (int64_t)(H / Hkv) * ATT_QB;
+    int64_t ws_floats = 2 * max_len * d + 2 * qbr * d + qbr * max_len;
     ws_floats = (ws_floats + 15) & ~(int64_t)15;
     int64_t *unit_seg = malloc(sizeof(int64_t) * ((size_t)seg->n + 1));
     float *ws = NULL;
