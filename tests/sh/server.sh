@@ -86,6 +86,10 @@ while IFS=$'\t' read -r name method path status code msg body; do
   esac
 done < "$REPO/tests/data/server/bad_requests.tsv"
 [ $n -ge 40 ] && ok "$n bad requests checked" || bad "only $n bad requests"
+# a chunked body (no Content-Length) that streams past --max-request-bytes
+head -c 70000 /dev/zero | tr '\0' 'a' > "$T/big"
+got=$(curl -s -o "$T/out" -w '%{http_code}' -H 'Transfer-Encoding: chunked' --data-binary @"$T/big" "$URL/v1/decisions")
+[ "$got" = 413 ] && grep -q 'the request body exceeds 65536 bytes' "$T/out" && ok "streamed body over the limit -> 413" || bad "chunked: $got $(cat "$T/out")"
 curl -s "$URL/health" | grep -q ready && ok "still serving after the bad requests" || bad "worker unhealthy after bad requests"
 
 # ---- a client that disconnects: its work is cancelled, the worker keeps serving ----
