@@ -808,6 +808,11 @@ static vsr_status cu_rope(void *ctx, float *x, int64_t xs, const vsr_segs *seg, 
     return cuda_check_launch(c, "rope", err);
 }
 
+/* BF16 tensor-core flash attention (attention.cu); *taken = 0 for shapes it leaves to k_attention */
+extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs, const float *k, const float *v,
+                                        const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal,
+                                        float *out, int *taken, vsr_err *err);
+
 static vsr_status cu_attention(void *ctx, const float *q, int64_t qs, const float *k, const float *v,
                                const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal, float *out,
                                vsr_err *err) {
@@ -822,6 +827,9 @@ static vsr_status cu_attention(void *ctx, const float *q, int64_t qs, const floa
     int64_t rows, max_len;
     vsr_status st = segs_to_dev(c, seg, "attention", &s, &rows, &max_len, err);
     if (st || rows <= 0) return st;
+    int taken = 0;
+    st = cuda_attention_tc(c, q, qs, k, v, seg, H, Hkv, d, scale, causal, out, &taken, err);
+    if (st || taken) return st;
     dim3 grid(blocks_for(max_len, ATT_Q), (unsigned)H, (unsigned)s.n);
     k_attention<<<grid, ATT_Q * 32, att_smem(d), c->stream>>>(q, qs, k, v, s, H, Hkv, d, scale, causal, out);
     return cuda_check_launch(c, "attention", err);
