@@ -64,30 +64,8 @@ vsr_status vsr_json_load_file(const char *path, const char *label, size_t max_by
 }
 
 /* ---- Python-compatible canonical dump ---- */
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
 
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap * 2 : 256;
-        while (c < b->n + n + 1) c *= 2;
-        char *q = realloc(b->p, c);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+static void puts_(vsr_strbuf *b, const char *s) { vsr_strbuf_puts(b, s); }
 
 /* Decodes one UTF-8 code point; returns bytes consumed (1 on invalid, cp = U+FFFD). */
 static size_t utf8_next(const unsigned char *s, size_t n, unsigned *cp) {
@@ -101,14 +79,9 @@ static size_t utf8_next(const unsigned char *s, size_t n, unsigned *cp) {
     return (size_t)len;
 }
 
-typedef struct {
-    bool sort_keys, ensure_ascii;
-    const char *item_sep, *kv_sep;
-} dump_style;
-
-static void put_string(sbuf *b, const char *s, size_t n, bool ensure_ascii) {
+void vsr_json_put_string(vsr_strbuf *b, const char *s, size_t n, bool ensure_ascii) {
     char tmp[16];
-    put(b, "\"", 1);
+    vsr_strbuf_put(b, "\"", 1);
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
         unsigned cp;
@@ -125,7 +98,7 @@ static void put_string(sbuf *b, const char *s, size_t n, bool ensure_ascii) {
         default: break;
         }
         if (!ensure_ascii && cp >= 0x20 && cp != 0x7f && k > 1) {
-            put(b, (const char *)u + i - k, k);
+            vsr_strbuf_put(b, u + i - k, k);
             continue;
         }
         if (cp < 0x20 || (ensure_ascii && cp > 0x7e)) {
@@ -138,10 +111,10 @@ static void put_string(sbuf *b, const char *s, size_t n, bool ensure_ascii) {
             puts_(b, tmp);
         } else {
             char c = (char)cp;
-            put(b, &c, 1);
+            vsr_strbuf_put(b, &c, 1);
         }
     }
-    put(b, "\"", 1);
+    vsr_strbuf_put(b, "\"", 1);
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -151,7 +124,7 @@ static int cmp_str(const void *a, const void *b) {
 /* Python's float repr: the shortest digits that round-trip, written in fixed notation
  * when the decimal exponent is in [-4, 16) (integral values keep ".0"), else as
  * d.ddde+XX. */
-static void put_real(sbuf *b, double d) {
+static void put_real(vsr_strbuf *b, double d) {
     char tmp[64], digits[32];
     if (d == 0.0) {
         puts_(b, signbit(d) ? "-0.0" : "0.0");
@@ -204,38 +177,60 @@ static void put_real(sbuf *b, double d) {
     puts_(b, out);
 }
 
-static void dump(sbuf *b, const json_t *v, const dump_style *st) {
+/* Python's json encoder with `indent`: a newline, then `indent` spaces per level. */
+static void newline(vsr_strbuf *b, const vsr_json_style *st, int level) {
+    vsr_strbuf_put(b, "\n", 1);
+    for (int i = 0; i < level * st->indent; i++) vsr_strbuf_put(b, " ", 1);
+}
+
+static void dump(vsr_strbuf *b, const json_t *v, const vsr_json_style *st, int level) {
+    /* Python's separators: (",", ": ") with an indent, else (", ", ": ") or compact (",", ":"). */
+    bool pretty = st->indent >= 0;
+    const char *item_sep = pretty || st->compact ? "," : ", ";
+    const char *kv_sep = !pretty && st->compact ? ":" : ": ";
     char tmp[48];
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
         size_t n = json_object_size(v), i = 0;
-        const char **keys = malloc((n ? n : 1) * sizeof *keys);
+        if (!n) { /* Python writes an empty container as "{}" even with an indent */
+            puts_(b, "{}");
+            break;
+        }
+        const char **keys = malloc(n * sizeof *keys);
         if (!keys) { b->oom = true; return; }
         const char *k;
         json_t *x;
         json_object_foreach((json_t *)v, k, x) keys[i++] = k;
         if (st->sort_keys) qsort(keys, n, sizeof *keys, cmp_str);
-        put(b, "{", 1);
+        vsr_strbuf_put(b, "{", 1);
         for (i = 0; i < n; i++) {
-            if (i) puts_(b, st->item_sep);
-            put_string(b, keys[i], strlen(keys[i]), st->ensure_ascii);
-            puts_(b, st->kv_sep);
-            dump(b, json_object_get(v, keys[i]), st);
+            if (i) puts_(b, item_sep);
+            if (pretty) newline(b, st, level + 1);
+            vsr_json_put_string(b, keys[i], strlen(keys[i]), st->ensure_ascii);
+            puts_(b, kv_sep);
+            dump(b, json_object_get(v, keys[i]), st, level + 1);
         }
-        put(b, "}", 1);
+        if (pretty) newline(b, st, level);
+        vsr_strbuf_put(b, "}", 1);
         free(keys);
         break;
     }
     case JSON_ARRAY:
-        put(b, "[", 1);
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) puts_(b, st->item_sep);
-            dump(b, json_array_get(v, i), st);
+        if (!json_array_size(v)) {
+            puts_(b, "[]");
+            break;
         }
-        put(b, "]", 1);
+        vsr_strbuf_put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) puts_(b, item_sep);
+            if (pretty) newline(b, st, level + 1);
+            dump(b, json_array_get(v, i), st, level + 1);
+        }
+        if (pretty) newline(b, st, level);
+        vsr_strbuf_put(b, "]", 1);
         break;
     case JSON_STRING:
-        put_string(b, json_string_value(v), json_string_length(v), st->ensure_ascii);
+        vsr_json_put_string(b, json_string_value(v), json_string_length(v), st->ensure_ascii);
         break;
     case JSON_INTEGER:
         snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(v));
@@ -248,15 +243,15 @@ static void dump(sbuf *b, const json_t *v, const dump_style *st) {
     }
 }
 
+void vsr_json_dump_python(vsr_strbuf *b, const json_t *v, const vsr_json_style *st) {
+    dump(b, v, st, 0);
+}
+
 char *vsr_json_dumps_python(const json_t *v, bool sort_keys, bool ensure_ascii, bool compact) {
-    dump_style st = {sort_keys, ensure_ascii, compact ? "," : ", ", compact ? ":" : ": "};
-    sbuf b = {0};
-    dump(&b, v, &st);
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    vsr_json_style st = {.sort_keys = sort_keys, .ensure_ascii = ensure_ascii, .compact = compact, .indent = -1};
+    vsr_strbuf b = {0};
+    dump(&b, v, &st, 0);
+    return vsr_strbuf_take(&b, NULL);
 }
 
 char *vsr_json_dumps_python_compact(const json_t *v) {

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "core/strbuf.h"
 #include "vsr/error.h"
 
 /* Refuses any key of `obj` not in the NULL-terminated `allowed` list:
@@ -21,5 +22,31 @@ char *vsr_json_dumps_python_compact(const json_t *v);
  * (",",":") when compact else the default (", ",": "). Object keys otherwise keep
  * their document order (jansson preserves insertion order). */
 char *vsr_json_dumps_python(const json_t *v, bool sort_keys, bool ensure_ascii, bool compact);
+
+/* The options of Python's json.dumps that the writers here use. */
+typedef struct vsr_json_style {
+    bool sort_keys;    /* sort object keys (by UTF-8 bytes, which is code point order) */
+    bool ensure_ascii; /* see vsr_json_put_string */
+    bool compact;      /* separators (",", ":") instead of (", ", ": "); only without an indent */
+    int indent;        /* < 0: Python's indent=None, one line. >= 0: every item on its own line,
+                        * indented that many spaces per level, separators (",", ": "); empty
+                        * containers stay "{}" and "[]" */
+} vsr_json_style;
+/* Appends json.dumps(v, ...) in that style to b (b->oom on allocation failure). */
+void vsr_json_dump_python(vsr_strbuf *b, const json_t *v, const vsr_json_style *st);
+
+/* Appends the n bytes of UTF-8 text s as a quoted JSON string. The rules are Python's json
+ * module: " and \ backslash-escaped, \b \f \n \r \t short, other code points below U+0020
+ * as \u00xx (lowercase hex); with ensure_ascii also U+007F and everything past it as \uxxxx
+ * (a surrogate pair past U+FFFF), without it those are copied as they are.
+ * ensure_ascii=false is also exactly serde_json's escaping (Rust safetensors' header writer):
+ * the same short escapes, \u00xx lowercase for the other controls, DEL and non-ASCII as is.
+ * Python and serde_json differ only with ensure_ascii=true, which the safetensors writer does
+ * not use.
+ * The input must be valid UTF-8, which every caller guarantees (jansson refuses other
+ * strings and keys; the safetensors writer refuses other names and metadata); on other bytes
+ * the output is memory-safe but unspecified (the writers this one replaced already disagreed
+ * there). */
+void vsr_json_put_string(vsr_strbuf *b, const char *s, size_t n, bool ensure_ascii);
 
 #endif
