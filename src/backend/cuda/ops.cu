@@ -753,6 +753,12 @@ static vsr_status cu_conv1d_silu(void *ctx, const float *x, const vsr_segs *seg,
     return cuda_check_launch(c, "conv1d_silu", err);
 }
 
+/* Chunked (WY/UT) gated delta rule on tensor cores (deltanet.cu); *taken = 0 for shapes it leaves to k_dn_scan */
+extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
+                                            const float *a, const float *A_log, const float *dt_bias,
+                                            const vsr_segs *seg, int Hk, int Hv, int dk, int dv, float *out,
+                                            int *taken, vsr_err *err);
+
 static vsr_status cu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, const float *b, const float *a,
                               const float *A_log, const float *dt_bias, const vsr_segs *seg, int Hk, int Hv, int dk,
                               int dv, float *state, float *out, vsr_err *err) {
@@ -768,6 +774,9 @@ static vsr_status cu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, c
     int64_t rows;
     vsr_status st = segs_to_dev(c, seg, "deltanet", &s, &rows, NULL, err);
     if (st || rows <= 0) return st;
+    int taken = 0;
+    st = cuda_deltanet_chunked(c, qkv, qkv_stride, b, a, A_log, dt_bias, seg, Hk, Hv, dk, dv, out, &taken, err);
+    if (st || taken) return st;
     size_t nqk = (size_t)rows * Hk * dk, nbh = (size_t)rows * Hv;
     void *scr;
     if ((st = cuda_scratch(c, sizeof(float) * (2 * nqk + 2 * nbh), &scr, err))) return st;

@@ -1,0 +1,486 @@
+/* src/backend/cuda/deltanet.cu: the gated delta rule in chunked (WY/UT) form for prefill.
+ *
+ * The math of transformers' torch_chunk_gated_delta_rule (and flash-linear-attention's
+ * chunk_gated_delta_rule), per sequence and value head, chunks of C = 64 tokens that never
+ * cross a sequence boundary (the last chunk of a sequence is partial: its missing rows are
+ * zero with beta = 0 and g = 0, so they change nothing). For one chunk, with q, k
+ * l2-normalised (q also scaled by 1/sqrt(dk)), gc = cumsum(g) inside the chunk:
+ *   L   = strictly_lower(beta_i k_i.k_j exp(gc_i - gc_j))          [C, C]
+ *   T   = (I + L)^-1  (unit lower triangular: forward substitution)
+ *   W   = T diag(beta exp(gc)) K     [C, dk]      U = T diag(beta) V   [C, dv]
+ *   P   = lower_incl_diag(q_i.k_j exp(gc_i - gc_j))                   [C, C]
+ * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
+ *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
+ *
+ * Three kernels:
+ *   k_dnc_prep  : q, k l2-normalised into scratch [rows, Hk, dk] (one warp per row, head, q|k).
+ *   k_dnc_intra : one block per (chunk, value head), fully parallel: L, P, the solve, W, U
+ *                 into scratch (plus gc per row). The solve: 4 lanes per column of T (columns
+ *                 are independent), no block barrier.
+ *   k_dnc_state : one block per (sequence, value head, 64-column slice of dv), sequential over
+ *                 the sequence's chunks; S slice [128, 64] in registers (mma accumulators),
+ *                 mirrored in shared memory as the B operand.
+ * Matrix products: tensor cores, mma.sync m16n8k8 TF32 (inputs rounded to TF32, FP32
+ * accumulate). Normalised error vs the FP32 CPU op ~1e-3 (see tests/test_cuda_ops.c and the
+ * numpy prototype's numbers in bench/NOTES.md "### Chunked DeltaNet").
+ * Shapes taken: dk <= 128, dv <= 128, both multiples of 4 (16-byte copies), Hv a multiple of Hk, at most DNC_MAX_SEGS sequences,
+ * longest sequence >= DNC_MIN_LEN; anything else is left to the recurrent kernel in ops.cu. */
+#include "backend/cuda/cuda_internal.h"
+
+#define DNC_C 64       /* chunk length */
+#define DNC_DK 128     /* key dim padded in shared memory */
+#define DNC_DVS 64     /* value columns per state block */
+#define DNC_MAX_SEGS 128
+#define DNC_MIN_LEN 16 /* shorter batches (decode) stay on the recurrent scan */
+
+/* Shared-memory row strides (floats). Chosen so the mma fragment loads hit distinct banks
+ * (rows of 128 read row-major: 132 = 4 mod 32; read transposed: 136 = 8 mod 32; the 64-wide
+ * matrices read as B operands: 72 = 8 mod 32). */
+#define LDK 132
+#define LDKT 136
+#define LD64 72
+
+static_assert(DNC_DVS == DNC_C, "k_dnc_state loads U slices and P rows in one loop of DNC_C x DNC_DVS");
+
+typedef struct dnc_tab {
+    int n;
+    int64_t start[DNC_MAX_SEGS], len[DNC_MAX_SEGS];
+    int cfirst[DNC_MAX_SEGS + 1]; /* first chunk of each sequence; cfirst[n] = chunks */
+} dnc_tab;
+
+__device__ __forceinline__ float dnc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float dnc_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+
+/* d += a b: one m16n8k8 TF32 tile. Fragments (g = lane/4, t = lane%4):
+ * a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (t, g), b1 (t+4, g);
+ * d0 (g, 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1). */
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* A fragment of the 16x8 tile at A: element (m, k) at A[m*sm + k*sk], times sc[k] if sc. */
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const float *A, int sm, int sk, const float *sc, int g,
+                                       int t) {
+    float s0 = sc ? sc[t] : 1.0f, s1 = sc ? sc[t + 4] : 1.0f;
+    a[0] = to_tf32(A[g * sm + t * sk] * s0);
+    a[1] = to_tf32(A[(g + 8) * sm + t * sk] * s0);
+    a[2] = to_tf32(A[g * sm + (t + 4) * sk] * s1);
+    a[3] = to_tf32(A[(g + 8) * sm + (t + 4) * sk] * s1);
+}
+/* B fragment of the 8x8 tile at B: element (k, n) at B[k*sk + n*sn]. */
+__device__ __forceinline__ void load_b(uint32_t &b0, uint32_t &b1, const float *B, int sk, int sn, int g, int t) {
+    b0 = to_tf32(B[t * sk + g * sn]);
+    b1 = to_tf32(B[(t + 4) * sk + g * sn]);
+}
+
+/* Asynchronous global -> shared copies (sm_80+): many in flight per thread, no registers.
+ * An invalid source is zero-filled (src-size 0; the pointer is then only a valid dummy). */
+__device__ __forceinline__ void cp16(float *dst, const float *src, bool valid) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_wait_all() {
+    asm volatile("cp.async.commit_group;" ::);
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+__device__ __forceinline__ int dnc_seg_of_chunk(const dnc_tab &tb, int ci) {
+    int lo = 0, hi = tb.n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (tb.cfirst[mid] <= ci) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* q, k of every (row, key head) l2-normalised (eps 1e-6 inside the sqrt, as the CPU op and
+ * transformers' l2norm), q times 1/sqrt(dk). One warp per (row, head, q|k). */
+__global__ void k_dnc_prep(const float *__restrict__ qkv, int64_t qkv_stride, int64_t rows, int Hk, int dk,
+                           float *__restrict__ qn, float *__restrict__ kn) {
+    int64_t u = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (u >= rows * Hk * 2) return;
+    int which = (int)(u % 2);
+    int64_t rh = u / 2, r = rh / Hk;
+    int hk = (int)(rh % Hk);
+    const float *src = qkv + r * qkv_stride + (int64_t)which * Hk * dk + (int64_t)hk * dk;
+    float ss = 0;
+    for (int i = lane; i < dk; i += 32) ss += src[i] * src[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = 1.0f / sqrtf(ss + 1e-6f);
+    float sc = which == 0 ? 1.0f / sqrtf((float)dk) : 1.0f;
+    float *dst = (which == 0 ? qn : kn) + rh * dk;
+    for (int i = lane; i < dk; i += 32) dst[i] = (src[i] * inv) * sc;
+}
+
+/* Shared memory of k_dnc_intra (floats): K, Q (then V) [64][LDK]; Am, T [64][LD64]; gc, beta,
+ * beta*exp(gc) [64]. */
+#define INTRA_SMEM (sizeof(float) * (2 * DNC_C * LDK + 2 * DNC_C * LD64 + 3 * DNC_C))
+
+/* One block (256 threads, 8 warps) per (chunk, value head). Outputs, per chunk index ci and
+ * value head h (ch = ci*Hv + h): W [ch][64][dk], U [ch][64][dv], P [ch][64][64] (rows past
+ * the chunk's length are zero), gcg [row][Hv] (cumulative log decay inside the chunk). */
+__global__ void __launch_bounds__(256) k_dnc_intra(const float *__restrict__ qn, const float *__restrict__ kn,
+                                                   const float *__restrict__ qkv, int64_t qkv_stride,
+                                                   const float *__restrict__ b, const float *__restrict__ a,
+                                                   const float *__restrict__ A_log, const float *__restrict__ dt_bias,
+                                                   const dnc_tab tb, int Hk, int Hv, int dk, int dv,
+                                                   float *__restrict__ Wg, float *__restrict__ Ug,
+                                                   float *__restrict__ Pg, float *__restrict__ gcg) {
+    extern __shared__ __align__(16) float smem[];
+    float *Ks = smem, *Qs = Ks + DNC_C * LDK, *Am = Qs + DNC_C * LDK, *Ts = Am + DNC_C * LD64;
+    float *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C, *sw = bt + DNC_C;
+    const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
+    const int sg = dnc_seg_of_chunk(tb, ci);
+    const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
+    const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t ch = (int64_t)ci * Hv + h;
+
+    for (int e = tid; e < DNC_C * DNC_DK / 4; e += 256) { /* dk % 4 == 0: whole float4s */
+        int i = e / (DNC_DK / 4), c = (e % (DNC_DK / 4)) * 4;
+        bool ok = i < Lc && c < dk;
+        int64_t src = ok ? ((r0 + i) * Hk + hk) * dk + c : 0;
+        cp16(Ks + i * LDK + c, kn + src, ok);
+        cp16(Qs + i * LDK + c, qn + src, ok);
+    }
+    if (tid < DNC_C) {
+        float be = 0.0f, gg = 0.0f;
+        if (tid < Lc) {
+            int64_t bi = (r0 + tid) * Hv + h;
+            be = dnc_sigmoid(b[bi]);
+            gg = -expf(A_log[h]) * dnc_softplus(a[bi] + dt_bias[h]);
+        }
+        bt[tid] = be, gc[tid] = gg;
+    }
+    cp_wait_all();
+    __syncthreads();
+    if (w == 0) { /* inclusive cumsum of g over the 64 rows: two per lane, one warp scan */
+        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        float ex = s - (x0 + x1);
+        gc[2 * lane] = ex + x0;
+        gc[2 * lane + 1] = ex + x0 + x1;
+    }
+    __syncthreads();
+    if (tid < DNC_C) {
+        sw[tid] = bt[tid] * expf(gc[tid]);
+        if (tid < Lc) gcg[(r0 + tid) * Hv + h] = gc[tid];
+    }
+
+    /* K K^T and Q K^T: warp w takes row tile w%4 and column tiles 4*(w/4)..+3; tiles wholly
+     * above the diagonal skip the products (their entries are masked to 0 below). */
+    {
+        const int mt = w & 3, nb = (w >> 2) * 4;
+        float s1[4][4], s2[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) s1[n][r] = s2[n][r] = 0.0f;
+        const int ks_n = (dk + 7) / 8;
+        for (int ks = 0; ks < ks_n; ks++) {
+            uint32_t ak[4], aq[4];
+            load_a(ak, Ks + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+            load_a(aq, Qs + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                if (8 * (nb + n) > 16 * mt + 15) continue;
+                uint32_t b0, b1;
+                load_b(b0, b1, Ks + (nb + n) * 8 * LDK + ks * 8, 1, LDK, g, t);
+                mma_tf32(s1[n], ak, b0, b1);
+                mma_tf32(s2[n], aq, b0, b1);
+            }
+        }
+        __syncthreads(); /* gc, bt visible (written above by threads < 64) */
+        float *P = Pg + ch * DNC_C * DNC_C;
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), j = (nb + n) * 8 + 2 * t + (r & 1);
+                float dec = j <= i ? expf(gc[i] - gc[j]) : 0.0f;
+                Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * dec : 0.0f;
+                P[i * DNC_C + j] = j <= i ? s2[n][r] * dec : 0.0f;
+            }
+    }
+    __syncthreads();
+    /* V (raw, after the conv; any row stride, so 4-byte copies) into the Q buffer, in flight
+     * during the solve */
+    for (int e = tid; e < DNC_C * DNC_DK; e += 256) {
+        int i = e / DNC_DK, c = e % DNC_DK;
+        bool ok = i < Lc && c < dv;
+        cp4(Qs + i * LDK + c, ok ? qkv + (r0 + i) * qkv_stride + 2LL * Hk * dk + (int64_t)h * dv + c : qkv, ok);
+    }
+    asm volatile("cp.async.commit_group;" ::);
+    /* T = (I - Am)^-1 by columns: column j by lanes 4j..4j+3 (one warp holds 8 columns),
+     * T[i][j] = sum_{m<i} Am[i][m] T[m][j] for i > j, T[j][j] = 1, 0 above. */
+    {
+        const int j = tid >> 2, p = tid & 3;
+        for (int m = p; m < DNC_C; m += 4) Ts[m * LD64 + j] = m == j ? 1.0f : 0.0f;
+        __syncwarp();
+        for (int i = 1; i < DNC_C; i++) {
+            float s0 = 0.0f, s1 = 0.0f;
+            int m = p;
+            for (; m + 4 < i; m += 8) {
+                s0 += Am[i * LD64 + m] * Ts[m * LD64 + j];
+                s1 += Am[i * LD64 + m + 4] * Ts[(m + 4) * LD64 + j];
+            }
+            if (m < i) s0 += Am[i * LD64 + m] * Ts[m * LD64 + j];
+            float s = s0 + s1;
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if (p == 0 && i > j) Ts[i * LD64 + j] = s;
+            __syncwarp();
+        }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    /* W = T diag(beta exp(gc)) K, U = T diag(beta) V: warp w takes row tile w%4 and column
+     * tiles 8*(w/4)..+7; T is lower triangular, so row tile mt needs k rows < 16*(mt+1). */
+    {
+        const int mt = w & 3, nb = (w >> 2) * 8;
+        float aw[8][4], au[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) aw[n][r] = au[n][r] = 0.0f;
+        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+            uint32_t tw[4], tu[4];
+            load_a(tw, Ts + mt * 16 * LD64 + ks * 8, LD64, 1, sw + ks * 8, g, t);
+            load_a(tu, Ts + mt * 16 * LD64 + ks * 8, LD64, 1, bt + ks * 8, g, t);
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                uint32_t b0, b1;
+                load_b(b0, b1, Ks + ks * 8 * LDK + (nb + n) * 8, LDK, 1, g, t);
+                mma_tf32(aw[n], tw, b0, b1);
+                load_b(b0, b1, Qs + ks * 8 * LDK + (nb + n) * 8, LDK, 1, g, t);
+                mma_tf32(au[n], tu, b0, b1);
+            }
+        }
+        float *W = Wg + ch * DNC_C * dk, *U = Ug + ch * DNC_C * dv;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                if (c < dk) W[i * dk + c] = aw[n][r];
+                if (c < dv) U[i * dv + c] = au[n][r];
+            }
+    }
+}
+
+/* Shared memory of k_dnc_state (floats): W, Qg [64][LDK]; Kg [64][LDKT]; U, P, Vn [64][LD64];
+ * S [128][LD64]; exp(gc), exp(gL - gc) [64]. */
+#define STATE_SMEM \
+    (sizeof(float) * (2 * DNC_C * LDK + DNC_C * LDKT + 3 * DNC_C * LD64 + DNC_DK * LD64 + 2 * DNC_C))
+
+/* One block (256 threads) per (sequence, value head, slice of 64 value columns). Warp w:
+ * state rows 16w..16w+15 (all 64 columns) in registers; for the chunk's rows, row tile w%4
+ * and column tiles 4*(w/4)..+3. */
+__global__ void __launch_bounds__(256) k_dnc_state(const float *__restrict__ qn, const float *__restrict__ kn,
+                                                   const float *__restrict__ Wg, const float *__restrict__ Ug,
+                                                   const float *__restrict__ Pg, const float *__restrict__ gcg,
+                                                   const dnc_tab tb, int Hk, int Hv, int dk, int dv, int nsl,
+                                                   float *__restrict__ out) {
+    extern __shared__ __align__(16) float smem[];
+    float *Ws = smem, *Qg = Ws + DNC_C * LDK, *Kg = Qg + DNC_C * LDK, *Us = Kg + DNC_C * LDKT;
+    float *Ps = Us + DNC_C * LD64, *Vn = Ps + DNC_C * LD64, *Ss = Vn + DNC_C * LD64;
+    float *eg = Ss + DNC_DK * LD64, *ek = eg + DNC_C;
+    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
+    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int mt = w & 3, nb = (w >> 2) * 4, ks_dk = (dk + 7) / 8;
+    float S[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) S[n][r] = 0.0f;
+    for (int e = tid; e < DNC_DK * LD64; e += 256) Ss[e] = 0.0f;
+
+    for (int ci = tb.cfirst[sg]; ci < tb.cfirst[sg + 1]; ci++) {
+        const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
+        const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
+        const int64_t ch = (int64_t)ci * Hv + h;
+        const float gL = gcg[(r0 + Lc - 1) * Hv + h];
+        __syncthreads(); /* the previous chunk is done with every buffer */
+        if (tid < DNC_C) {
+            float gi = tid < Lc ? gcg[(r0 + tid) * Hv + h] : 0.0f;
+            eg[tid] = tid < Lc ? expf(gi) : 0.0f;
+            ek[tid] = tid < Lc ? expf(gL - gi) : 0.0f;
+        }
+        /* W, q, k, U slice, P: 16-byte asynchronous copies (dk, dv multiples of 4). q and k are
+         * copied unscaled: exp(gc) scales O's rows, exp(gL - gc) the k operand of the update. */
+        const float *W = Wg + ch * DNC_C * dk;
+        for (int e = tid; e < DNC_C * DNC_DK / 4; e += 256) {
+            int i = e / (DNC_DK / 4), c = (e % (DNC_DK / 4)) * 4;
+            bool ok = i < Lc && c < dk;
+            int64_t src = ok ? ((r0 + i) * Hk + hk) * dk + c : 0;
+            cp16(Ws + i * LDK + c, c < dk ? W + i * dk + c : W, c < dk);
+            cp16(Qg + i * LDK + c, qn + src, ok);
+            cp16(Kg + i * LDKT + c, kn + src, ok);
+        }
+        const float *U = Ug + ch * DNC_C * dv, *P = Pg + ch * DNC_C * DNC_C;
+        for (int e = tid; e < DNC_C * DNC_DVS / 4; e += 256) {
+            int i = e / (DNC_DVS / 4), c = (e % (DNC_DVS / 4)) * 4;
+            bool ok = c0 + c < dv;
+            cp16(Us + i * LD64 + c, ok ? U + i * dv + c0 + c : U, ok);
+            cp16(Ps + i * LD64 + c, P + i * DNC_C + c, true);
+        }
+        cp_wait_all();
+        __syncthreads();
+        /* Vn = U - W S and O = Qg S over this warp's 16 rows x 32 columns */
+        float av[4][4], ao[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) av[n][r] = ao[n][r] = 0.0f;
+        for (int ks = 0; ks < ks_dk; ks++) {
+            uint32_t aw[4], aq[4];
+            load_a(aw, Ws + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+            load_a(aq, Qg + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                uint32_t b0, b1;
+                load_b(b0, b1, Ss + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
+                mma_tf32(av[n], aw, b0, b1);
+                mma_tf32(ao[n], aq, b0, b1);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                Vn[i * LD64 + c] = Us[i * LD64 + c] - av[n][r];
+                ao[n][r] *= eg[i]; /* (q exp(gc)) S */
+            }
+        __syncthreads(); /* Vn complete; every read of Ss for this chunk is done */
+        /* O += P Vn (P lower triangular: k rows < 16*(mt+1)) */
+        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+            uint32_t ap[4];
+            load_a(ap, Ps + mt * 16 * LD64 + ks * 8, LD64, 1, nullptr, g, t);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                uint32_t b0, b1;
+                load_b(b0, b1, Vn + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
+                mma_tf32(ao[n], ap, b0, b1);
+            }
+        }
+        const int64_t ostride = (int64_t)Hv * dv;
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), c = c0 + (nb + n) * 8 + 2 * t + (r & 1);
+                if (i < Lc && c < dv) out[(r0 + i) * ostride + (int64_t)h * dv + c] = ao[n][r];
+            }
+        /* S = exp(gL) S + Kg^T Vn: this warp's state rows 16w..16w+15 */
+        const float eL = expf(gL);
+        if (16 * w < dk) {
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) S[n][r] *= eL;
+            const int ks_c = (Lc + 7) / 8;
+            for (int ks = 0; ks < ks_c; ks++) {
+                uint32_t ak[4];
+                load_a(ak, Kg + ks * 8 * LDKT + w * 16, 1, LDKT, ek + ks * 8, g, t); /* k exp(gL - gc) */
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    uint32_t b0, b1;
+                    load_b(b0, b1, Vn + ks * 8 * LD64 + n * 8, LD64, 1, g, t);
+                    mma_tf32(S[n], ak, b0, b1);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int i = w * 16 + g + ((r >> 1) << 3), c = n * 8 + 2 * t + (r & 1);
+                    Ss[i * LD64 + c] = S[n][r];
+                }
+        }
+    }
+}
+
+/* Called by the deltanet entry of ops.cu first. *taken = 0 (and VSR_OK) for shapes this
+ * path does not take; the caller then runs the recurrent scan. */
+extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
+                                            const float *a, const float *A_log, const float *dt_bias,
+                                            const vsr_segs *seg, int Hk, int Hv, int dk, int dv, float *out,
+                                            int *taken, vsr_err *err) {
+    *taken = 0;
+    if (dk <= 0 || dk > DNC_DK || dk % 4 || dv <= 0 || dv > 2 * DNC_DVS || dv % 4 || Hk <= 0 || Hv % Hk || seg->n <= 0 ||
+        seg->n > DNC_MAX_SEGS)
+        return VSR_OK;
+    dnc_tab tb;
+    tb.n = seg->n;
+    int64_t maxlen = 0, chunks = 0;
+    for (int i = 0; i < seg->n; i++) {
+        tb.start[i] = seg->start[i], tb.len[i] = seg->len[i];
+        tb.cfirst[i] = (int)chunks;
+        chunks += (seg->len[i] + DNC_C - 1) / DNC_C;
+        if (seg->len[i] > maxlen) maxlen = seg->len[i];
+    }
+    tb.cfirst[seg->n] = (int)chunks;
+    if (maxlen < DNC_MIN_LEN || chunks > 0x7fffffff / 2) return VSR_OK;
+    for (int i = 0; i < seg->n; i++)
+        if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
+    int optin = 0; /* the state kernel's ~190 KB of shared memory: Hopper yes, A100 (163 KB) no */
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess ||
+        (size_t)optin < STATE_SMEM) {
+        (void)cudaGetLastError();
+        return VSR_OK;
+    }
+    const int64_t rows = seg->start[seg->n - 1] + seg->len[seg->n - 1];
+    /* every region a multiple of 64 floats, so each starts 16-byte aligned for cp.async */
+#define R64(n) (((n) + 63) / 64 * 64)
+    const size_t nqk = R64((size_t)rows * Hk * dk), ng = R64((size_t)rows * Hv), nch = (size_t)chunks * Hv;
+#undef R64
+    const size_t nW = nch * DNC_C * dk, nU = nch * DNC_C * dv, nP = nch * DNC_C * DNC_C;
+    void *scr;
+    vsr_status st = cuda_scratch(c, sizeof(float) * (2 * nqk + ng + nW + nU + nP), &scr, err);
+    if (st) return st;
+    float *qn = (float *)scr, *kn = qn + nqk, *gcg = kn + nqk, *Wg = gcg + ng, *Ug = Wg + nW, *Pg = Ug + nU;
+
+    int64_t warps = rows * Hk * 2;
+    k_dnc_prep<<<(unsigned)((warps + 7) / 8), 256, 0, c->stream>>>(qkv, qkv_stride, rows, Hk, dk, qn, kn);
+    if ((st = cuda_check_launch(c, "deltanet (chunked) prep", err))) return st;
+
+    if ((st = cuda_check(c, cudaFuncSetAttribute(k_dnc_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)INTRA_SMEM),
+                         "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
+        return st;
+    dim3 gi((unsigned)chunks, (unsigned)Hv);
+    k_dnc_intra<<<gi, 256, INTRA_SMEM, c->stream>>>(qn, kn, qkv, qkv_stride, b, a, A_log, dt_bias, tb, Hk, Hv, dk, dv,
+                                                    Wg, Ug, Pg, gcg);
+    if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
+
+    if ((st = cuda_check(c, cudaFuncSetAttribute(k_dnc_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)STATE_SMEM),
+                         "deltanet (chunked): shared memory of the state kernel", err)))
+        return st;
+    const int nsl = (dv + DNC_DVS - 1) / DNC_DVS;
+    k_dnc_state<<<(unsigned)(seg->n * Hv * nsl), 256, STATE_SMEM, c->stream>>>(qn, kn, Wg, Ug, Pg, gcg, tb, Hk, Hv,
+                                                                              dk, dv, nsl, out);
+    if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+    *taken = 1;
+    return VSR_OK;
+}
