@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json_util.h"
+
 #define METADATA_KEY "__metadata__"
 
 struct vsr_st_file {
@@ -89,6 +91,31 @@ static bool numel_bytes(int64_t numel, int bits, uint64_t *nbits) {
     return !__builtin_mul_overflow((uint64_t)numel, (uint64_t)bits, nbits);
 }
 
+/* Metadata, in the reader and the writer alike: parallel key/value arrays sorted by key. */
+static size_t meta_lower_bound(char *const *keys, size_t n, const char *key) {
+    size_t pos = 0;
+    while (pos < n && strcmp(keys[pos], key) < 0) pos++;
+    return pos;
+}
+
+/* Inserts the owned pair (k, v) at pos; the arrays have room for n + 1 entries. */
+static void meta_insert(char **keys, char **vals, size_t *n, size_t pos, char *k, char *v) {
+    memmove(keys + pos + 1, keys + pos, (*n - pos) * sizeof(char *));
+    memmove(vals + pos + 1, vals + pos, (*n - pos) * sizeof(char *));
+    keys[pos] = k;
+    vals[pos] = v;
+    (*n)++;
+}
+
+static void meta_free(char **keys, char **vals, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(keys[i]);
+        free(vals[i]);
+    }
+    free(keys);
+    free(vals);
+}
+
 static vsr_st_file *file_new(const char *label) {
     vsr_st_file *f = calloc(1, sizeof *f);
     if (!f) return NULL;
@@ -105,12 +132,7 @@ void vsr_st_close(vsr_st_file *f) {
     for (size_t i = 0; i < f->n; i++) free((char *)f->tensors[i].name);
     free(f->tensors);
     free(f->by_name);
-    for (size_t i = 0; i < f->n_meta; i++) {
-        free(f->meta_keys[i]);
-        free(f->meta_vals[i]);
-    }
-    free(f->meta_keys);
-    free(f->meta_vals);
+    meta_free(f->meta_keys, f->meta_vals, f->n_meta);
     if (f->map) munmap(f->map, f->map_len);
     free(f->label);
     free(f);
@@ -135,20 +157,16 @@ static vsr_status parse_metadata(vsr_st_file *f, json_t *meta, vsr_err *err) {
         if (!json_is_string(v))
             return vsr_err_set(err, VSR_E_FORMAT,
                                "%s: " METADATA_KEY " value of \"%s\" must be a string", f->label, k);
-        /* Insertion sort keeps the keys sorted for bsearch; metadata maps are tiny. */
-        size_t pos = f->n_meta;
-        while (pos > 0 && strcmp(f->meta_keys[pos - 1], k) > 0) pos--;
+        /* Insertion sort keeps the keys sorted; metadata maps are tiny. The header has no
+         * duplicate keys (JSON_REJECT_DUPLICATES), so the place is unique. */
         char *kc = strdup(k), *vc = strdup(json_string_value(v));
         if (!kc || !vc) {
             free(kc);
             free(vc);
             return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory reading " METADATA_KEY, f->label);
         }
-        memmove(f->meta_keys + pos + 1, f->meta_keys + pos, (f->n_meta - pos) * sizeof(char *));
-        memmove(f->meta_vals + pos + 1, f->meta_vals + pos, (f->n_meta - pos) * sizeof(char *));
-        f->meta_keys[pos] = kc;
-        f->meta_vals[pos] = vc;
-        f->n_meta++;
+        meta_insert(f->meta_keys, f->meta_vals, &f->n_meta,
+                    meta_lower_bound(f->meta_keys, f->n_meta, kc), kc, vc);
     }
     return VSR_OK;
 }
@@ -494,87 +512,63 @@ static vsr_status open_fd(const char *path, const char *label, int *fd, uint64_t
     return VSR_OK;
 }
 
-vsr_status vsr_st_open(const char *path, const char *label, vsr_st_file **out, vsr_err *err) {
-    *out = NULL;
-    const char *L = label ? label : path;
-    vsr_st_file *f = file_new(L);
-    if (!f) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", L);
-    int fd;
-    vsr_status st = open_fd(path, L, &fd, &f->file_bytes, err);
-    if (st) {
-        vsr_st_close(f);
-        return st;
-    }
-    uint8_t prefix[8] = {0};
-    uint64_t hlen = 0;
-    if (f->file_bytes >= 8 && pread(fd, prefix, 8, 0) != 8) {
-        st = vsr_err_set(err, VSR_E_IO, "%s: cannot read the header length: %s", L, strerror(errno));
-        goto fail;
-    }
-    if ((st = check_prefix(L, prefix, f->file_bytes, &hlen, err))) goto fail;
-    if (f->file_bytes > SIZE_MAX) {
-        st = vsr_err_set(err, VSR_E_IO, "%s: file too large to map", L);
-        goto fail;
-    }
+/* vsr_st_open: maps the whole file, so tensors point into it. */
+static vsr_status load_mapped(vsr_st_file *f, int fd, uint64_t hlen, vsr_err *err) {
+    const char *L = f->label;
+    if (f->file_bytes > SIZE_MAX) return vsr_err_set(err, VSR_E_IO, "%s: file too large to map", L);
     f->map_len = (size_t)f->file_bytes;
     void *m = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-        st = vsr_err_set(err, VSR_E_IO, "%s: cannot map %zu bytes: %s", L, f->map_len, strerror(errno));
-        goto fail;
-    }
+    if (m == MAP_FAILED)
+        return vsr_err_set(err, VSR_E_IO, "%s: cannot map %zu bytes: %s", L, f->map_len, strerror(errno));
     f->map = m;
-    close(fd);
-    fd = -1;
     const uint8_t *base = m;
-    if ((st = parse_header(f, (const char *)base + 8, (size_t)hlen, base + 8 + hlen, 8 + hlen,
-                           f->file_bytes - 8 - hlen, err)))
-        goto fail;
-    *out = f;
-    return VSR_OK;
-fail:
-    if (fd >= 0) close(fd);
-    vsr_st_close(f);
-    return st;
+    return parse_header(f, (const char *)base + 8, (size_t)hlen, base + 8 + hlen, 8 + hlen,
+                        f->file_bytes - 8 - hlen, err);
 }
 
-vsr_status vsr_st_open_header(const char *path, const char *label, vsr_st_file **out, vsr_err *err) {
-    *out = NULL;
-    const char *L = label ? label : path;
-    vsr_st_file *f = file_new(L);
-    if (!f) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", L);
-    int fd;
-    vsr_status st = open_fd(path, L, &fd, &f->file_bytes, err);
-    if (st) {
-        vsr_st_close(f);
-        return st;
-    }
-    char *hdr = NULL;
-    uint8_t prefix[8] = {0};
-    uint64_t hlen = 0;
-    if (f->file_bytes >= 8 && pread(fd, prefix, 8, 0) != 8) {
-        st = vsr_err_set(err, VSR_E_IO, "%s: cannot read the header length: %s", L, strerror(errno));
-        goto done;
-    }
-    if ((st = check_prefix(L, prefix, f->file_bytes, &hlen, err))) goto done;
-    hdr = malloc((size_t)hlen);
-    if (!hdr) {
-        st = vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory for a %llu-byte header", L,
-                         (unsigned long long)hlen);
-        goto done;
-    }
+/* vsr_st_open_header: reads only the header bytes; tensors get no data pointer. */
+static vsr_status load_header_only(vsr_st_file *f, int fd, uint64_t hlen, vsr_err *err) {
+    const char *L = f->label;
+    char *hdr = malloc((size_t)hlen);
+    if (!hdr)
+        return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory for a %llu-byte header", L,
+                           (unsigned long long)hlen);
+    vsr_status st = VSR_OK;
     for (size_t got = 0; got < hlen;) {
         ssize_t r = pread(fd, hdr + got, (size_t)hlen - got, (off_t)(8 + got));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             st = vsr_err_set(err, VSR_E_IO, "%s: short read of the header: %s", L,
                              r < 0 ? strerror(errno) : "end of file");
-            goto done;
+            break;
         }
         got += (size_t)r;
     }
-    st = parse_header(f, hdr, (size_t)hlen, NULL, 8 + hlen, f->file_bytes - 8 - hlen, err);
-done:
+    if (!st) st = parse_header(f, hdr, (size_t)hlen, NULL, 8 + hlen, f->file_bytes - 8 - hlen, err);
     free(hdr);
+    return st;
+}
+
+/* Both file readers: open, check the 8-byte prefix against the file size, then load the
+ * header mapped or header-only. */
+static vsr_status open_file(const char *path, const char *label, bool map, vsr_st_file **out,
+                            vsr_err *err) {
+    *out = NULL;
+    const char *L = label ? label : path;
+    vsr_st_file *f = file_new(L);
+    if (!f) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", L);
+    int fd;
+    vsr_status st = open_fd(path, L, &fd, &f->file_bytes, err);
+    if (st) {
+        vsr_st_close(f);
+        return st;
+    }
+    uint8_t prefix[8] = {0};
+    uint64_t hlen = 0;
+    if (f->file_bytes >= 8 && pread(fd, prefix, 8, 0) != 8)
+        st = vsr_err_set(err, VSR_E_IO, "%s: cannot read the header length: %s", L, strerror(errno));
+    else if (!(st = check_prefix(L, prefix, f->file_bytes, &hlen, err)))
+        st = map ? load_mapped(f, fd, hlen, err) : load_header_only(f, fd, hlen, err);
     close(fd);
     if (st) {
         vsr_st_close(f);
@@ -582,6 +576,14 @@ done:
     }
     *out = f;
     return VSR_OK;
+}
+
+vsr_status vsr_st_open(const char *path, const char *label, vsr_st_file **out, vsr_err *err) {
+    return open_file(path, label, true, out, err);
+}
+
+vsr_status vsr_st_open_header(const char *path, const char *label, vsr_st_file **out, vsr_err *err) {
+    return open_file(path, label, false, out, err);
 }
 
 /* ---------------------------------------------------------------- accessors */
@@ -658,12 +660,7 @@ void vsr_st_writer_free(vsr_st_writer *w) {
         free(w->t[i].data);
     }
     free(w->t);
-    for (size_t i = 0; i < w->nm; i++) {
-        free(w->mk[i]);
-        free(w->mv[i]);
-    }
-    free(w->mk);
-    free(w->mv);
+    meta_free(w->mk, w->mv, w->nm);
     free(w);
 }
 
@@ -740,8 +737,7 @@ vsr_status vsr_st_writer_set_metadata(vsr_st_writer *w, const char *key, const c
     if (!valid_utf8_str(key) || !valid_utf8_str(value))
         return vsr_err_set(err, VSR_E_INVALID,
                            "safetensors writer: metadata \"%s\": key and value must be valid UTF-8", key);
-    size_t pos = 0;
-    while (pos < w->nm && strcmp(w->mk[pos], key) < 0) pos++;
+    size_t pos = meta_lower_bound(w->mk, w->nm, key);
     char *v = strdup(value);
     if (!v) return vsr_err_set(err, VSR_E_NOMEM, "safetensors writer: out of memory");
     if (pos < w->nm && !strcmp(w->mk[pos], key)) { /* replace */
@@ -760,66 +756,16 @@ vsr_status vsr_st_writer_set_metadata(vsr_st_writer *w, const char *key, const c
         free(v);
         return vsr_err_set(err, VSR_E_NOMEM, "safetensors writer: out of memory");
     }
-    memmove(w->mk + pos + 1, w->mk + pos, (w->nm - pos) * sizeof(char *));
-    memmove(w->mv + pos + 1, w->mv + pos, (w->nm - pos) * sizeof(char *));
-    w->mk[pos] = k;
-    w->mv[pos] = v;
-    w->nm++;
+    meta_insert(w->mk, w->mv, &w->nm, pos, k, v);
     w->has_meta = true;
     return VSR_OK;
 }
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap * 2 : 1024;
-        while (c < b->n + n + 1) c *= 2;
-        char *q = realloc(b->p, c);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-/* serde_json's string escaping (what the reference writer emits): ", \ and the control
- * characters are escaped (\b \f \n \r \t, else \u00xx in lowercase hex); every other byte,
- * non-ASCII UTF-8 and DEL included, is written as is. */
-static void sb_json_string(sbuf *b, const char *s) {
-    static const char hex[] = "0123456789abcdef";
-    sb_put(b, "\"", 1);
-    for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
-        switch (*u) {
-        case '"': sb_puts(b, "\\\""); break;
-        case '\\': sb_puts(b, "\\\\"); break;
-        case '\b': sb_puts(b, "\\b"); break;
-        case '\f': sb_puts(b, "\\f"); break;
-        case '\n': sb_puts(b, "\\n"); break;
-        case '\r': sb_puts(b, "\\r"); break;
-        case '\t': sb_puts(b, "\\t"); break;
-        default:
-            if (*u < 0x20) {
-                char e[7] = {'\\', 'u', '0', '0', hex[*u >> 4], hex[*u & 15], 0};
-                sb_puts(b, e);
-            } else {
-                sb_put(b, (const char *)u, 1);
-            }
-        }
-    }
-    sb_put(b, "\"", 1);
-}
+/* Header strings are escaped the way the reference writer's serde_json does, which is
+ * Python's json with ensure_ascii=False (see vsr_json_put_string): ", \ and the controls
+ * escaped, DEL and non-ASCII UTF-8 as is. Names and metadata were checked to be UTF-8 when
+ * added, as that writer requires. */
+static void put_json_string(vsr_strbuf *b, const char *s) { vsr_json_put_string(b, s, strlen(s), false); }
 
 static int cmp_layout(const void *a, const void *b) {
     const wtensor *x = *(const wtensor *const *)a, *y = *(const wtensor *const *)b;
@@ -849,44 +795,39 @@ vsr_status vsr_st_writer_save(vsr_st_writer *w, const char *path, vsr_err *err) 
 
     /* Header: "__metadata__" first (sorted keys), then the tensors in layout order with their
      * keys in the reference writer's order: dtype, shape, data_offsets. */
-    sbuf b = {0};
-    char num[64];
-    sb_put(&b, "{", 1);
+    vsr_strbuf b = {0};
+    vsr_strbuf_put(&b, "{", 1);
     bool first = true;
     if (w->has_meta) {
-        sb_puts(&b, "\"" METADATA_KEY "\":{");
+        vsr_strbuf_puts(&b, "\"" METADATA_KEY "\":{");
         for (size_t i = 0; i < w->nm; i++) {
-            if (i) sb_put(&b, ",", 1);
-            sb_json_string(&b, w->mk[i]);
-            sb_put(&b, ":", 1);
-            sb_json_string(&b, w->mv[i]);
+            if (i) vsr_strbuf_put(&b, ",", 1);
+            put_json_string(&b, w->mk[i]);
+            vsr_strbuf_put(&b, ":", 1);
+            put_json_string(&b, w->mv[i]);
         }
-        sb_put(&b, "}", 1);
+        vsr_strbuf_put(&b, "}", 1);
         first = false;
     }
     uint64_t off = 0;
     for (size_t i = 0; i < w->n; i++) {
         const wtensor *t = order[i];
-        if (!first) sb_put(&b, ",", 1);
+        if (!first) vsr_strbuf_put(&b, ",", 1);
         first = false;
-        sb_json_string(&b, t->name);
-        sb_puts(&b, ":{\"dtype\":");
-        sb_json_string(&b, vsr_dtype_info(t->dtype)->name);
-        sb_puts(&b, ",\"shape\":[");
-        for (int d = 0; d < t->ndim; d++) {
-            snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-            sb_puts(&b, num);
-        }
-        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                 (unsigned long long)(off + t->nbytes));
-        sb_puts(&b, num);
+        put_json_string(&b, t->name);
+        vsr_strbuf_puts(&b, ":{\"dtype\":");
+        put_json_string(&b, vsr_dtype_info(t->dtype)->name);
+        vsr_strbuf_puts(&b, ",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++) vsr_strbuf_printf(&b, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        vsr_strbuf_printf(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                          (unsigned long long)(off + t->nbytes));
         off += t->nbytes;
     }
-    sb_put(&b, "}", 1);
-    while (!b.oom && b.n % 8) sb_put(&b, " ", 1);
+    vsr_strbuf_put(&b, "}", 1);
+    while (!b.oom && b.n % 8) vsr_strbuf_put(&b, " ", 1);
     if (b.oom) {
         free(order);
-        free(b.p);
+        vsr_strbuf_free(&b);
         return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory building the header", path);
     }
     uint8_t prefix[8];
@@ -940,6 +881,6 @@ out:
     if (created) unlink(tmp);
     free(tmp);
     free(order);
-    free(b.p);
+    vsr_strbuf_free(&b);
     return st;
 }
