@@ -6,7 +6,7 @@
  * us is the median of per-launch event timings; weights rotate over enough copies to exceed
  * the 60 MB L2 several times. tbps counts the weight bytes as stored on the device plus FP32
  * activations read and FP32 outputs written once. First lines (# ...) are the ceilings.
- * Usage: gemm_cuda [rows,rows,...] [--quick] */
+ * Usage: gemm_cuda [rows,rows,...] [--shapes=name,name,...] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,9 +23,10 @@ struct shape {
     const char *name;
     int64_t K, N;
 };
+/* the largest first: a run cut short by its time limit still has them */
 static const shape SHAPES[] = {
-    {"q_proj", 5120, 12288},  {"kv_proj", 5120, 1024}, {"o_proj", 6144, 5120}, {"in_proj_qkv", 5120, 10240},
-    {"in_proj_z", 5120, 6144}, {"gate_up", 5120, 17408}, {"down", 17408, 5120},
+    {"gate_up", 5120, 17408}, {"down", 17408, 5120},  {"q_proj", 5120, 12288},   {"kv_proj", 5120, 1024},
+    {"o_proj", 6144, 5120},   {"in_proj_qkv", 5120, 10240}, {"in_proj_z", 5120, 6144},
 };
 /* out_proj has o_proj's shape and up has gate's: measured once */
 
@@ -105,9 +106,14 @@ static void row(const char *variant, const shape &s, int64_t M, float us, double
 
 int main(int argc, char **argv) {
     std::vector<int64_t> rows = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 8192};
-    if (argc > 1 && argv[1][0] != '-') {
-        rows.clear();
-        for (char *p = strtok(argv[1], ","); p; p = strtok(NULL, ",")) rows.push_back(atoll(p));
+    const char *only = NULL; /* --shapes=a,b: measure these shapes only */
+    for (int i = 1; i < argc; i++) {
+        if (!strncmp(argv[i], "--shapes=", 9)) {
+            only = argv[i] + 9;
+        } else if (argv[i][0] != '-') {
+            rows.clear();
+            for (char *p = strtok(argv[i], ","); p; p = strtok(NULL, ",")) rows.push_back(atoll(p));
+        }
     }
     vsr_err e;
     if (vsr_backend_cuda_new(0, &B, &e)) {
@@ -152,6 +158,11 @@ int main(int argc, char **argv) {
     }
     printf("variant,shape,K,N,M,us,tflops,tbps\n");
     for (const shape &s : SHAPES) {
+        if (only) {
+            size_t l = strlen(s.name);
+            const char *f = strstr(only, s.name);
+            if (!f || (f != only && f[-1] != ',') || (f[l] != 0 && f[l] != ',')) continue;
+        }
         int64_t N = s.N, K = s.K;
         /* BF16 weights: random finite bf16 in +-[2^-7, 2^-5] */
         std::vector<uint16_t> wb(N * K);
@@ -195,16 +206,14 @@ int main(int argc, char **argv) {
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld fp8 path %s\n", s.name, (long long)M, cuda_quant_last_path());
             row("fp8_linear", s, M, us, by_fp8, act);
+            cuda_quant_force_fp8_path(1); /* scaled (outer-vector; BF16 out where FP32 has no algorithm) */
+            us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
+            fprintf(stderr, "%s M %lld fp8 forced-scaled path %s\n", s.name, (long long)M, cuda_quant_last_path());
+            row("fp8_scaled", s, M, us, by_fp8, act);
             cuda_quant_force_fp8_path(2);
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
             row("fp8_unscaled", s, M, us, by_fp8, act);
             cuda_quant_force_fp8_path(0);
-            if (M >= 4096) {
-                cuda_quant_set_fp8_fast_accum(1);
-                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
-                row("fp8_linear_fastacc", s, M, us, by_fp8, act);
-                cuda_quant_set_fp8_fast_accum(0);
-            }
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld int4 path %s\n", s.name, (long long)M, cuda_quant_last_path());
             row("int4_linear", s, M, us, by_i4, act);

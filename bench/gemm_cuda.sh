@@ -3,7 +3,10 @@
 #   bench/gemm_cuda.sh build   (here: nvcc 13) -> .gpuq/{test_cuda_quant,gemm_cuda} with the host
 #                              libraries linked statically (the GPU machine has none of them)
 #   bench/gemm_cuda.sh run     (on the GPU machine, repository root, .gpuq carried) -> $OUT/
-#       env.txt, test_cuda_quant.log, gemm_cuda.csv (+ .err: paths taken), gemm_torch.csv
+#       env.txt, test_cuda_quant.log, gemm_cuda.csv (+ .err: paths taken), gemm_torch.csv,
+#       tune.tgz (the autotune cache: every candidate's time per shape)
+#   env: VSR_ROWS=1,8,... VSR_SHAPES=gate_up,down (subsets), VSR_TORCH=0 (skip the torch peers),
+#        VSR_TEST_TIMEOUT, VSR_SWEEP_TIMEOUT, VSR_TORCH_TIMEOUT (seconds)
 set -u
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = build ]; then
@@ -31,13 +34,14 @@ fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
   ldd .gpuq/test_cuda_quant | grep -E 'cublas|not found'; } 2>&1 | tee "$OUT/env.txt"
 rc=0
-( cd "${TMPDIR:-/tmp}" && timeout 150 "$OLDPWD/.gpuq/test_cuda_quant" ) > "$OUT/test_cuda_quant.log" 2>&1; rc=$?
+( cd "${TMPDIR:-/tmp}" && timeout "${VSR_TEST_TIMEOUT:-150}" "$OLDPWD/.gpuq/test_cuda_quant" ) > "$OUT/test_cuda_quant.log" 2>&1; rc=$?
 echo "test_cuda_quant rc=$rc" >> "$OUT/test_cuda_quant.log"
 grep -vE '^  fp8 N' "$OUT/test_cuda_quant.log" | tail -30
 if [ "${VSR_SWEEP:-1}" = 1 ]; then
   mkdir -p /tmp/vsr-tune
   VSR_AUTOTUNE_DIR=/tmp/vsr-tune timeout "${VSR_SWEEP_TIMEOUT:-180}" .gpuq/gemm_cuda ${VSR_ROWS:-} \
-    > "$OUT/gemm_cuda.csv" 2> "$OUT/gemm_cuda.err"; echo "gemm_cuda rc=$?"
+    ${VSR_SHAPES:+--shapes=$VSR_SHAPES} > "$OUT/gemm_cuda.csv" 2> "$OUT/gemm_cuda.err"; echo "gemm_cuda rc=$?"
+  tar czf "$OUT/tune.tgz" -C /tmp vsr-tune 2>/dev/null
   [ "${VSR_TORCH:-1}" = 1 ] && PYTHONUNBUFFERED=1 timeout "${VSR_TORCH_TIMEOUT:-120}" python3 bench/gemm_cuda_torch.py ${VSR_ROWS:-} \
     > "$OUT/gemm_torch.csv" 2> "$OUT/gemm_torch.err"; echo "torch rc=$?"
   head -3 "$OUT/gemm_cuda.csv"; head -4 "$OUT/gemm_torch.csv"

@@ -8,7 +8,7 @@
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
 
-static int g_force_fp8, g_force_int4, g_fp8_fast;
+static int g_force_fp8, g_force_int4, g_fp8_fast, g_force_int4_cfg = -1;
 static char g_last_path[160];
 
 extern "C" int cuda_quant_force_fp8_path(int mode) {
@@ -23,6 +23,12 @@ extern "C" int cuda_quant_force_int4_path(int mode) {
     g_force_int4 = mode;
     return old;
 }
+extern "C" int cuda_quant_force_int4_cfg(int idx) {
+    int old = g_force_int4_cfg;
+    g_force_int4_cfg = idx < 0 ? -1 : idx;
+    return old;
+}
+int quant_forced_int4_cfg(void) { return g_force_int4_cfg; }
 extern "C" int cuda_quant_set_fp8_fast_accum(int on) {
     int old = g_fp8_fast;
     g_fp8_fast = on ? 1 : 0;

@@ -11,12 +11,20 @@
  * Weights stay E4M3 on the device, padded with zeros to [Np, Kp] = [N, K] rounded up to 16
  * (cuBLASLt's FP8 operands need 16-byte leading dimensions, and it offered no FP8 algorithm for
  * N = 27 on the H200); the padded activation columns are zero too.
- * Measured on the H200 (CUDA 13.0's cuBLASLt): no algorithm for outer-vector scales with an FP32
- * output, so the scaled request falls back to the unscaled product + epilogue there. */
+ * Measured on the H200 (CUDA 13.0's cuBLASLt, sweep 1): no algorithm for outer-vector scales with an
+ * FP32 output. Second pass: the scaled request tries, in order, (a) outer-vector scales into FP32
+ * (exact contract), (b) outer-vector scales into a BF16 workspace (the D type torch's and vLLM's
+ * row-wise FP8 GEMMs write), then a pass y = (y +) float(d): used from FP8_BF16_MIN_ROWS rows up under
+ * --dtype auto (compute-bound sizes, where the FP32 product + FP32 epilogue lost to torch), and at
+ * every row count when the scaled path is forced; (c) the unscaled product + epilogue. The BF16
+ * output rounds each element once more (relative 2^-9 at most); see tests/test_cuda_quant.c.
+ * cuBLASLt is asked for up to FP8_ALGOS algorithms; with --autotune-cache each is timed once per
+ * shape (kernel "fp8_lt") and the winner recorded, else the heuristic's first is used. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #define VSR_QUANT_INTERNAL_CUDA 1
@@ -28,6 +36,9 @@ extern int quant_fp8_fast_accum(void);
 
 #define FP8_MAX 448.0f
 #define FP8_PLANS 64
+#define FP8_ALGOS 8
+#define FP8_BF16_MIN_ROWS 128
+enum { D_F32 = 0, D_F32_SCALED = 1, D_BF16_SCALED = 2 }; /* a plan's output type and scales */
 #define QROW_THREADS 256
 #define QROW_VEC 20 /* float4 per thread held in registers: rows up to 256*4*20 = 20480 */
 
@@ -107,16 +118,87 @@ __global__ void k_fp8_epilogue(const float *__restrict__ t, int64_t ldt, const f
     y[id] = accumulate ? y[id] + v : v;
 }
 
+/* The same, one row per blockIdx.y and 4 columns per thread (float4 where N and ldt allow): sweep 2's
+ * autotune timings put cuBLASLt's FP32-out FP8 GEMM alone at 1.10 ms for 8192 x 5120 -> 17408, but
+ * the whole linear at 2.0 ms; the flat kernel above spent most of the difference on two 64-bit
+ * divisions per element. Same arithmetic order: (t * sx[m]) * sw[n]. */
+__global__ void k_fp8_epilogue_rows(const float *__restrict__ t, int64_t ldt, const float *__restrict__ sx,
+                                    const float *__restrict__ sw, int64_t N, float *__restrict__ y, int accumulate) {
+    const int64_t m = blockIdx.y, n = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (n >= N) return;
+    const float *tr = t + m * ldt;
+    float *yr = y + m * N;
+    if (N % 4 == 0 && ldt % 4 == 0) {
+        float4 v = *(const float4 *)(tr + n);
+        if (sx) {
+            const float s = sx[m];
+            const float4 w = *(const float4 *)(sw + n);
+            v.x = v.x * s * w.x, v.y = v.y * s * w.y, v.z = v.z * s * w.z, v.w = v.w * s * w.w;
+        }
+        if (accumulate) {
+            const float4 o = *(const float4 *)(yr + n);
+            v.x = o.x + v.x, v.y = o.y + v.y, v.z = o.z + v.z, v.w = o.w + v.w;
+        }
+        *(float4 *)(yr + n) = v;
+        return;
+    }
+    for (int64_t i = n; i < n + 4 && i < N; i++) {
+        float v = tr[i];
+        if (sx) v = v * sx[m] * sw[i];
+        yr[i] = accumulate ? yr[i] + v : v;
+    }
+}
+
+/* launches the row epilogue (the flat one past 65535 rows, gridDim.y's limit) */
+static void fp8_epilogue(cuda_ctx *c, const float *t, int64_t ldt, const float *sx, const float *sw, int64_t M, int64_t N,
+                         float *y, int accumulate) {
+    if (M <= 65535) {
+        dim3 grid((unsigned)((N + 1023) / 1024), (unsigned)M);
+        k_fp8_epilogue_rows<<<grid, 256, 0, c->stream>>>(t, ldt, sx, sw, N, y, accumulate);
+    } else
+        k_fp8_epilogue<<<(unsigned)((M * N + 255) / 256), 256, 0, c->stream>>>(t, ldt, sx, sw, M, N, y, accumulate);
+}
+
+/* y[m, n] = (accumulate ? y : 0) + d[m, n] (BF16, row stride ldd); 8 outputs per thread when aligned */
+__global__ void k_fp8_bf16_out(const __nv_bfloat16 *__restrict__ d, int64_t ldd, int64_t M, int64_t N,
+                               float *__restrict__ y, int accumulate) {
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (N % 8 == 0 && ldd % 8 == 0) {
+        int64_t n8 = N / 8;
+        if (id >= M * n8) return;
+        int64_t m = id / n8, n = (id % n8) * 8;
+        uint4 v = *(const uint4 *)(d + m * ldd + n);
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+        float4 *yo = (float4 *)(y + m * N + n);
+        float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]), c2 = __bfloat1622float2(h[2]),
+               e = __bfloat1622float2(h[3]);
+        float4 lo = make_float4(a.x, a.y, b.x, b.y), hi = make_float4(c2.x, c2.y, e.x, e.y);
+        if (accumulate) {
+            float4 y0 = yo[0], y1 = yo[1];
+            lo.x += y0.x, lo.y += y0.y, lo.z += y0.z, lo.w += y0.w;
+            hi.x += y1.x, hi.y += y1.y, hi.z += y1.z, hi.w += y1.w;
+        }
+        yo[0] = lo, yo[1] = hi;
+        return;
+    }
+    if (id >= M * N) return;
+    int64_t m = id / N, n = id % N;
+    float v = __bfloat162float(d[m * ldd + n]);
+    y[id] = accumulate ? y[id] + v : v;
+}
+
 /* ---- cuBLASLt plans ---- */
 
 struct fp8_plan {
     int used;
     int64_t M, N, Kp, ldd;
-    int scaled, fast;
+    int dmode, fast;
     int ok; /* 0: no algorithm (remembered so we do not ask again) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algos[FP8_ALGOS];
+    int n_algos, chosen; /* chosen: index into algos, -1 until the first run decides */
+    const char *src;     /* "default", "timed", "cache" */
 };
 
 static void plan_free(fp8_plan *p) {
@@ -137,7 +219,7 @@ extern "C" void fp8_plans_free(quant_state *q) {
 }
 
 /* column-major view: D[N, M] (ld ldd) = op(Wq)[N, Kp] . Xq[Kp, M]; Wq stored Kp x N, transposed */
-static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, int64_t Kp, int64_t ldd, int scaled,
+static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, int64_t Kp, int64_t ldd, int dmode,
                            fp8_plan **out, vsr_err *err) {
     int fast = quant_fp8_fast_accum();
     if (!q->plans) {
@@ -147,7 +229,7 @@ static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, in
     }
     for (int i = 0; i < q->n_plans; i++) {
         fp8_plan *p = &q->plans[i];
-        if (p->used && p->M == M && p->N == N && p->Kp == Kp && p->ldd == ldd && p->scaled == scaled && p->fast == fast) {
+        if (p->used && p->M == M && p->N == N && p->Kp == Kp && p->ldd == ldd && p->dmode == dmode && p->fast == fast) {
             *out = p;
             return VSR_OK;
         }
@@ -155,21 +237,23 @@ static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, in
     fp8_plan *p = &q->plans[q->next_plan];
     q->next_plan = (q->next_plan + 1) % q->n_plans;
     plan_free(p);
-    p->used = 1, p->M = M, p->N = N, p->Kp = Kp, p->ldd = ldd, p->scaled = scaled, p->fast = fast;
+    p->used = 1, p->M = M, p->N = N, p->Kp = Kp, p->ldd = ldd, p->dmode = dmode, p->fast = fast;
+    p->chosen = -1, p->src = "default";
     *out = p;
     cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
     int8_t fa = (int8_t)fast;
     if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)Kp, (uint64_t)N, Kp) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)Kp, (uint64_t)M, Kp) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)N, (uint64_t)M, ldd) != CUBLAS_STATUS_SUCCESS) {
+        cublasLtMatrixLayoutCreate(&p->ld, dmode == D_BF16_SCALED ? CUDA_R_16BF : CUDA_R_32F, (uint64_t)N, (uint64_t)M,
+                                   ldd) != CUBLAS_STATUS_SUCCESS) {
         plan_free(p);
         return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: cuBLASLt: cannot create an FP8 matmul description", c->device);
     }
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof fa);
-    if (scaled) {
+    if (dmode != D_F32) {
         int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
         if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) !=
                 CUBLAS_STATUS_SUCCESS ||
@@ -181,28 +265,83 @@ static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, in
     cublasLtMatmulPreferenceCreate(&pref);
     size_t ws = c->lt_ws_bytes;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[FP8_ALGOS];
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &found);
+    cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, FP8_ALGOS, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (s == CUBLAS_STATUS_SUCCESS && found >= 1) p->algo = res.algo, p->ok = 1;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        for (int i = 0; i < found && i < FP8_ALGOS; i++)
+            if (res[i].state == CUBLAS_STATUS_SUCCESS) p->algos[p->n_algos++] = res[i].algo;
+    p->ok = p->n_algos > 0;
     return VSR_OK;
 }
 
+static cublasStatus_t plan_matmul(cuda_ctx *c, fp8_plan *p, int ai, const void *wq, const void *xq, void *d,
+                                  int accumulate) {
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    return cublasLtMatmul(c->lt, p->desc, &alpha, wq, p->la, xq, p->lb, &beta, d, p->ld, d, p->ld, &p->algos[ai],
+                          c->lt_ws, c->lt_ws_bytes, c->stream);
+}
+
+typedef struct fp8_tune {
+    fp8_plan *p;
+    const void *wq, *xq;
+} fp8_tune;
+
+/* autotune timing of algorithm `cand` (into the private tune buffer); one that fails counts as very slow */
+static float fp8_time(cuda_ctx *c, int cand, void *arg, vsr_err *err) {
+    fp8_tune *t = (fp8_tune *)arg;
+    quant_state *q;
+    if (quant_state_get(c, &q, err)) return -1;
+    size_t bytes = sizeof(float) * (size_t)(t->p->M * t->p->ldd);
+    if (quant_grow(c, &q->tune_out, &q->tune_out_bytes, bytes, "autotune output", err)) return -1;
+    if (plan_matmul(c, t->p, cand, t->wq, t->xq, q->tune_out, 0) != CUBLAS_STATUS_SUCCESS) {
+        cudaGetLastError();
+        return 1e9f;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    const int reps = 5;
+    cudaEventRecord(e0, c->stream);
+    for (int i = 0; i < reps; i++) plan_matmul(c, t->p, cand, t->wq, t->xq, q->tune_out, 0);
+    cudaEventRecord(e1, c->stream);
+    float ms = -1;
+    if (cuda_check(c, cudaEventSynchronize(e1), "autotune: synchronize", err) == VSR_OK) {
+        cudaEventElapsedTime(&ms, e0, e1);
+        ms /= reps;
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return ms < 0 ? -1 : ms * 1000.0f;
+}
+
 static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void *xq, const float *sw, const float *sx,
-                           float *d, int accumulate, int *ran, vsr_err *err) {
+                           void *d, int accumulate, int *ran, vsr_err *err) {
     *ran = 0;
     if (!p->ok) return VSR_OK;
-    if (p->scaled) {
+    if (p->dmode != D_F32) {
         if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw) ||
             cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx)) {
             p->ok = 0;
             return VSR_OK;
         }
     }
-    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasStatus_t s = cublasLtMatmul(c->lt, p->desc, &alpha, wq, p->la, xq, p->lb, &beta, d, p->ld, d, p->ld, &p->algo,
-                                      c->lt_ws, c->lt_ws_bytes, c->stream);
+    if (p->chosen < 0) {
+        int choice = 0;
+        const char *src = "default";
+        if (p->n_algos > 1 && c->autotune_dir[0]) {
+            char key[128], names[FP8_ALGOS][8];
+            const char *np[FP8_ALGOS];
+            for (int i = 0; i < p->n_algos; i++) snprintf(names[i], sizeof names[i], "a%d", i), np[i] = names[i];
+            snprintf(key, sizeof key, "m%lld-n%lld-k%lld-ld%lld-d%d-f%d", (long long)p->M, (long long)p->N, (long long)p->Kp,
+                     (long long)p->ldd, p->dmode, p->fast);
+            fp8_tune t = {p, wq, xq};
+            vsr_status st = autotune_choose(c, "fp8_lt", key, p->n_algos, np, 0, fp8_time, &t, &choice, &src, err);
+            if (st) return st;
+        }
+        p->chosen = choice, p->src = src;
+    }
+    cublasStatus_t s = plan_matmul(c, p, p->chosen, wq, xq, d, accumulate);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
         p->ok = 0; /* fall back, and remember */
         return VSR_OK;
@@ -282,37 +421,51 @@ extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, co
     fp8_plan *p;
     int ran = 0;
     if (!unscaled) {
-        /* straight into y where its row stride suits cuBLASLt (16 bytes), else via the workspace */
+        /* (a) outer-vector scales, FP32 out: straight into y where its row stride suits cuBLASLt (16 bytes) */
         if (N == Np) {
-            if ((st = plan_get(c, q, M, N, Kp, N, 1, &p, err)) ||
+            if ((st = plan_get(c, q, M, N, Kp, N, D_F32_SCALED, &p, err)) ||
                 (st = run_plan(c, p, w->w, xq, sw, sx, y, accumulate, &ran, err)))
                 return st;
             if (ran) {
-                quant_set_last_path("fp8:scaled(outer-vec)");
+                quant_set_last_path("fp8:scaled(outer-vec,a%d,%s)", p->chosen, p->src);
                 return VSR_OK;
             }
+        } else {
+            if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product", err)) ||
+                (st = plan_get(c, q, M, Np, Kp, Np, D_F32_SCALED, &p, err)) ||
+                (st = run_plan(c, p, w->w, xq, sw, sx, q->wtmp, 0, &ran, err)))
+                return st;
+            if (ran) {
+                fp8_epilogue(c, (const float *)q->wtmp, Np, NULL, NULL, M, N, y, accumulate);
+                quant_set_last_path("fp8:scaled(outer-vec,padded,a%d,%s)", p->chosen, p->src);
+                return cuda_check_launch(c, "FP8 copy-out", err);
+            }
         }
-        if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product", err)) ||
-            (st = plan_get(c, q, M, Np, Kp, Np, 1, &p, err)) ||
-            (st = run_plan(c, p, w->w, xq, sw, sx, (float *)q->wtmp, 0, &ran, err)))
-            return st;
-        if (ran) {
-            k_fp8_epilogue<<<(unsigned)((M * N + 255) / 256), 256, 0, c->stream>>>((const float *)q->wtmp, Np, NULL, NULL,
-                                                                                   M, N, y, accumulate);
-            quant_set_last_path("fp8:scaled(outer-vec,padded)");
-            return cuda_check_launch(c, "FP8 copy-out", err);
+        /* (b) outer-vector scales, BF16 out, then widened (and accumulated) into y */
+        if (forced == 1 || M >= FP8_BF16_MIN_ROWS) {
+            if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product",
+                                 err)) ||
+                (st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, &p, err)) ||
+                (st = run_plan(c, p, w->w, xq, sw, sx, q->wtmp, 0, &ran, err)))
+                return st;
+            if (ran) {
+                int64_t items = (N % 8 == 0) ? M * (N / 8) : M * N;
+                k_fp8_bf16_out<<<(unsigned)((items + 255) / 256), 256, 0, c->stream>>>((const __nv_bfloat16 *)q->wtmp, Np,
+                                                                                        M, N, y, accumulate);
+                quant_set_last_path("fp8:scaled(outer-vec,bf16-out,a%d,%s)", p->chosen, p->src);
+                return cuda_check_launch(c, "FP8 BF16 output", err);
+            }
         }
     }
-    /* unscaled FP8 product into FP32, then the scales */
+    /* (c) unscaled FP8 product into FP32, then the scales */
     if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product", err)) ||
-        (st = plan_get(c, q, M, Np, Kp, Np, 0, &p, err)) ||
-        (st = run_plan(c, p, w->w, xq, NULL, NULL, (float *)q->wtmp, 0, &ran, err)))
+        (st = plan_get(c, q, M, Np, Kp, Np, D_F32, &p, err)) ||
+        (st = run_plan(c, p, w->w, xq, NULL, NULL, q->wtmp, 0, &ran, err)))
         return st;
     if (!ran)
         return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d (%s): cuBLASLt offers no FP8 matmul for [%lld x %lld] . [%lld x %lld]^T",
                            c->device, c->dev_name, (long long)M, (long long)Kp, (long long)N, (long long)Kp);
-    k_fp8_epilogue<<<(unsigned)((M * N + 255) / 256), 256, 0, c->stream>>>((const float *)q->wtmp, Np, sx, sw, M, N, y,
-                                                                           accumulate);
+    fp8_epilogue(c, (const float *)q->wtmp, Np, sx, sw, M, N, y, accumulate);
     quant_set_last_path(unscaled ? "fp8:unscaled+epilogue" : "fp8:unscaled+epilogue(no outer-vec algorithm)");
     return cuda_check_launch(c, "FP8 epilogue", err);
 }

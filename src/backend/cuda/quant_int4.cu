@@ -30,6 +30,7 @@
 #include "backend/cuda/quant_internal.h"
 
 extern int quant_forced_int4_path(void);
+extern int quant_forced_int4_cfg(void);
 
 #define I4_MAX_FUSED_ROWS 256
 #define I4_MAX_KS 16
@@ -141,35 +142,6 @@ __device__ __forceinline__ void mma16816(float *d, uint32_t a0, uint32_t a1, uin
                  "{%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* unpack tiles -> bf16 W [N, Kp] (permuted column order), per-column groups colgrp[Kp] */
-__global__ void k_i4_unpack(const uint4 *__restrict__ wq, const uint32_t *__restrict__ sz, const int32_t *__restrict__ colgrp,
-                            int64_t N, int64_t Np, int64_t KC, __nv_bfloat16 *__restrict__ W) {
-    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int64_t NT = Np / 16;
-    if (id >= NT * KC * 32) return;
-    int lane = (int)(id & 31);
-    int64_t kc = (id >> 5) % KC, nt = (id >> 5) / KC;
-    int64_t Kp = KC * 64;
-    uint4 v = wq[id];
-    uint32_t wd[4] = {v.x, v.y, v.z, v.w};
-    int r = lane >> 2, c = (lane & 3) * 2;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) { /* A-register i: row r + 8(i&1), columns c + 8(i>>1) + {0,1} */
-            int64_t n = nt * 16 + r + ((i & 1) ? 8 : 0);
-            int64_t k = kc * 64 + 16 * j + c + ((i >> 1) ? 8 : 0);
-            if (n >= N) continue;
-            uint32_t s0 = sz[(int64_t)colgrp[k] * Np + n], s1 = sz[(int64_t)colgrp[k + 1] * Np + n];
-            uint32_t t = ((wd[j] >> (4 * i)) & 0x000F000Fu) | 0x43004300u;
-            __nv_bfloat162 tv = *(__nv_bfloat162 *)&t;
-            uint32_t b2 = (s0 & 0xFFFFu) | (s1 << 16), s2 = (s0 >> 16) | (s1 & 0xFFFF0000u);
-            __nv_bfloat162 r2 = __hmul2(__hsub2(tv, *(__nv_bfloat162 *)&b2), *(__nv_bfloat162 *)&s2);
-            *(__nv_bfloat162 *)(W + n * Kp + k) = r2;
-        }
-    }
 }
 
 /* ---- the fused kernel ----
@@ -302,14 +274,242 @@ __global__ void __launch_bounds__(W * 32)
     if (threadIdx.x == 0) counters[tile] = 0; /* ready for the next launch (stream-ordered) */
 }
 
-/* ---- configurations ---- */
+/* ---- the shared-activation kernel (second pass) ----
+ * Why: the kernel above re-reads each warp's activation fragments from L2 for its own 16 rows,
+ * needs a separate staging launch, and serialises a group-index load before each scale load;
+ * sweep 1 measured ~1 TB/s at 1-16 rows. Here each warp owns one 16-row n-tile over the block's
+ * K range (no cross-warp reduction); the NW warps of a block share the activations, which the
+ * block converts from FP32 straight into shared memory in B-fragment order (no staging launch),
+ * S chunks at a time. Weights stream as one 16-byte load per lane per 64-column chunk, U chunks
+ * per register group with the next group's loads issued before the current group's multiply.
+ * The group of a chunk is computed (gchunks > 0) so its scales load beside its weights.
+ * grid (token groups of MT*8, ceil(NT / NW), KS); token groups vary fastest so blocks re-reading
+ * the same weights for other tokens run together (L2). Split K: partial sums to ws, the last
+ * block of a tile adds them in split order (deterministic, as above). */
+typedef struct i4p {
+    const uint4 *wq;
+    const uint32_t *sz;
+    const int4 *kgrp4;
+    const float *x;
+    const int32_t *perm;
+    int64_t M, K, N, Np, KC;
+    int G, gchunks, KS, accumulate;
+    float *y, *ws;
+    unsigned *counters;
+} i4p;
+
+template <int U>
+__device__ __forceinline__ void i4s_load(const i4p &p, int64_t nt, int64_t kcb, int64_t kc1, int lane, bool active,
+                                         uint4 (&w)[U], uint32_t (&s0)[U], uint32_t (&s8)[U], int (&gf)[U]) {
+    const uint32_t *szr = p.sz + nt * 16 + (lane >> 2);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t kc = kcb + u;
+        gf[u] = -1;
+        if (active && kc < kc1) {
+            w[u] = __ldg(p.wq + (nt * p.KC + kc) * 32 + lane);
+            int g;
+            if (p.gchunks > 0) {
+                g = (int)(kc / p.gchunks);
+                g = g < p.G - 1 ? g : p.G - 1;
+            } else {
+                int4 g4 = __ldg(p.kgrp4 + kc);
+                g = g4.x == g4.w ? g4.x : -1; /* -1: the chunk spans groups, looked up per 16 columns */
+            }
+            gf[u] = g;
+            if (g >= 0) {
+                s0[u] = __ldg(szr + (int64_t)g * p.Np);
+                s8[u] = __ldg(szr + (int64_t)g * p.Np + 8);
+            }
+        }
+    }
+}
+
+/* MINB: minimum resident blocks asked of the compiler (U = 4: 16 / NW, i.e. <= 128 registers and 16
+ * warps per SM, no spills; U = 8 needs ~170 registers: 1, about 12 warps per SM) */
+template <int MT, int NW, int S, int U, int MINB>
+__global__ void __launch_bounds__(NW * 32, MINB) k_i4_shared(const i4p p) {
+    static_assert(S % U == 0, "a register group never straddles a stage");
+    __shared__ uint4 xs[MT * S * 2 * 32]; /* [t][chunk of stage][half][lane]: 1 KB per (t, chunk) */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t NT = p.Np / 16;
+    const int64_t nt = (int64_t)blockIdx.y * NW + warp;
+    const bool active = nt < NT;
+    const int64_t m0 = (int64_t)blockIdx.x * MT * 8;
+    const int z = blockIdx.z;
+    const int64_t per = (p.KC + p.KS - 1) / p.KS;
+    const int64_t kc0 = z * per < p.KC ? z * per : p.KC, kc1 = kc0 + per < p.KC ? kc0 + per : p.KC;
+    const int ngroups = (int)((kc1 - kc0 + U - 1) / U);
+    const int vt = (int)(p.M - m0 < MT * 8 ? p.M - m0 : MT * 8); /* valid tokens of this block */
+    const int r = lane >> 2;
+    const uint32_t *szr = p.sz + nt * 16 + r;
+
+    float acc[MT][4];
+#pragma unroll
+    for (int t = 0; t < MT; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
+
+    uint4 wn[U];
+    uint32_t s0n[U], s8n[U];
+    int gfn[U];
+    if (ngroups > 0) i4s_load<U>(p, nt, kc0, kc1, lane, active, wn, s0n, s8n, gfn);
+    uint32_t *xs32 = (uint32_t *)xs;
+    for (int gi = 0; gi < ngroups; gi++) {
+        const int64_t kcb = kc0 + (int64_t)gi * U;
+        if ((gi * U) % S == 0) { /* stage the activations of chunks [kcb, kcb + S) */
+            __syncthreads();     /* the previous stage's readers are done */
+            const int64_t cs = kcb;
+            const int ns = (int)(kc1 - cs < S ? kc1 - cs : S);
+            /* tokens >= M are left unwritten: an mma output column depends on its own B column only,
+             * and those columns are never stored */
+            for (int idx = threadIdx.x; idx < vt * S * 32; idx += NW * 32) {
+                const int tok = idx / (S * 32), cp = idx % (S * 32), ls = cp >> 5, c = (cp & 31) * 2;
+                if (ls >= ns) continue;
+                const int64_t m = m0 + tok, kp = (cs + ls) * 64 + c;
+                float f0 = 0.0f, f1 = 0.0f;
+                const int64_t k0 = p.perm ? p.perm[kp] : (kp < p.K ? kp : -1);
+                const int64_t k1 = p.perm ? p.perm[kp + 1] : (kp + 1 < p.K ? kp + 1 : -1);
+                if (k0 >= 0) f0 = p.x[m * p.K + k0];
+                if (k1 >= 0) f1 = p.x[m * p.K + k1];
+                __nv_bfloat162 b = __floats2bfloat162_rn(f0, f1);
+                /* B fragment: lane (token % 8) * 4 + (column % 8) / 2, u32 q = 2 * (column / 16) + (column % 16) / 8 */
+                const int t = tok >> 3, cc = c & 15, q = 2 * (c >> 4) + (cc >> 3);
+                const int ld = (tok & 7) * 4 + ((cc & 7) >> 1);
+                xs32[(((t * S + ls) * 2 + (q >> 2)) * 32 + ld) * 4 + (q & 3)] = *(uint32_t *)&b;
+            }
+            __syncthreads();
+        }
+        uint4 wc[U];
+        uint32_t s0c[U], s8c[U];
+        int gfc[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) wc[u] = wn[u], s0c[u] = s0n[u], s8c[u] = s8n[u], gfc[u] = gfn[u];
+        if (gi + 1 < ngroups) i4s_load<U>(p, nt, kcb + U, kc1, lane, active, wn, s0n, s8n, gfn);
+        if (!active) continue;
+        const int lsb = (gi * U) % S;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t kc = kcb + u;
+            if (kc >= kc1) break;
+            const uint32_t wd[4] = {wc[u].x, wc[u].y, wc[u].z, wc[u].w};
+            uint32_t br = prmt(s0c[u], 0x1010), sr = prmt(s0c[u], 0x3232);
+            uint32_t br8 = prmt(s8c[u], 0x1010), sr8 = prmt(s8c[u], 0x3232);
+            const int4 g4 = gfc[u] < 0 ? __ldg(p.kgrp4 + kc) : make_int4(0, 0, 0, 0);
+            const int gg[4] = {g4.x, g4.y, g4.z, g4.w};
+            const uint4 *xb = xs + (size_t)(lsb + u) * 2 * 32 + lane;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (gfc[u] < 0) { /* slow path: this 16-column block's own group */
+                    const uint32_t a = __ldg(szr + (int64_t)gg[j] * p.Np), b8 = __ldg(szr + (int64_t)gg[j] * p.Np + 8);
+                    br = prmt(a, 0x1010), sr = prmt(a, 0x3232), br8 = prmt(b8, 0x1010), sr8 = prmt(b8, 0x3232);
+                }
+                const uint32_t a0 = dq2(wd[j], 0, br, sr), a1 = dq2(wd[j], 1, br8, sr8);
+                const uint32_t a2 = dq2(wd[j], 2, br, sr), a3 = dq2(wd[j], 3, br8, sr8);
+#pragma unroll
+                for (int t = 0; t < MT; t++) {
+                    if (m0 + t * 8 < p.M) {
+                        const uint4 v = xb[(size_t)t * S * 2 * 32 + (j >> 1) * 32];
+                        const uint32_t b0 = (j & 1) ? v.z : v.x, b1 = (j & 1) ? v.w : v.y;
+                        mma16816(acc[t], a0, a1, a2, a3, b0, b1);
+                    }
+                }
+            }
+        }
+    }
+
+    const int64_t tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
+    if (active) {
+#pragma unroll
+        for (int t = 0; t < MT; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                const int64_t m = m0 + t * 8 + (lane & 3) * 2 + (e & 1);
+                if (n >= p.N || m >= p.M) continue;
+                if (p.KS == 1)
+                    p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[t][e] : acc[t][e];
+                else
+                    p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[t][e];
+            }
+    }
+    if (p.KS == 1) return;
+    __shared__ int last_flag;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_flag = atomicAdd(p.counters + tile, 1u) == (unsigned)p.KS - 1;
+    __syncthreads();
+    if (!last_flag) return;
+    __threadfence();
+    const int64_t nbase = (int64_t)blockIdx.y * NW * 16;
+    for (int idx = threadIdx.x; idx < NW * 16 * MT * 8; idx += NW * 32) {
+        const int64_t n = nbase + idx % (NW * 16), m = m0 + idx / (NW * 16);
+        if (n >= p.N || m >= p.M) continue;
+        float s = 0.0f;
+        for (int q = 0; q < p.KS; q++) s += __ldcg(p.ws + ((int64_t)q * p.M + m) * p.N + n);
+        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + s : s;
+    }
+    if (threadIdx.x == 0) p.counters[tile] = 0; /* ready for the next launch (stream-ordered) */
+}
+
+/* unpack tiles -> bf16 W [N, Kp] (permuted column order), per-column groups colgrp[Kp] (non-decreasing).
+ * Second pass: one warp per 16 x 64 tile, read once (512 B, coalesced) into shared memory; each lane
+ * then writes four 16-byte runs of 8 columns, 8 lanes covering one row's 128 bytes (sweep 1's
+ * version wrote 4-byte pieces scattered over 16 rows and ran at ~0.4 TB/s). */
+__global__ void __launch_bounds__(256) k_i4_unpack16(const uint4 *__restrict__ wq, const uint32_t *__restrict__ sz,
+                                                     const int32_t *__restrict__ colgrp, int64_t N, int64_t Np,
+                                                     int64_t KC, __nv_bfloat16 *__restrict__ W) {
+    __shared__ uint4 tile[8][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t tid = (int64_t)blockIdx.x * 8 + warp, NT = Np / 16, Kp = KC * 64;
+    if (tid >= NT * KC) return; /* whole warps leave: no block-wide barrier below */
+    tile[warp][lane] = __ldg(wq + tid * 32 + lane);
+    __syncwarp();
+    const uint32_t *tw = (const uint32_t *)tile[warp];
+    const int64_t nt = tid / KC, kc = tid % KC;
+#pragma unroll
+    for (int pq = 0; pq < 4; pq++) {
+        const int item = lane + 32 * pq, rr = item >> 3, cb = item & 7;
+        const int64_t n = nt * 16 + rr;
+        if (n >= N) continue;
+        const int j = cb >> 1, cc0 = (cb & 1) * 8;
+        const int64_t k = kc * 64 + j * 16 + cc0;
+        const int ilo = (rr >= 8 ? 1 : 0) | (cc0 ? 2 : 0); /* nibble of the even column; +4 the odd one */
+        const int g0 = colgrp[k], g7 = colgrp[k + 7];
+        uint32_t o[4];
+        uint32_t b2 = 0, s2 = 0;
+        if (g0 == g7) {
+            const uint32_t s = __ldg(sz + (int64_t)g0 * Np + n);
+            b2 = prmt(s, 0x1010), s2 = prmt(s, 0x3232);
+        }
+#pragma unroll
+        for (int pp = 0; pp < 4; pp++) { /* columns k + 2pp, k + 2pp + 1 come from lane (rr % 8) * 4 + pp */
+            if (g0 != g7) {
+                const uint32_t sa = __ldg(sz + (int64_t)colgrp[k + 2 * pp] * Np + n);
+                const uint32_t sb = __ldg(sz + (int64_t)colgrp[k + 2 * pp + 1] * Np + n);
+                b2 = (sa & 0xFFFFu) | (sb << 16), s2 = (sa >> 16) | (sb & 0xFFFF0000u);
+            }
+            const uint32_t wd = tw[((rr & 7) * 4 + pp) * 4 + j];
+            const uint32_t t = ((wd >> (4 * ilo)) & 0x000F000Fu) | 0x43004300u;
+            __nv_bfloat162 r2 = __hmul2(__hsub2(*(const __nv_bfloat162 *)&t, *(const __nv_bfloat162 *)&b2),
+                                        *(const __nv_bfloat162 *)&s2);
+            o[pp] = *(uint32_t *)&r2;
+        }
+        *(uint4 *)(W + n * Kp + k) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+/* ---- configurations ----
+ * kind 0: k_i4_fused (staged fragments, warps split K inside a block), w warps;
+ * kind 1: k_i4_shared (activations shared in shared memory, one n-tile per warp), w = NW warps. */
 
 typedef struct i4_cfg {
-    int mt, w, ks;
+    int kind, mt, w, ks, u; /* u: kind 1's chunks per register group */
 } i4_cfg;
 
 typedef void (*i4_kern)(const uint4 *, const uint32_t *, const int4 *, const uint4 *, int64_t, int64_t, int64_t,
                         int64_t, int64_t, int, float *, int, float *, unsigned *);
+typedef void (*i4s_kern)(const i4p);
 
 static i4_kern i4_kernel_for(int mt, int w) {
     static const struct {
@@ -324,17 +524,42 @@ static i4_kern i4_kernel_for(int mt, int w) {
     return NULL;
 }
 
-#define I4_MAX_CAND 32
+/* shared-activation kernels: S chunks per stage keep shared memory at MT * S KB <= 32 KB;
+ * U chunks per register group (8 while the accumulators are few) */
+static const struct {
+    int mt, nw, u;
+    i4s_kern k;
+} I4S_TAB[] = {
+    {1, 4, 8, k_i4_shared<1, 4, 16, 8, 1>}, {1, 8, 8, k_i4_shared<1, 8, 16, 8, 1>},
+    {2, 4, 8, k_i4_shared<2, 4, 16, 8, 1>}, {2, 8, 8, k_i4_shared<2, 8, 16, 8, 1>},
+    {1, 4, 4, k_i4_shared<1, 4, 16, 4, 4>}, {1, 8, 4, k_i4_shared<1, 8, 16, 4, 2>},
+    {2, 4, 4, k_i4_shared<2, 4, 16, 4, 4>}, {2, 8, 4, k_i4_shared<2, 8, 16, 4, 2>},
+    {4, 4, 4, k_i4_shared<4, 4, 8, 4, 4>},  {4, 8, 4, k_i4_shared<4, 8, 8, 4, 2>},
+    {8, 4, 4, k_i4_shared<8, 4, 4, 4, 1>},  {8, 8, 4, k_i4_shared<8, 8, 4, 4, 1>},
+};
+static i4s_kern i4s_kernel_for(int mt, int nw, int u) {
+    for (size_t i = 0; i < sizeof I4S_TAB / sizeof I4S_TAB[0]; i++)
+        if (I4S_TAB[i].mt == mt && I4S_TAB[i].nw == nw && I4S_TAB[i].u == u) return I4S_TAB[i].k;
+    return NULL;
+}
+
+#define I4_MAX_CAND 64
 typedef struct i4_run {
     const vsr_bweight *w;
     const quant_wmeta *m;
-    const uint4 *xf;
+    const float *x;   /* the caller's FP32 activations (kind 1 reads them directly) */
+    const uint4 *xf;  /* staged fragments (kind 0), filled by i4_launch */
     int64_t M, Mt;
     i4_cfg cand[I4_MAX_CAND];
     char names[I4_MAX_CAND][32];
     const char *name_ptr[I4_MAX_CAND];
     int n;
 } i4_run;
+
+static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
+    int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
+    return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
+}
 
 static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
     quant_state *q;
@@ -347,7 +572,7 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
     if (cfg.ks > 1) {
         if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)(cfg.ks * r->M * N), "int4 split-K", err)))
             return st;
-        size_t need = (size_t)(NT * ntg);
+        size_t need = (size_t)(NT * ntg); /* >= the tiles of either kind */
         if (need > q->counters_n) {
             if (q->counters) {
                 if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), "int4: synchronize", err))) return st;
@@ -365,20 +590,66 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         }
         ws = (float *)q->aux;
     }
+    if (cfg.kind == 1) {
+        i4s_kern k = i4s_kernel_for(cfg.mt, cfg.w, cfg.u);
+        if (!k)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no shared-activation kernel for mt=%d nw=%d u=%d", cfg.mt, cfg.w,
+                               cfg.u);
+        i4p p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, (const int4 *)m->dev, r->x, r->w->g_idx,
+                 r->M, r->w->v.K, N, m->Np, KC, m->G, m->gchunks, cfg.ks, accumulate, y, ws, q->counters};
+        dim3 grid((unsigned)ntg, (unsigned)((NT + cfg.w - 1) / cfg.w), (unsigned)cfg.ks);
+        k<<<grid, cfg.w * 32, 0, c->stream>>>(p);
+        return cuda_check_launch(c, "int4 fused (shared activations)", err);
+    }
     i4_kern k = i4_kernel_for(cfg.mt, cfg.w);
     if (!k) return vsr_err_set(err, VSR_E_INTERNAL, "int4: no kernel for mt=%d w=%d", cfg.mt, cfg.w);
+    /* kind 0 multiplies staged bf16 fragments: stage them (part of its cost, timed with it) */
+    if ((st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(r->Mt * KC * 32 * 32), "int4 activations", err))) return st;
+    k_i4_stage_frag<<<nblocks(r->Mt * KC * 32, 256), 256, 0, c->stream>>>(r->x, r->M, r->w->v.K, r->w->g_idx, r->Mt, KC,
+                                                                         (uint4 *)q->act);
+    if ((st = cuda_check_launch(c, "int4 stage", err))) return st;
     dim3 grid((unsigned)NT, (unsigned)ntg, (unsigned)cfg.ks);
     k<<<grid, cfg.w * 32, 0, c->stream>>>((const uint4 *)r->w->w, (const uint32_t *)r->w->scale, (const int4 *)m->dev,
-                                          r->xf, r->M, N, m->Np, KC, r->Mt, cfg.ks, y, accumulate, ws, q->counters);
+                                          (const uint4 *)q->act, r->M, N, m->Np, KC, r->Mt, cfg.ks, y, accumulate, ws,
+                                          q->counters);
     return cuda_check_launch(c, "int4 fused", err);
 }
 
-/* candidates for a token-tile bucket (depends on the bucket and shape only, never on M) */
+static void i4_add(i4_run *r, int kind, int mt, int w, int ks, int u) {
+    if (r->n >= I4_MAX_CAND) return;
+    r->cand[r->n] = (i4_cfg){kind, mt, w, ks, u};
+    if (kind)
+        snprintf(r->names[r->n], sizeof r->names[0], "s-mt%d-nw%d-u%d-ks%d", mt, w, u, ks);
+    else
+        snprintf(r->names[r->n], sizeof r->names[0], "mt%d-w%d-ks%d", mt, w, ks);
+    r->name_ptr[r->n] = r->names[r->n];
+    r->n++;
+}
+
+/* candidates for a token-tile bucket (depends on the bucket and shape only, never on M);
+ * the shared-activation kernel's first (the default's list) */
 static void i4_candidates(cuda_ctx *c, i4_run *r, int64_t bucket) {
     const quant_wmeta *m = r->m;
     int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
-    int mts[2] = {(int)(bucket > 8 ? 8 : bucket), (int)(bucket > 8 ? 4 : bucket / 2)};
     r->n = 0;
+    /* kind 1: MT up to 8 token tiles; NW 4 or 8; split K while a split keeps >= 4 chunks and the
+     * grid has fewer than 8 blocks per multiprocessor */
+    int smt[2] = {(int)(bucket > 8 ? 8 : bucket), (int)(bucket > 8 ? 4 : bucket / 2)};
+    for (int a = 0; a < 2; a++) {
+        int mt = smt[a];
+        if (mt < 1 || (a == 1 && mt == smt[0])) continue;
+        int64_t ntg = (bucket + mt - 1) / mt;
+        for (int u = 4; u <= (mt <= 2 ? 8 : 4); u *= 2)
+            for (int nw = 4; nw <= 8; nw *= 2)
+                for (int ks = 1; ks <= I4_MAX_KS; ks *= 2) {
+                    if (ks > 1 && KC / ks < 4) break;
+                    if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
+                    if (ks > 1 && (NT + nw - 1) / nw * ntg * (ks / 2) >= 8 * c->sm_count) break;
+                    i4_add(r, 1, mt, nw, ks, u);
+                }
+    }
+    /* kind 0 (sweep 1's kernel), still a candidate for the autotuner */
+    int mts[2] = {(int)(bucket > 8 ? 8 : bucket), (int)(bucket > 8 ? 4 : bucket / 2)};
     for (int a = 0; a < 2; a++) {
         int mt = mts[a];
         if (mt < 1 || (a == 1 && mt == mts[0])) continue;
@@ -388,28 +659,27 @@ static void i4_candidates(cuda_ctx *c, i4_run *r, int64_t bucket) {
                 if (ks > 1 && ks * w > KC) break;                         /* a warp gets >= 1 chunk */
                 if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
                 if (ks > 1 && NT * ntg * (ks / 2) >= 4 * c->sm_count) break; /* enough blocks already */
-                if (r->n >= I4_MAX_CAND) break;
-                r->cand[r->n] = (i4_cfg){mt, w, ks};
-                snprintf(r->names[r->n], sizeof r->names[0], "mt%d-w%d-ks%d", mt, w, ks);
-                r->name_ptr[r->n] = r->names[r->n];
-                r->n++;
+                i4_add(r, 0, mt, w, ks, 0);
             }
     }
 }
 
 static int i4_default(cuda_ctx *c, const i4_run *r) {
-    /* the first mt, 4 warps, the smallest split giving two blocks per multiprocessor */
-    const quant_wmeta *m = r->m;
-    int64_t NT = m->Np / 16;
-    int best = 0;
+    /* Sweep 2's timings (NOTES "Second pass"): the shared-activation kernel wins or ties at one token
+     * tile (1-8 rows) on the long-K and small shapes and is 2x slower from two tiles up, where the
+     * first kernel stays the default. One tile: kind 1, 8 warps, 4 chunks per group, the smallest split
+     * giving three blocks per multiprocessor; else kind 0, the first MT, 4 warps, the smallest split
+     * giving two blocks per multiprocessor (sweep 1's rule). */
+    int kind = r->Mt == 1 ? 1 : 0, best = -1, mt0 = 1;
+    for (int i = r->n - 1; i >= 0; i--)
+        if (r->cand[i].kind == kind) mt0 = r->cand[i].mt; /* the kind's first MT */
     for (int i = 0; i < r->n; i++) {
         const i4_cfg *g = &r->cand[i];
-        if (g->mt != r->cand[0].mt || g->w != 4) continue;
+        if (g->kind != kind || g->mt != mt0 || g->w != (kind ? 8 : 4) || (kind && g->u != 4)) continue;
         best = i;
-        int64_t ntg = (r->Mt + g->mt - 1) / g->mt;
-        if (NT * ntg * g->ks >= 2 * c->sm_count) break;
+        if (i4_tiles(r, *g) >= (kind ? 3 : 2) * c->sm_count) break;
     }
-    return best;
+    return best < 0 ? 0 : best;
 }
 
 static float i4_time(cuda_ctx *c, int cand, void *arg, vsr_err *err) {
@@ -488,6 +758,16 @@ extern "C" vsr_status cuda_int4_upload(cuda_ctx *c, const vsr_weight_view *v, vs
         else if (k >= 0 && kgrp[kp / 16] != g) fused_ok = 0;
     }
 
+    /* chunk groups by arithmetic: channel-wise, or groups of a multiple of 64 columns laid out in order
+     * (column order, or act-order whose sorted groups all hold `group` columns) */
+    int gchunks = 0;
+    if (v->group <= 0)
+        gchunks = (int)KC;
+    else if (v->group % 64 == 0) {
+        int regular = 1;
+        for (int64_t kp = 0; regular && kp < K; kp++) regular = colgrp[kp] == (int32_t)(kp / v->group);
+        if (regular) gchunks = v->group / 64;
+    }
     quant_wmeta *m = (quant_wmeta *)calloc(1, sizeof *m);
     void *d_packed = NULL, *d_scale = NULL, *d_zp = NULL;
     vsr_status st = VSR_OK;
@@ -523,7 +803,7 @@ extern "C" vsr_status cuda_int4_upload(cuda_ctx *c, const vsr_weight_view *v, vs
         free(m);
         return st;
     }
-    m->Np = Np, m->Kp = Kp, m->G = G, m->fused_ok = fused_ok;
+    m->Np = Np, m->Kp = Kp, m->G = G, m->fused_ok = fused_ok, m->gchunks = gchunks;
     b->q = m;
     b->zp = NULL; /* folded into b->scale */
     b->bytes = wq_bytes + sz_bytes + grp_bytes + perm_bytes;
@@ -550,24 +830,28 @@ extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, c
     }
     if (fused) {
         int64_t Mt = (M + 7) / 8;
-        if ((st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(Mt * KC * 32 * 32), "int4 activations", err))) return st;
-        k_i4_stage_frag<<<nblocks(Mt * KC * 32, 256), 256, 0, c->stream>>>(x, M, K, w->g_idx, Mt, KC, (uint4 *)q->act);
-        if ((st = cuda_check_launch(c, "int4 stage", err))) return st;
         i4_run r;
         memset(&r, 0, sizeof r);
-        r.w = w, r.m = m, r.xf = (const uint4 *)q->act, r.M = M, r.Mt = Mt;
+        r.w = w, r.m = m, r.x = x, r.M = M, r.Mt = Mt;
         int64_t bucket = 1;
         while (bucket < Mt) bucket *= 2;
         i4_candidates(c, &r, bucket);
         char key[96];
-        snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld", (long long)N, (long long)K, w->v.group, (long long)bucket);
+        /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
+        snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v2", (long long)N, (long long)K, w->v.group, (long long)bucket);
         int choice = 0;
         const char *src = "default";
-        if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr, i4_default(c, &r), i4_time, &r, &choice, &src,
-                                  err)))
+        int fc = quant_forced_int4_cfg();
+        if (fc >= 0) {
+            if (fc >= r.n)
+                return vsr_err_set(err, VSR_E_INVALID, "cuda:%d: %s: no int4 fused candidate %d (the list for %s has %d)",
+                                   c->device, w->name, fc, key, r.n);
+            choice = fc, src = "forced";
+        } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr, i4_default(c, &r), i4_time, &r, &choice,
+                                         &src, err)))
             return st;
         i4_cfg cfg = r.cand[choice];
-        quant_set_last_path("int4:fused(mt=%d,w=%d,ks=%d,src=%s)", cfg.mt, cfg.w, cfg.ks, src);
+        quant_set_last_path("int4:fused(%s,src=%s)", r.names[choice], src);
         return i4_launch(c, &r, cfg, y, accumulate, err);
     }
     /* unpack once per call, then BF16 cuBLASLt */
@@ -577,7 +861,7 @@ extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, c
         return st;
     k_i4_stage_rows<<<nblocks(M * Kp, 256), 256, 0, c->stream>>>(x, M, K, w->g_idx, Kp, (__nv_bfloat16 *)q->act);
     if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
-    k_i4_unpack<<<nblocks(Np / 16 * KC * 32, 256), 256, 0, c->stream>>>(
+    k_i4_unpack16<<<nblocks(Np / 16 * KC, 8), 256, 0, c->stream>>>(
         (const uint4 *)w->w, (const uint32_t *)w->scale, (const int32_t *)m->dev + Kp / 16, N, Np, KC,
         (__nv_bfloat16 *)q->wtmp);
     if ((st = cuda_check_launch(c, "int4 unpack", err))) return st;

@@ -34,6 +34,10 @@ int cuda_quant_force_fp8_path(int mode);
 /* int4 path: 0 automatic, 1 fused (refused above 256 rows or for a layout the fused kernel
  * cannot take), 2 unpack to BF16 + cuBLASLt. Returns the previous value or -1. */
 int cuda_quant_force_int4_path(int mode);
+/* int4 fused kernel: force candidate configuration idx (>= 0) of the shape's autotune list instead of
+ * the default or the cache (-1: off). A linear whose list is shorter fails with VSR_E_INVALID naming
+ * the index ("no int4 fused candidate N"), so a test can walk every candidate. Returns the previous value. */
+int cuda_quant_force_int4_cfg(int idx);
 /* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM) for the bench; default 0. */
 int cuda_quant_set_fp8_fast_accum(int on);
 /* The path the last quantized linear took, e.g. "fp8:scaled(outer-vec)", "fp8:unscaled+epilogue",
@@ -91,6 +95,9 @@ typedef struct quant_wmeta {
     int64_t Np, Kp;
     int G;
     int fused_ok;  /* every 16-column block lies in one group: the fused int4 kernel applies */
+    int gchunks;   /* int4: > 0 when the group of 64-column chunk kc is min(kc / gchunks, G - 1) (groups of
+                    * a multiple of 64 columns in column order, or act-order sorted into equal groups; channel-wise:
+                    * KC), so the fused kernels compute it instead of loading it; 0: look it up in dev */
     void *dev;     /* extra device allocation (int4: block groups), freed by cuda_quant_release */
 } quant_wmeta;
 
