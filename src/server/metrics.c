@@ -1,10 +1,11 @@
 #include "server/metrics.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/strbuf.h"
 
 /* Histogram bucket bounds (seconds or counts), doubling series as the reference uses. */
 #define N_DUR 13 /* 0.001 .. 4.096 s, then +Inf */
@@ -139,96 +140,92 @@ void srv_metrics_deadline_dropped(srv_metrics *m, int questions) {
     pthread_mutex_unlock(&m->mu);
 }
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} out_buf;
-
-static void outf(out_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void outf(out_buf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0) return;
-        if (b->p && b->n + (size_t)w < b->cap) {
-            b->n += (size_t)w;
-            return;
-        }
-        size_t c = b->cap ? b->cap * 2 : 8192;
-        while (c < b->n + (size_t)w + 1) c *= 2;
-        char *q = realloc(b->p, c);
-        if (!q) return;
-        b->p = q;
-        b->cap = c;
-    }
-}
-
-static void render_histo(out_buf *b, const char *name, const char *labels, const histo *h) {
+static void render_histo(vsr_strbuf *b, const char *name, const char *labels, const histo *h) {
     uint64_t cum = 0;
     const char *sep = labels[0] ? "," : "";
     for (int i = 0; i < h->n; i++) {
         cum += h->counts[i];
-        outf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, h->le[i], (unsigned long long)cum);
+        vsr_strbuf_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, h->le[i],
+                          (unsigned long long)cum);
     }
     cum += h->counts[h->n];
-    outf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)cum);
+    vsr_strbuf_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+                      (unsigned long long)cum);
     if (labels[0]) {
-        outf(b, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, labels, h->sum, name, labels,
-             (unsigned long long)h->total);
+        vsr_strbuf_printf(b, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, labels, h->sum, name,
+                          labels, (unsigned long long)h->total);
     } else {
-        outf(b, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->total);
+        vsr_strbuf_printf(b, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name,
+                          (unsigned long long)h->total);
     }
 }
 
 char *srv_metrics_render(srv_metrics *m, const srv_model_gauges *g) {
-    out_buf b = {0};
+    vsr_strbuf b = {0};
     pthread_mutex_lock(&m->mu);
-    outf(&b, "# HELP vllm_srun_requests_total Requests answered, by endpoint and HTTP status.\n"
-             "# TYPE vllm_srun_requests_total counter\n");
+    vsr_strbuf_printf(
+        &b, "# HELP vllm_srun_requests_total Requests answered, by endpoint and HTTP status.\n"
+            "# TYPE vllm_srun_requests_total counter\n");
     for (labelled *l = m->requests; l; l = l->next)
-        outf(&b, "vllm_srun_requests_total{%s} %llu\n", l->key, (unsigned long long)l->count);
-    outf(&b, "# HELP vllm_srun_questions_total Questions, by type and outcome.\n"
-             "# TYPE vllm_srun_questions_total counter\n");
+        vsr_strbuf_printf(&b, "vllm_srun_requests_total{%s} %llu\n", l->key,
+                          (unsigned long long)l->count);
+    vsr_strbuf_printf(&b, "# HELP vllm_srun_questions_total Questions, by type and outcome.\n"
+                          "# TYPE vllm_srun_questions_total counter\n");
     for (labelled *l = m->questions; l; l = l->next)
-        outf(&b, "vllm_srun_questions_total{%s} %llu\n", l->key, (unsigned long long)l->count);
-    outf(&b, "# HELP vllm_srun_input_tokens_total Tokens forwarded.\n"
-             "# TYPE vllm_srun_input_tokens_total counter\nvllm_srun_input_tokens_total %llu\n",
-         (unsigned long long)m->input_tokens);
-    outf(&b, "# HELP vllm_srun_request_duration_seconds Handler time per request.\n"
-             "# TYPE vllm_srun_request_duration_seconds histogram\n");
+        vsr_strbuf_printf(&b, "vllm_srun_questions_total{%s} %llu\n", l->key,
+                          (unsigned long long)l->count);
+    vsr_strbuf_printf(
+        &b,
+        "# HELP vllm_srun_input_tokens_total Tokens forwarded.\n"
+        "# TYPE vllm_srun_input_tokens_total counter\nvllm_srun_input_tokens_total %llu\n",
+        (unsigned long long)m->input_tokens);
+    vsr_strbuf_printf(&b, "# HELP vllm_srun_request_duration_seconds Handler time per request.\n"
+                          "# TYPE vllm_srun_request_duration_seconds histogram\n");
     for (labelled *l = m->req_dur; l; l = l->next)
         render_histo(&b, "vllm_srun_request_duration_seconds", l->key, &l->h);
-    outf(&b, "# HELP vllm_srun_queue_duration_seconds Time a job waited for the model.\n"
-             "# TYPE vllm_srun_queue_duration_seconds histogram\n");
+    vsr_strbuf_printf(&b,
+                      "# HELP vllm_srun_queue_duration_seconds Time a job waited for the model.\n"
+                      "# TYPE vllm_srun_queue_duration_seconds histogram\n");
     render_histo(&b, "vllm_srun_queue_duration_seconds", "", &m->queue);
-    outf(&b, "# HELP vllm_srun_forward_duration_seconds Time of one forward with readout.\n"
-             "# TYPE vllm_srun_forward_duration_seconds histogram\n");
+    vsr_strbuf_printf(
+        &b, "# HELP vllm_srun_forward_duration_seconds Time of one forward with readout.\n"
+            "# TYPE vllm_srun_forward_duration_seconds histogram\n");
     render_histo(&b, "vllm_srun_forward_duration_seconds", "", &m->forward);
-    outf(&b, "# HELP vllm_srun_batch_rows Rows per forward.\n# TYPE vllm_srun_batch_rows histogram\n");
+    vsr_strbuf_printf(
+        &b,
+        "# HELP vllm_srun_batch_rows Rows per forward.\n# TYPE vllm_srun_batch_rows histogram\n");
     render_histo(&b, "vllm_srun_batch_rows", "", &m->rows);
-    outf(&b, "# HELP vllm_srun_batch_tokens Padded tokens per forward.\n"
-             "# TYPE vllm_srun_batch_tokens histogram\n");
+    vsr_strbuf_printf(&b, "# HELP vllm_srun_batch_tokens Padded tokens per forward.\n"
+                          "# TYPE vllm_srun_batch_tokens histogram\n");
     render_histo(&b, "vllm_srun_batch_tokens", "", &m->tokens);
-    outf(&b, "# HELP vllm_srun_deadline_dropped_questions_total Questions dropped at their deadline.\n"
-             "# TYPE vllm_srun_deadline_dropped_questions_total counter\n"
-             "vllm_srun_deadline_dropped_questions_total %llu\n",
-         (unsigned long long)m->deadline_dropped);
+    vsr_strbuf_printf(
+        &b,
+        "# HELP vllm_srun_deadline_dropped_questions_total Questions dropped at their deadline.\n"
+        "# TYPE vllm_srun_deadline_dropped_questions_total counter\n"
+        "vllm_srun_deadline_dropped_questions_total %llu\n",
+        (unsigned long long)m->deadline_dropped);
     pthread_mutex_unlock(&m->mu);
-    outf(&b, "# HELP vllm_srun_queue_depth Jobs waiting for the model.\n# TYPE vllm_srun_queue_depth gauge\n"
-             "vllm_srun_queue_depth %d\n",
-         g->queue_depth);
-    outf(&b, "# HELP vllm_srun_ready 1 when every model is ready.\n# TYPE vllm_srun_ready gauge\n"
-             "vllm_srun_ready %d\n",
-         g->ready);
-    outf(&b, "# HELP vllm_srun_model_memory_bytes Bytes the loaded weights take on the device.\n"
-             "# TYPE vllm_srun_model_memory_bytes gauge\n"
-             "vllm_srun_model_memory_bytes{model=\"%s\"} %llu\n",
-         g->model, (unsigned long long)g->memory_bytes);
-    outf(&b, "# HELP vllm_srun_model_info The loaded model.\n# TYPE vllm_srun_model_info gauge\n"
-             "vllm_srun_model_info{model=\"%s\",revision=\"%s\",family=\"%s\",engine=\"native\","
-             "accelerator=\"%s\",device=\"%s\",profile=\"exact\"} 1\n",
-         g->model, g->revision, g->family, g->accelerator, g->device);
-    return b.p;
+    vsr_strbuf_printf(&b,
+                      "# HELP vllm_srun_queue_depth Jobs waiting for the model.\n# TYPE "
+                      "vllm_srun_queue_depth gauge\n"
+                      "vllm_srun_queue_depth %d\n",
+                      g->queue_depth);
+    vsr_strbuf_printf(
+        &b,
+        "# HELP vllm_srun_ready 1 when every model is ready.\n# TYPE vllm_srun_ready gauge\n"
+        "vllm_srun_ready %d\n",
+        g->ready);
+    vsr_strbuf_printf(
+        &b,
+        "# HELP vllm_srun_model_memory_bytes Bytes the loaded weights take on the device.\n"
+        "# TYPE vllm_srun_model_memory_bytes gauge\n"
+        "vllm_srun_model_memory_bytes{model=\"%s\"} %llu\n",
+        g->model, (unsigned long long)g->memory_bytes);
+    vsr_strbuf_printf(
+        &b,
+        "# HELP vllm_srun_model_info The loaded model.\n# TYPE vllm_srun_model_info gauge\n"
+        "vllm_srun_model_info{model=\"%s\",revision=\"%s\",family=\"%s\",engine=\"native\","
+        "accelerator=\"%s\",device=\"%s\",profile=\"exact\"} 1\n",
+        g->model, g->revision, g->family, g->accelerator, g->device);
+    return vsr_strbuf_take(&b, NULL); /* NULL when out of memory: no half page */
 }
