@@ -12,6 +12,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "pkg_cli.h"
 #include "vsr/catalog.h"
 #include "vsr/device.h"
 #include "vsr/package.h"
@@ -124,60 +125,58 @@ static void print_fit(const char *what, double mem_bytes, double share, uint64_t
            (unsigned long long)m->kv_fp8, commas((long long)(left / (double)m->kv_fp8), b, sizeof b));
 }
 
-int cmd_inspect(int argc, char **argv) {
-    const char *pkg = NULL, *rev = NULL, *store = NULL, *v;
-    bool json = false, verify = false;
-    long long threads = 0;
-    double gpu_gib = 0, share = 0.92;
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) json = true;
-        else if (!strcmp(argv[i], "--verify")) verify = true;
-        else if ((r = arg_value(argc, argv, &i, "--revision", &rev))) { if (r < 0) return 2; }
-        else if ((r = arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; }
-        else if ((r = arg_value(argc, argv, &i, "--threads", &v))) {
-            if (r < 0 || !arg_int("inspect", "--threads", v, 0, 256, &threads)) return 2;
-        } else if ((r = arg_value(argc, argv, &i, "--gpu-memory-gib", &v)) ||
-                   (r = arg_value(argc, argv, &i, "--gpu-memory-gb", &v))) {
-            char *end;
-            if (r < 0 || (gpu_gib = strtod(v, &end)) <= 0 || *end) {
-                fprintf(stderr, "inspect: --gpu-memory-gib/--gpu-memory-gb must be a positive number\n");
-                return 2;
-            }
-            /* the seed's unit is 1 GB = 10^9 bytes; carry GB as GiB-equivalent */
-            if (strstr(argv[i - (strchr(argv[i], '=') ? 0 : 1)], "-gb")) gpu_gib = gpu_gib * 1e9 / 1073741824.0;
-        } else if ((r = arg_value(argc, argv, &i, "--memory-share", &v))) {
-            char *end;
-            if (r < 0 || (share = strtod(v, &end)) <= 0 || share > 1 || *end) {
-                fprintf(stderr, "inspect: --memory-share must be in (0, 1]; got '%s'\n", r < 0 ? "" : v);
-                return 2;
-            }
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "inspect: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (!pkg) pkg = argv[i];
-        else {
-            fprintf(stderr, "inspect: one package at a time ('%s' is extra)\n", argv[i]);
-            return 2;
+/* inspect's own options, after the shared ones (pkg_cli). */
+typedef struct inspect_opts {
+    bool verify;
+    double gpu_gib, share;
+} inspect_opts;
+
+static int inspect_option(void *ctx, int argc, char **argv, int *i) {
+    inspect_opts *o = ctx;
+    const char *v;
+    int r;
+    if (!strcmp(argv[*i], "--verify")) {
+        o->verify = true;
+        return 1;
+    }
+    if ((r = arg_value(argc, argv, i, "--gpu-memory-gib", &v)) ||
+        (r = arg_value(argc, argv, i, "--gpu-memory-gb", &v))) {
+        char *end;
+        if (r < 0 || (o->gpu_gib = strtod(v, &end)) <= 0 || *end) {
+            fprintf(stderr, "inspect: --gpu-memory-gib/--gpu-memory-gb must be a positive number\n");
+            return -1;
         }
+        /* the seed's unit is 1 GB = 10^9 bytes; carry GB as GiB-equivalent */
+        if (strstr(argv[*i - (strchr(argv[*i], '=') ? 0 : 1)], "-gb")) o->gpu_gib = o->gpu_gib * 1e9 / 1073741824.0;
+        return 1;
     }
-    if (!pkg) {
-        usage(stderr);
-        return 2;
+    if ((r = arg_value(argc, argv, i, "--memory-share", &v))) {
+        char *end;
+        if (r < 0 || (o->share = strtod(v, &end)) <= 0 || o->share > 1 || *end) {
+            fprintf(stderr, "inspect: --memory-share must be in (0, 1]; got '%s'\n", r < 0 ? "" : v);
+            return -1;
+        }
+        return 1;
     }
+    return 0;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    pkg_cli cli;
+    inspect_opts o = {.share = 0.92};
+    int rc = pkg_cli_parse(&cli, "inspect", usage, inspect_option, &o, argc, argv);
+    if (rc >= 0) return rc;
+    bool json = cli.json, verify = o.verify;
+    double gpu_gib = o.gpu_gib, share = o.share;
     vsr_package *p = NULL;
     vsr_err e = {0};
-    if (vsr_package_open(pkg, rev, store, &p, &e)) {
+    if (vsr_package_open(cli.pkg, cli.rev, cli.store, &p, &e)) {
         fprintf(stderr, "vllm-srun inspect: %s\n", e.msg);
         return 1;
     }
     vsr_status vst = VSR_OK;
     vsr_err ve = {0};
-    if (verify) vst = vsr_package_verify(p, (int)threads, NULL, &ve);
+    if (verify) vst = vsr_package_verify(p, (int)cli.threads, NULL, &ve);
 
     const vsr_text_config *c = &p->config.text;
     const vsr_quant_config *q = &p->quant;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
 #include "commands.h"
+#include "pkg_cli.h"
 #include "vsr/catalog.h"
 #include "vsr/package.h"
 
@@ -20,37 +20,14 @@ static void usage(FILE *f) {
 }
 
 int cmd_verify(int argc, char **argv) {
-    const char *pkg = NULL, *rev = NULL, *store = NULL, *v;
-    bool json = false;
-    long long threads = 0;
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) json = true;
-        else if ((r = arg_value(argc, argv, &i, "--revision", &rev))) { if (r < 0) return 2; }
-        else if ((r = arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; }
-        else if ((r = arg_value(argc, argv, &i, "--threads", &v))) {
-            if (r < 0 || !arg_int("verify", "--threads", v, 0, 256, &threads)) return 2;
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "verify: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (!pkg) pkg = argv[i];
-        else {
-            fprintf(stderr, "verify: one package at a time ('%s' is extra)\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!pkg) {
-        usage(stderr);
-        return 2;
-    }
+    pkg_cli c;
+    int rc = pkg_cli_parse(&c, "verify", usage, NULL, NULL, argc, argv);
+    if (rc >= 0) return rc;
+    bool json = c.json;
     vsr_package *p = NULL;
     vsr_err e = {0};
-    vsr_status st = vsr_package_open(pkg, rev, store, &p, &e);
-    if (!st) st = vsr_package_verify(p, (int)threads, NULL, &e);
+    vsr_status st = vsr_package_open(c.pkg, c.rev, c.store, &p, &e);
+    if (!st) st = vsr_package_verify(p, (int)c.threads, NULL, &e);
     if (st) {
         if (json) {
             json_t *j = json_pack("{s:s,s:s,s:s}", "status", "refused", "code", vsr_status_name(st), "reason", e.msg);
