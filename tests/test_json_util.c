@@ -36,6 +36,36 @@ TEST(separators_and_ascii) {
     json_decref(o);
 }
 
+TEST(indent_style) {
+    /* json.dumps(doc, indent=2, sort_keys=True): the fixture writer's form (CPython 3.11). */
+    json_t *o = json_loads("{\"b\":[1,2.5,{},[],{\"z\":null,\"y\":[true,false]}],"
+                           "\"a\":\"\\u00e9\\u6771\\ud83d\\ude80 \\u007f\\u0001\\\"\\\\\\n\","
+                           "\"e\":{},\"c\":1e-06,\"d\":10000000.0}",
+                           0, NULL);
+    const vsr_json_style st = {.sort_keys = true, .ensure_ascii = true, .indent = 2};
+    vsr_strbuf b = {0};
+    vsr_json_dump_python(&b, o, &st);
+    char *s = vsr_strbuf_take(&b, NULL);
+    CHECK_MSG(s && !strcmp(s, "{\n  \"a\": \"\\u00e9\\u6771\\ud83d\\ude80 \\u007f\\u0001\\\"\\\\\\n\",\n"
+                              "  \"b\": [\n    1,\n    2.5,\n    {},\n    [],\n    {\n      \"y\": [\n"
+                              "        true,\n        false\n      ],\n      \"z\": null\n    }\n  ],\n"
+                              "  \"c\": 1e-06,\n  \"d\": 10000000.0,\n  \"e\": {}\n}"),
+              "%s", s);
+    free(s);
+    json_decref(o);
+}
+
+TEST(string_without_ensure_ascii) {
+    /* json.dumps(s, ensure_ascii=False), which is also serde_json's (safetensors') escaping:
+     * controls escaped, DEL and non-ASCII as they are. */
+    const char *in = "\xc3\xa9\x7f\x01\x1f\"\\\n\t\b\f\r \xf0\x9f\x9a\x80";
+    vsr_strbuf b = {0};
+    vsr_json_put_string(&b, in, strlen(in), false);
+    char *s = vsr_strbuf_take(&b, NULL);
+    CHECK_MSG(s && !strcmp(s, "\"\xc3\xa9\x7f\\u0001\\u001f\\\"\\\\\\n\\t\\b\\f\\r \xf0\x9f\x9a\x80\""), "%s", s);
+    free(s);
+}
+
 TEST(only_keys) {
     json_t *o = json_loads("{\"a\":1,\"zz\":2}", 0, NULL);
     const char *allowed[] = {"a", "b", NULL};
@@ -48,6 +78,8 @@ TEST(only_keys) {
 int main(void) {
     RUN(float_repr);
     RUN(separators_and_ascii);
+    RUN(indent_style);
+    RUN(string_without_ensure_ascii);
     RUN(only_keys);
     return test_summary();
 }
