@@ -18,8 +18,11 @@
  * tokens; activations are staged as bf16 B fragments. Warps of a block split K and reduce in
  * shared memory; blocks may split K further (ks), reducing deterministically: partial sums go
  * to a workspace and the last block to arrive for a tile adds them in split order, so results
- * never depend on timing. Tile configurations are chosen by autotune.cu.
- * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace and use cuBLASLt (ops.cu). */
+ * never depend on timing. Tile configurations are chosen by autotune.cu. A second fused kernel
+ * (k_i4_shared: activations converted straight into shared memory and shared by the block's warps,
+ * one 16-row tile per warp) is in the same candidate list and the default at 1-8 rows.
+ * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
+ * and use cuBLASLt (ops.cu). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
