@@ -51,6 +51,7 @@ timeout 120 python3 tools/record_goldens.py --bin "$B" --device cuda:0 2>&1 | te
 cp data/golden_answers.json "$OUT/golden_answers.json"
 log "worker on cuda:0"
 $B fixture --install-builtin all >/dev/null
+if [ "${VSR_SERVE:-1}" = 1 ]; then
 req='{"state":"Write a Python function that merges two sorted lists and explain its running time.","questions":{"domain":{"type":"choice","instructions":"Which domain does this request belong to?","criteria":{"code":"Programming","math":"Mathematics","other":"Anything else"}},"reasoning":{"type":"noul","instructions":"Does answering this request need multi-step reasoning?"},"difficulty":{"type":"score","instructions":"How difficult is this request?","criteria":["Trivial","Moderate","Hard"]}}}'
 port=8100
 for m in d3-tiny d3-tiny-FP8 d3-tiny-W4A16-GPTQ d3-tiny-W4A16-AWQ; do
@@ -64,12 +65,15 @@ for m in d3-tiny d3-tiny-FP8 d3-tiny-W4A16-GPTQ d3-tiny-W4A16-AWQ; do
   kill -TERM $pid; wait $pid; echo "exit $?" | tee -a "$OUT/worker.log"
   port=$((port+1))
 done
+fi
 log "NVFP4 on the H200"
 $B serve vllm-sr-c/d3-tiny-NVFP4 --device cuda:0 --port $port 2>&1 | tee -a "$OUT/worker.log"; echo "exit $?" | tee -a "$OUT/worker.log"
 $B serve vllm-sr-c/d3-tiny-FP8 --device cpu --port $port 2>&1 | tee -a "$OUT/worker.log"
-if [ "${VSR_27B:-1}" = 1 ]; then
-  log "27B-shaped FP8 package"
-  ( time $B fixture /tmp/d3-27b-fp8 --family decision3 --size 27b-shape --scheme fp8 --seed 1 ) > "$OUT/fixture27.log" 2>&1
-  tail -12 "$OUT/fixture27.log" | tee -a "$OUT/worker.log"
-  if [ -f .gpuw/bench_cuda ]; then timeout 200 .gpuw/bench_cuda /tmp/d3-27b-fp8 2>&1 | tail -25 | tee -a "$OUT/worker.log"; fi
-fi
+# 27B-shaped packages end to end, one at a time (the disk holds one): VSR_27B="fp8 bf16"
+for scheme in ${VSR_27B-fp8}; do
+  log "27B-shaped $scheme package"
+  rm -rf /tmp/d3-27b
+  ( time timeout 300 $B fixture /tmp/d3-27b --family decision3 --size 27b-shape --scheme $scheme --seed 1 ) > "$OUT/fixture27-$scheme.log" 2>&1
+  tail -12 "$OUT/fixture27-$scheme.log" | tee -a "$OUT/worker.log"
+  timeout 200 .gpuw/bench_cuda /tmp/d3-27b 2>&1 | tail -8 | tee -a "$OUT/worker.log"
+done
