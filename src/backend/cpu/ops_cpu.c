@@ -147,6 +147,96 @@ static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch.nn.functional.softplus (beta 1, threshold 20). */
 static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+#ifdef VSR_OPS_AVX512
+/* AVX-512 versions of the elementwise and per-channel loops, chosen at run time (the library
+ * is built for x86-64-v2). Same per-element operation order as the scalar loops; exp is a
+ * vector polynomial (below) instead of libm's expf, within 2 ulp of it. */
+#define AVX512_FN __attribute__((target("avx512f,avx512dq,fma")))
+
+static int have_avx512(void) {
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("fma");
+    }
+    return v;
+}
+
+/* exp(x) on 16 lanes: Cephes expf (range reduction by ln 2 in two parts, degree-5 polynomial
+ * on |r| <= ln2/2, relative error ~1e-7), 2^n applied with scalef; x clamped to the range
+ * where expf is finite and normal-ish (below, exp underflows to ~1e-38, as good as 0 here). */
+AVX512_FN static inline __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.5f)), _mm512_set1_ps(88.7f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+
+/* 1 / (1 + exp(-x)) */
+AVX512_FN static inline __m512 sigmoid16(__m512 x) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    return _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+/* x / (1 + exp(-x)), as silu() */
+AVX512_FN static inline __m512 silu16(__m512 x) {
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+static inline __mmask16 tail_mask(int64_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
+
+/* y[i] = silu(g[i]) * u[i], i < n (y may alias g). */
+AVX512_FN static void silu_mul_avx512(const float *g, const float *u, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 v = silu16(_mm512_maskz_loadu_ps(m, g + i));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
+/* x[i] *= sigmoid(g[i]), i < n. */
+AVX512_FN static void mul_sigmoid_avx512(float *x, const float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 v = sigmoid16(_mm512_maskz_loadu_ps(m, g + i));
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), v));
+    }
+}
+
+/* y[i] = w[i] * (x[i] * inv) * silu(z[i]), i < n. */
+AVX512_FN static void gated_norm_avx512(const float *x, const float *z, const float *w, float inv, float *y,
+                                        int64_t n) {
+    __m512 vi = _mm512_set1_ps(inv);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vi));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(a, silu16(_mm512_maskz_loadu_ps(m, z + i))));
+    }
+}
+
+/* sc[t] = exp(sc[t] - mx), t < n; returns the sum in t order. */
+AVX512_FN static float exp_sub_avx512(float *sc, int64_t n, float mx) {
+    __m512 vm = _mm512_set1_ps(mx);
+    for (int64_t t = 0; t < n; t += 16) {
+        __mmask16 m = tail_mask(n - t);
+        _mm512_mask_storeu_ps(sc + t, m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + t), vm)));
+    }
+    float sum = 0;
+    for (int64_t t = 0; t < n; t++) sum += sc[t];
+    return sum;
+}
+#endif
+
 /* Which sequence holds packed row r (segments are sorted by start). */
 static int seg_of_row(const vsr_segs *s, int64_t r) {
     int lo = 0, hi = s->n - 1;
@@ -247,6 +337,12 @@ static void rmsnorm_gated_fn(void *p, int64_t b, int64_t e, int worker) {
         double ss = 0;
         for (int64_t i = 0; i < j->D; i++) ss += (double)x[i] * x[i];
         float inv = 1.0f / sqrtf((float)(ss / (double)j->D) + j->eps);
+#ifdef VSR_OPS_AVX512
+        if (have_avx512()) {
+            gated_norm_avx512(x, z, j->w, inv, y, j->D);
+            continue;
+        }
+#endif
         for (int64_t i = 0; i < j->D; i++) y[i] = j->w[i] * (x[i] * inv) * silu(z[i]);
     }
 }
@@ -268,6 +364,7 @@ typedef struct conv_job {
     int64_t C;
     int Kc;
     float *y;
+    float *wT; /* [Kc, C]: w transposed, for the vector path */
 } conv_job;
 
 static void conv_fn(void *p, int64_t b, int64_t e, int worker) {
@@ -290,13 +387,50 @@ static void conv_fn(void *p, int64_t b, int64_t e, int worker) {
     }
 }
 
+#ifdef VSR_OPS_AVX512
+/* The same over 16 channels at a time, taps from wT [Kc, C] (w transposed by the caller). */
+AVX512_FN static void conv_fn_avx512(void *p, int64_t b, int64_t e, int worker) {
+    (void)worker;
+    conv_job *j = p;
+    const int64_t C = j->C;
+    int s = seg_of_row(j->seg, b);
+    for (int64_t r = b; r < e; r++) {
+        while (r >= j->seg->start[s] + j->seg->len[s]) s++;
+        int64_t t = r - j->seg->start[s];
+        int k0 = t >= j->Kc - 1 ? 0 : (int)(j->Kc - 1 - t); /* first tap inside the sequence */
+        float *y = j->y + r * C;
+        for (int64_t ch = 0; ch < C; ch += 16) {
+            __mmask16 m = tail_mask(C - ch);
+            __m512 acc = _mm512_setzero_ps();
+            for (int k = k0; k < j->Kc; k++) {
+                const float *xr = j->x + (r - (j->Kc - 1) + k) * C + ch;
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, j->wT + (int64_t)k * C + ch), _mm512_maskz_loadu_ps(m, xr),
+                                      acc);
+            }
+            _mm512_mask_storeu_ps(y + ch, m, silu16(acc));
+        }
+    }
+}
+#endif
+
 static vsr_status cpu_conv1d_silu(void *ctx, const float *x, const vsr_segs *seg, int64_t C,
                                   const float *w, int Kc, float *y, vsr_err *err) {
     (void)err;
     cpu_ctx *c = ctx;
     if (seg->n <= 0) return VSR_OK;
     int64_t rows = seg->start[seg->n - 1] + seg->len[seg->n - 1];
-    conv_job j = {x, w, seg, C, Kc, y};
+    conv_job j = {x, w, seg, C, Kc, y, NULL};
+#ifdef VSR_OPS_AVX512
+    float *wT = have_avx512() ? malloc(sizeof(float) * (size_t)C * (size_t)Kc) : NULL;
+    if (wT) {
+        for (int64_t ch = 0; ch < C; ch++)
+            for (int k = 0; k < Kc; k++) wT[(int64_t)k * C + ch] = w[ch * Kc + k];
+        j.wT = wT;
+        vsr_pool_for(c->pool, rows, 16, conv_fn_avx512, &j);
+        free(wT);
+        return VSR_OK;
+    }
+#endif
     vsr_pool_for(c->pool, rows, 16, conv_fn, &j);
     return VSR_OK;
 }
@@ -386,14 +520,6 @@ __attribute__((target("avx512f,fma"))) static void delta_step_avx512(float *S, i
 }
 #undef DELTA_BLOCK
 
-static int have_avx512(void) {
-    static int v = -1;
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-    }
-    return v;
-}
 #endif
 
 /* One (sequence, value head) pair: a sequential scan over the sequence's tokens. */
@@ -606,9 +732,16 @@ static void attn_blk_fn(void *p, int64_t b, int64_t e, int worker) {
                 if (sc[t] > mx) mx = sc[t];
             }
             float sum = 0;
-            for (int64_t t = 0; t < lim; t++) {
-                sc[t] = expf(sc[t] - mx);
-                sum += sc[t];
+#ifdef VSR_OPS_AVX512
+            if (have_avx512()) {
+                sum = exp_sub_avx512(sc, lim, mx);
+            } else
+#endif
+            {
+                for (int64_t t = 0; t < lim; t++) {
+                    sc[t] = expf(sc[t] - mx);
+                    sum += sc[t];
+                }
             }
             float inv = 1.0f / sum;
             for (int64_t t = 0; t < lim; t++) sc[t] *= inv;
@@ -678,6 +811,12 @@ static void mul_sigmoid_fn(void *p, int64_t b, int64_t e, int worker) {
         for (int h = 0; h < j->H; h++) {
             float *x = j->x + r * ((int64_t)j->H * j->hd) + (int64_t)h * j->hd;
             const float *g = j->g + r * j->gs + h * j->ghs;
+#ifdef VSR_OPS_AVX512
+            if (have_avx512()) {
+                mul_sigmoid_avx512(x, g, j->hd);
+                continue;
+            }
+#endif
             for (int i = 0; i < j->hd; i++) x[i] *= sigmoidf_(g[i]);
         }
 }
@@ -694,6 +833,12 @@ static vsr_status cpu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd,
 static void swiglu_fn(void *p, int64_t b, int64_t e, int worker) {
     (void)worker;
     ew_job *j = p;
+#ifdef VSR_OPS_AVX512
+    if (have_avx512()) {
+        silu_mul_avx512(j->g + b * j->N, j->u + b * j->N, j->y + b * j->N, (e - b) * j->N);
+        return;
+    }
+#endif
     for (int64_t i = b * j->N; i < e * j->N; i++) j->y[i] = silu(j->g[i]) * j->u[i];
 }
 
