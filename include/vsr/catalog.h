@@ -42,6 +42,9 @@ size_t vsr_catalog_count(void);
 const vsr_builtin *vsr_catalog_at(size_t i);
 /* Exact repo and revision match; revision NULL matches the repo's first entry. */
 const vsr_builtin *vsr_catalog_find(const char *repo, const char *revision);
+/* The entry whose recorded identity (model_sha256) is `model_sha256`, or NULL: a local copy of
+ * a built-in package carries the same bytes, so its recorded golden answers apply to it. */
+const vsr_builtin *vsr_catalog_find_identity(const char *model_sha256);
 /* The built-in default package (a fixture), used by the README's main job. */
 const vsr_builtin *vsr_catalog_default(void);
 

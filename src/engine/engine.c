@@ -66,7 +66,10 @@ vsr_status vsr_engine_load(vsr_engine *e, const vsr_engine_opts *o, vsr_err *err
 vsr_status vsr_engine_golden(vsr_engine *e, vsr_err *err) {
     const char *dclass = vsr_device_kind_name(e->device.kind);
     double tol = e->device.kind == VSR_DEV_CPU ? 1e-3 : 0.02;
-    const char *recorded = e->pkg->builtin ? e->pkg->builtin->golden_json : NULL;
+    /* A built-in by name, or a verified local copy of one (same identity, same bytes). */
+    const vsr_builtin *b = e->pkg->builtin;
+    if (!b && e->pkg->verified) b = vsr_catalog_find_identity(e->pkg->model_sha256);
+    const char *recorded = b ? b->golden_json : NULL;
     vsr_status st = vsr_golden_check(e->decider, recorded, dclass, tol, &e->golden, err);
     if (st != VSR_OK) return st;
     if (!strcmp(e->golden.status, "failed"))

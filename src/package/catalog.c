@@ -41,4 +41,13 @@ const vsr_builtin *vsr_catalog_find(const char *repo, const char *revision) {
     return NULL;
 }
 
+const vsr_builtin *vsr_catalog_find_identity(const char *model_sha256) {
+    if (!model_sha256 || !model_sha256[0]) return NULL;
+    for (size_t i = 0; i < vsr_catalog_count(); i++) {
+        const vsr_builtin *b = vsr_catalog_at(i);
+        if (b->model_sha256 && !strcmp(b->model_sha256, model_sha256)) return b;
+    }
+    return NULL;
+}
+
 const vsr_builtin *vsr_catalog_default(void) { return vsr_catalog_find(DEFAULT_REPO, NULL); }

@@ -96,7 +96,9 @@ int cmd_decide(int argc, char **argv) {
     fprintf(stderr, "vllm-srun decide: %s on %s, golden self-check %s%s%s\n",
             e.pkg->repo[0] ? e.pkg->repo : e.pkg->path, e.device_id, e.golden.status,
             e.golden.reason[0] ? ": " : "", e.golden.reason);
-    const char *served = e.pkg->repo[0] ? e.pkg->repo : NULL;
+    /* The model id: the repo, or the folder name of a local package (as the server does). */
+    const char *slash = strrchr(e.pkg->path, '/');
+    const char *served = e.pkg->repo[0] ? e.pkg->repo : slash ? slash + 1 : e.pkg->path;
     vsr_http_error he = {0};
     vsr_decision_job *j = vsr_decision_parse(e.decider, body, len, served, &he);
     if (!j) {
