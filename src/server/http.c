@@ -268,7 +268,14 @@ static enum MHD_Result h_decisions(srv_http *h, struct MHD_Connection *c, req_ct
         return send_error(c, he.status, he.code, he.message, t, rc->t0);
     }
     srv_job job = {.dj = dj};
-    if (!srv_model_submit(m, &job, vsr_decision_deadline_ms(dj))) {
+    srv_submit sub = srv_model_submit(m, &job, vsr_decision_deadline_ms(dj));
+    if (sub == SUBMIT_STOPPING) {
+        vsr_decision_free(dj);
+        *status_out = 503;
+        return send_error(c, 503, "not_ready", "the worker is shutting down (SIGTERM); retry on another worker",
+                          t, rc->t0);
+    }
+    if (sub != SUBMIT_OK) {
         vsr_decision_free(dj);
         *status_out = 429;
         char msg[400];

@@ -143,11 +143,12 @@ vsr_status srv_model_start(srv_model *m, vsr_err *err) {
     return VSR_OK;
 }
 
-bool srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
+srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
     pthread_mutex_lock(&m->mu);
     if (m->stopping || m->queued >= m->max_queue) {
+        srv_submit why = m->stopping ? SUBMIT_STOPPING : SUBMIT_FULL;
         pthread_mutex_unlock(&m->mu);
-        return false;
+        return why;
     }
     j->state = JOB_QUEUED;
     pthread_cond_init(&j->done, NULL);
@@ -160,7 +161,7 @@ bool srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
     m->queued++;
     pthread_cond_signal(&m->wake);
     pthread_mutex_unlock(&m->mu);
-    return true;
+    return SUBMIT_OK;
 }
 
 static bool unlink_job(srv_model *m, srv_job *j) {

@@ -61,8 +61,9 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
                              vsr_err *err);
 /* Starts the loader (verify, map, load, golden) and the scheduler threads. */
 vsr_status srv_model_start(srv_model *m, vsr_err *err);
-/* Enqueues a job; false when the queue is full (429) or the worker is stopping. */
-bool srv_model_submit(srv_model *m, srv_job *j, double deadline_ms);
+typedef enum srv_submit { SUBMIT_OK, SUBMIT_FULL, SUBMIT_STOPPING } srv_submit;
+/* Enqueues a job: SUBMIT_FULL when --max-queue jobs wait (429), SUBMIT_STOPPING after SIGTERM (503). */
+srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms);
 /* Waits for the job. `client_gone` is polled; when it reports true the job is
  * withdrawn (queued) or cancelled (running). Returns false when abandoned. */
 bool srv_model_wait(srv_model *m, srv_job *j, bool (*client_gone)(void *), void *ctx);
