@@ -26,6 +26,7 @@ typedef struct vsr_serve_opts {
     const char *dtype;          /* "auto" */
     int threads;                /* CPU threads, 0 = all cores */
     int max_queue;              /* 256 */
+    long long max_queued_tokens;/* 4194304: tokens of the queued jobs, per model */
     size_t max_request_bytes;   /* 8388608 */
     const char *autotune_cache; /* NULL or a directory */
     const char *served_name;    /* NULL: the repo name, or the folder name for a path */

@@ -187,6 +187,7 @@ static enum MHD_Result h_models(srv_http *h, struct MHD_Connection *c) {
     json_t *lim = json_object();
     json_object_set_new(lim, "max_request_bytes", json_integer((json_int_t)h->opts->max_request_bytes));
     json_object_set_new(lim, "max_queue", json_integer(h->opts->max_queue));
+    json_object_set_new(lim, "max_queued_tokens", json_integer(h->opts->max_queued_tokens));
     json_object_set_new(o, "limits", lim);
     return send_json(c, 200, o, NULL);
 }
@@ -267,7 +268,7 @@ static enum MHD_Result h_decisions(srv_http *h, struct MHD_Connection *c, req_ct
         *status_out = he.status;
         return send_error(c, he.status, he.code, he.message, t, rc->t0);
     }
-    srv_job job = {.dj = dj};
+    srv_job job = {.dj = dj, .tokens = vsr_decision_tokens(dj)};
     srv_submit sub = srv_model_submit(m, &job, vsr_decision_deadline_ms(dj));
     if (sub == SUBMIT_STOPPING) {
         vsr_decision_free(dj);
@@ -275,11 +276,20 @@ static enum MHD_Result h_decisions(srv_http *h, struct MHD_Connection *c, req_ct
         return send_error(c, 503, "not_ready", "the worker is shutting down (SIGTERM); retry on another worker",
                           t, rc->t0);
     }
+    if (sub == SUBMIT_TOO_MANY_TOKENS) {
+        vsr_decision_free(dj);
+        *status_out = 413;
+        char msg[200];
+        snprintf(msg, sizeof msg, "the request holds %lld tokens, over --max-queued-tokens %lld", job.tokens,
+                 m->max_queued_tokens);
+        return send_error(c, 413, "request_too_large", msg, t, rc->t0);
+    }
     if (sub != SUBMIT_OK) {
         vsr_decision_free(dj);
         *status_out = 429;
         char msg[400];
-        snprintf(msg, sizeof msg, "the queue of %s is full (%d jobs); retry later", m->served_name, m->max_queue);
+        snprintf(msg, sizeof msg, "the queue of %s is full (%d jobs or %lld tokens); retry later", m->served_name,
+                 m->max_queue, m->max_queued_tokens);
         return send_error(c, 429, "overloaded", msg, t, rc->t0);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);

@@ -19,6 +19,7 @@ void vsr_serve_opts_default(vsr_serve_opts *o) {
     o->port = 8100;
     o->dtype = "auto";
     o->max_queue = 256;
+    o->max_queued_tokens = 4194304;
     o->max_request_bytes = 8388608;
     o->log_level = "info";
 }

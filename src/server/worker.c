@@ -38,6 +38,7 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
     m->opts = o;
     m->metrics = metrics;
     m->max_queue = o->max_queue;
+    m->max_queued_tokens = o->max_queued_tokens;
     m->state = SRV_STARTING;
 
     m->eopts = (vsr_engine_opts){.model = o->model,
@@ -105,6 +106,7 @@ static void *sched_main(void *arg) {
         m->head = j->next;
         if (!m->head) m->tail = NULL;
         m->queued--;
+        m->queued_tokens -= j->tokens;
         double now = mono();
         j->t_start = now;
         if (j->deadline > 0 && now > j->deadline) {
@@ -145,8 +147,11 @@ vsr_status srv_model_start(srv_model *m, vsr_err *err) {
 
 srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
     pthread_mutex_lock(&m->mu);
-    if (m->stopping || m->queued >= m->max_queue) {
-        srv_submit why = m->stopping ? SUBMIT_STOPPING : SUBMIT_FULL;
+    if (m->stopping || m->queued >= m->max_queue || j->tokens > m->max_queued_tokens ||
+        m->queued_tokens + j->tokens > m->max_queued_tokens) {
+        srv_submit why = m->stopping                        ? SUBMIT_STOPPING
+                         : j->tokens > m->max_queued_tokens ? SUBMIT_TOO_MANY_TOKENS
+                                                            : SUBMIT_FULL;
         pthread_mutex_unlock(&m->mu);
         return why;
     }
@@ -159,6 +164,7 @@ srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
     else m->head = j;
     m->tail = j;
     m->queued++;
+    m->queued_tokens += j->tokens;
     pthread_cond_signal(&m->wake);
     pthread_mutex_unlock(&m->mu);
     return SUBMIT_OK;
@@ -174,6 +180,7 @@ static bool unlink_job(srv_model *m, srv_job *j) {
     *p = j->next;
     if (m->tail == j) m->tail = prev;
     m->queued--;
+    m->queued_tokens -= j->tokens;
     return true;
 }
 

@@ -26,6 +26,7 @@ typedef struct srv_job {
     vsr_err err;
     double t_enqueue, t_start, t_done, deadline; /* monotonic seconds; deadline 0 = none */
     double forward_s;
+    long long tokens;        /* tokens the job forwards (admission control) */
     bool expired;
     pthread_cond_t done;     /* signalled when this job is done (the waiter owns it) */
     struct srv_job *next;
@@ -49,6 +50,7 @@ typedef struct srv_model {
     char served_name[256];
     srv_job *head, *tail;
     int queued, running, max_queue;
+    long long queued_tokens, max_queued_tokens;
     bool stopping;
     pthread_t sched, loader;
     bool sched_started, loader_started;
@@ -61,8 +63,10 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
                              vsr_err *err);
 /* Starts the loader (verify, map, load, golden) and the scheduler threads. */
 vsr_status srv_model_start(srv_model *m, vsr_err *err);
-typedef enum srv_submit { SUBMIT_OK, SUBMIT_FULL, SUBMIT_STOPPING } srv_submit;
-/* Enqueues a job: SUBMIT_FULL when --max-queue jobs wait (429), SUBMIT_STOPPING after SIGTERM (503). */
+typedef enum srv_submit { SUBMIT_OK, SUBMIT_FULL, SUBMIT_TOO_MANY_TOKENS, SUBMIT_STOPPING } srv_submit;
+/* Enqueues a job (all of it or none): SUBMIT_FULL when --max-queue jobs wait or its tokens would
+ * take the queued tokens past --max-queued-tokens (429), SUBMIT_TOO_MANY_TOKENS when the job alone
+ * holds more than that (413: it could never be admitted), SUBMIT_STOPPING after SIGTERM (503). */
 srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms);
 /* Waits for the job. `client_gone` is polled; when it reports true the job is
  * withdrawn (queued) or cancelled (running). Returns false when abandoned. */

@@ -114,6 +114,15 @@ start --max-queue 4 || { bad "restart failed"; exit 1; }
   && grep -q "answered 429" "$T/bench2.out" && ! grep -q " 0 answered 429" "$T/bench2.out" \
   && ok "overload: $(grep '^verify' "$T/bench2.out")" || bad "overload: $(cat "$T/bench2.out")"
 curl -s "$URL/metrics" | grep -q 'vllm_srun_requests_total{endpoint="/v1/decisions",status="429"} [1-9]' && ok "429 counted in metrics" || bad "429 not in metrics"
+stop
+# ---- admission by tokens: a job larger than --max-queued-tokens can never be admitted (413) ----
+start --max-queued-tokens 1000 || { bad "restart failed"; exit 1; }
+r6=$(curl -s "$URL/v1/decisions" -d "$golden"); [ "$r6" = "$r" ] && ok "a job under --max-queued-tokens is answered" || bad "tokens: $r6"
+got=$(curl -s -o "$T/out" -w '%{http_code}' "$URL/v1/decisions" -d "$long")
+[ "$got" = 413 ] && grep -q 'over --max-queued-tokens 1000' "$T/out" && ok "a job over --max-queued-tokens -> 413" || bad "tokens 413: $got $(cat "$T/out")"
+curl -s "$URL/v1/models" | grep -q '"max_queued_tokens":1000' && ok "/v1/models shows max_queued_tokens" || bad "limits lack max_queued_tokens"
+stop
+start || { bad "restart failed"; exit 1; }
 
 # ---- SIGTERM drains in-flight work ----
 curl -s "$URL/v1/decisions" -d "$long" -o "$T/drain.out" -w '%{http_code}' > "$T/drain.code" &

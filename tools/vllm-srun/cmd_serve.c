@@ -14,7 +14,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: vllm-srun serve MODEL[@REV] [--revision R] [--device auto|cpu|cuda[:N]|rocm[:N]]\n"
             "         [--host 127.0.0.1] [--port 8100] [--uds PATH] [--dtype auto|bfloat16]\n"
-            "         [--threads N] [--max-queue 256] [--max-request-bytes 8388608]\n"
+            "         [--threads N] [--max-queue 256] [--max-queued-tokens 4194304]\n"
+            "         [--max-request-bytes 8388608]\n"
             "         [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]\n"
             "         [--log-level error|warn|info|debug]\n"
             "MODEL is org/name from the package store (Hugging Face cache layout) or an\n"
@@ -57,6 +58,7 @@ int cmd_serve(int argc, char **argv) {
         NUM("--port", port, 1, 65535)
         NUM("--threads", threads, 0, 1024)
         NUM("--max-queue", max_queue, 1, 1000000)
+        NUM("--max-queued-tokens", max_queued_tokens, 1, 1LL << 40)
         NUM("--max-request-bytes", max_request_bytes, 1024, 1LL << 32)
 #undef NUM
         if (argv[i][0] == '-') {
