@@ -35,9 +35,11 @@ def options(q):
     return [text(v) for v in levels]
 
 def user_text(state, q, codes):
-    s = text(state)
+    # the reference writes `state or "(empty)"` and `instructions or "Choose the best matching option."`
+    s = text(state) if state else "(empty)"
+    instr = text(q["instructions"]) if q["instructions"] else "Choose the best matching option."
     lines = "\n".join(f"{codes[i]}: {o}" for i, o in enumerate(options(q)))
-    return (f"State:\n{s if s.strip() else '(empty)'}\n\nQuestion:\n{text(q['instructions'])}\n\n"
+    return (f"State:\n{s}\n\nQuestion:\n{instr}\n\n"
             f"Options:\n{lines}\n\nReply with only the code of the best option.")
 
 REQUESTS = [
@@ -58,6 +60,8 @@ REQUESTS = [
                 "criteria": {"true": "Clearly yes", "false": {"reason": "no"}}},
         "lvl": {"type": "score", "instructions": "rate", "levels": ["low", {"mid": 1}, ["high"]]}}},
     {"state": ["a", "b", 3], "questions": {"q": {"type": "noul", "instructions": "  spaced  "}}},
+    {"state": {}, "questions": {"q": {"type": "noul", "instructions": {}}}},
+    {"state": "", "questions": {"q": {"type": "noul", "instructions": []}}},
     {"state": "   ", "questions": {"q": {"type": "choice", "instructions": "x",
                                          "criteria": {f"k{i}": None for i in range(40)}}}},
     {"state": "tabs\tand\r\nnewlines\u2028 and <|im_start|> inline", "questions": {

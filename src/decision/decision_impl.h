@@ -53,6 +53,9 @@ struct vsr_decider {
 char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
                        int n_opt, char *const *option_text);
 char *d3_value_text(const json_t *v); /* string as is; object/array as Python json.dumps */
+/* As d3_value_text, but "" for a value Python finds falsy ("", {}, []): the prompt writes
+ * its default ("(empty)", "Choose the best matching option.") then. */
+char *d3_prompt_text(const json_t *v);
 
 /* answer.c */
 /* probs over the first n of 255 logits at temperature t; false if not finite. */

@@ -13,10 +13,12 @@ char *d3_value_text(const json_t *v) {
     return vsr_json_dumps_python(v, false, false, false);
 }
 
-static bool blank(const char *s) {
-    for (; s && *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r') return false;
-    return true;
+/* The reference writes `state or "(empty)"`: Python truthiness, so an empty string, object
+ * or array is replaced and anything else (whitespace too) is written as it is. */
+char *d3_prompt_text(const json_t *v) {
+    bool falsy = (json_is_string(v) && json_string_length(v) == 0) ||
+                 (json_is_object(v) && json_object_size(v) == 0) || (json_is_array(v) && json_array_size(v) == 0);
+    return falsy ? strdup("") : d3_value_text(v);
 }
 
 char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
@@ -24,9 +26,9 @@ char *d3_render_prompt(const char *state_text, const char *instructions, const c
     vsr_strbuf b = {0};
     vsr_strbuf_puts(&b, "<|im_start|>system\n" VSR_D3_SYSTEM_PROMPT
                         "<|im_end|>\n<|im_start|>user\nState:\n");
-    vsr_strbuf_puts(&b, blank(state_text) ? "(empty)" : state_text);
+    vsr_strbuf_puts(&b, *state_text ? state_text : "(empty)");
     vsr_strbuf_puts(&b, "\n\nQuestion:\n");
-    vsr_strbuf_puts(&b, blank(instructions) ? "Choose the best matching option." : instructions);
+    vsr_strbuf_puts(&b, *instructions ? instructions : "Choose the best matching option.");
     vsr_strbuf_puts(&b, "\n\nOptions:\n");
     for (int i = 0; i < n_opt; i++) {
         if (i) vsr_strbuf_puts(&b, "\n");

@@ -274,7 +274,7 @@ static void q_build(const vsr_decider *d, d3_question *q, const char *id, const 
     }
     char **texts = NULL;
     if (!q_options(q, jq, &texts)) return;
-    char *instr = d3_value_text(ji);
+    char *instr = d3_prompt_text(ji);
     bool pad = contains_pad(instr) || contains_pad(state_text);
     for (int i = 0; i < q->n_opt && !pad; i++) pad = contains_pad(texts[i]);
     if (pad) {
@@ -371,7 +371,7 @@ static bool build_request(const vsr_decider *d, d3_request *r, const json_t *o, 
                   where, json_object_size(jq), D3_MAX_QUESTIONS);
         return false;
     }
-    char *state_text = d3_value_text(js);
+    char *state_text = d3_prompt_text(js);
     if (!state_text) {
         http_fail(h, 500, "internal_error", "out of memory");
         return false;
