@@ -157,11 +157,14 @@ static const isa_entry isa_table[] = {
 };
 enum { ISA_COUNT = sizeof isa_table / sizeof isa_table[0] };
 
-static const gemm_isa *g_forced;
+/* Set only by the test-only vsr_gemm_force_isa; atomic so that ops_cpu.c's workers can read it
+ * through vsr_gemm_forced_isa() while a test thread sets it between calls. */
+static const gemm_isa *_Atomic g_forced;
 
 static const gemm_isa *current_isa(void) {
     static const gemm_isa *_Atomic best;
-    if (g_forced) return g_forced;
+    const gemm_isa *f = g_forced;
+    if (f) return f;
     const gemm_isa *b = best;
     if (!b) {
         for (int i = 0; i < ISA_COUNT && !b; i++)
@@ -172,6 +175,11 @@ static const gemm_isa *current_isa(void) {
 }
 
 const char *vsr_gemm_isa(void) { return current_isa()->name; }
+
+const char *vsr_gemm_forced_isa(void) {
+    const gemm_isa *f = g_forced;
+    return f ? f->name : NULL;
+}
 
 int vsr_gemm_force_isa(const char *name) {
     if (!name) {

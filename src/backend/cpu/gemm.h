@@ -56,6 +56,21 @@ const char *vsr_gemm_isa(void);
  * name is unknown. Not thread-safe against concurrent GEMM calls. */
 int vsr_gemm_force_isa(const char *name);
 
+/* The name forced by vsr_gemm_force_isa, or NULL when the choice is automatic. The other CPU
+ * ops (ops_cpu.c) read it too: forcing "scalar" or "avx2+fma" also turns off their AVX-512
+ * paths, so one switch puts the whole CPU backend on a known path for tests. */
+const char *vsr_gemm_forced_isa(void);
+
+/* TEST-ONLY switches of the ops in ops_cpu.c (defined there), for tests/test_cpu_ops.c. */
+/* Which path the non-GEMM ops (rmsnorm_gated, conv1d_silu, deltanet, softmax exp,
+ * mul_sigmoid, swiglu) take now: "avx512" or "scalar". */
+const char *vsr_cpu_ops_isa(void);
+/* Attention path: "rows" forces the per-query loop (otherwise used only when the blocked
+ * path's workspace cannot be allocated); NULL returns to the automatic choice, the blocked
+ * GEMM path. Returns 0, or -1 (nothing changed) for an unknown name. Not thread-safe
+ * against concurrent attention calls. */
+int vsr_cpu_attention_force_path(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -153,7 +153,7 @@ static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x));
  * vector polynomial (below) instead of libm's expf, within 2 ulp of it. */
 #define AVX512_FN __attribute__((target("avx512f,avx512dq,fma")))
 
-static int have_avx512(void) {
+static int cpu_has_avx512(void) {
     static int v = -1;
     if (v < 0) {
         __builtin_cpu_init();
@@ -161,6 +161,14 @@ static int have_avx512(void) {
             __builtin_cpu_supports("fma");
     }
     return v;
+}
+
+/* Read on every call (one atomic load when nothing is forced) so the test-only
+ * vsr_gemm_force_isa("scalar" / "avx2+fma") also puts these ops on their scalar loops. */
+static int have_avx512(void) {
+    const char *forced = vsr_gemm_forced_isa();
+    if (forced && strcmp(forced, "avx512") != 0) return 0;
+    return cpu_has_avx512();
 }
 
 /* exp(x) on 16 lanes: Cephes expf (range reduction by ln 2 in two parts, degree-5 polynomial
@@ -236,6 +244,13 @@ AVX512_FN static float exp_sub_avx512(float *sc, int64_t n, float mx) {
     return sum;
 }
 #endif
+
+const char *vsr_cpu_ops_isa(void) {
+#ifdef VSR_OPS_AVX512
+    if (have_avx512()) return "avx512";
+#endif
+    return "scalar";
+}
 
 /* Which sequence holds packed row r (segments are sorted by start). */
 static int seg_of_row(const vsr_segs *s, int64_t r) {
@@ -755,6 +770,16 @@ static void attn_blk_fn(void *p, int64_t b, int64_t e, int worker) {
     }
 }
 
+/* TEST-ONLY (vsr_cpu_attention_force_path): 1 = always the per-query path. */
+static _Atomic int g_attn_rows;
+
+int vsr_cpu_attention_force_path(const char *name) {
+    if (!name) g_attn_rows = 0;
+    else if (strcmp(name, "rows") == 0) g_attn_rows = 1;
+    else return -1;
+    return 0;
+}
+
 static vsr_status cpu_attention(void *ctx, const float *q, int64_t qs, const float *k, const float *v,
                                 const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal,
                                 float *out, vsr_err *err) {
@@ -771,7 +796,7 @@ static vsr_status cpu_attention(void *ctx, const float *q, int64_t qs, const flo
     int64_t qbr = (int64_t)(H / Hkv) * ATT_QB;
     int64_t ws_floats = 2 * max_len * d + 2 * qbr * d + qbr * max_len;
     ws_floats = (ws_floats + 15) & ~(int64_t)15;
-    int64_t *unit_seg = malloc(sizeof(int64_t) * ((size_t)seg->n + 1));
+    int64_t *unit_seg = g_attn_rows ? NULL : malloc(sizeof(int64_t) * ((size_t)seg->n + 1));
     float *ws = NULL;
     if (unit_seg && !posix_memalign((void **)&ws, 64, sizeof(float) * (size_t)ws_floats * (size_t)workers)) {
         unit_seg[0] = 0;
@@ -784,7 +809,8 @@ static vsr_status cpu_attention(void *ctx, const float *q, int64_t qs, const flo
         return VSR_OK;
     }
     free(unit_seg);
-    /* Not enough memory for the blocked workspace: the per-row path needs only max_len. */
+    /* Not enough memory for the blocked workspace (or the test-only switch asked for it):
+     * the per-row path needs only max_len. */
     float *scratch = malloc(sizeof(float) * (size_t)max_len * (size_t)workers);
     if (!scratch) return vsr_err_set(err, VSR_E_NOMEM, "attention: no memory for %lld scores", (long long)max_len);
     int64_t rows = seg->start[seg->n - 1] + seg->len[seg->n - 1];
