@@ -38,7 +38,7 @@ CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 endif
 
-.PHONY: all test asan fuzz clean format
+.PHONY: all test asan tsan fuzz clean format
 all: $(BUILD)/vllm-srun $(TEST_BINS)
 
 $(BUILD)/libvsr.a: $(LIB_OBJ) $(CUDA_OBJ)
@@ -73,6 +73,12 @@ asan:
 
 # Each fuzz target builds with clang from src/core plus only the sources its FUZZ_SRC_<target>
 # line names (no CUDA, nothing else of the library); a new target adds its own line.
+# ThreadSanitizer build of the worker, driven under load (scripts/test.sh runs it after asan).
+tsan:
+	$(MAKE) BUILD=build-tsan OPT="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" VSR_NO_CUDA=1 build-tsan/vllm-srun
+	$(MAKE) $(BUILD)/vllm-srun
+	VSR_BIN=$(CURDIR)/$(BUILD)/vllm-srun VSR_TSAN_BIN=$(CURDIR)/build-tsan/vllm-srun bash tests/tsan_server.sh
+
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CORE_SRC := $(sort $(wildcard src/core/*.c))
 FUZZ_SRC_fuzz_safetensors := src/format/dtype.c src/package/safetensors.c

@@ -564,7 +564,7 @@ vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile 
         for (int i = 0; i < j->req[r].n_q; i++)
             if (!j->req[r].q[i].err_code) rows[k++] = &j->req[r].q[i];
     for (int b0 = 0; b0 < n && st == VSR_OK; b0 += VSR_D3_ROWS_PER_FORWARD) {
-        if (cancel && *cancel) {
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
             st = vsr_err_set(err, VSR_E_INVALID, "cancelled: the client went away");
             break;
         }

@@ -206,7 +206,7 @@ bool srv_model_wait(srv_model *m, srv_job *j, bool (*client_gone)(void *), void 
             j->state = JOB_DONE;
             break;
         }
-        j->cancel = 1; /* running: the scheduler stops between forwards */
+        __atomic_store_n(&j->cancel, 1, __ATOMIC_RELAXED); /* running: stops between forwards */
     }
     pthread_mutex_unlock(&m->mu);
     pthread_cond_destroy(&j->done);
