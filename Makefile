@@ -82,14 +82,16 @@ tsan:
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CORE_SRC := $(sort $(wildcard src/core/*.c))
 FUZZ_SRC_fuzz_safetensors := src/format/dtype.c src/package/safetensors.c
+FUZZ_SRC_fuzz_decisions := src/decision/request.c src/decision/render.c src/decision/answer.c \
+  src/fixture/d3_codes.c $(sort $(wildcard src/tokenizer/*.c))
 FUZZ_SRC_fuzz_json := src/package/model_config.c src/package/decision_config.c src/package/manifest.c \
   src/package/identity.c src/format/quant_config.c
 # clang 14 lacks __builtin_roundevenf (used by src/format/dtype.c); under the default
 # round-to-nearest-even mode __builtin_nearbyintf gives the same result.
-FUZZ_CFLAGS := $(CSTD) -Iinclude -Isrc -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined \
+FUZZ_CFLAGS := $(CSTD) -Iinclude -Isrc -D_GNU_SOURCE -DVSR_DATA_DIR=\"$(abspath data)\" -O1 -g -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=undefined -fno-omit-frame-pointer -pthread \
   -D__builtin_roundevenf=__builtin_nearbyintf
-FUZZ_LDLIBS := -ljansson -lcrypto -lpcre2-8 -lm -pthread
+FUZZ_LDLIBS := -ljansson -lcrypto -lpcre2-8 -lutf8proc -lm -pthread
 fuzz: $(FUZZ_TARGETS)
 .SECONDEXPANSION:
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_CORE_SRC) $$(FUZZ_SRC_$$*)
