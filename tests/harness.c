@@ -74,6 +74,19 @@ char *test_read_file(const char *path, size_t *n) {
     return buf;
 }
 
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+void test_rng_seed(uint64_t seed) { rng_state = seed; }
+
+uint64_t test_rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+float test_rndf(void) { return (float)((double)(test_rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
 int test_summary(void) {
     printf("%d checks, %d failures\n", test_checks, test_failures);
     return test_failures ? 1 : 0;

@@ -5,6 +5,7 @@
 #ifndef VSR_TEST_H
 #define VSR_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,10 @@ extern const char *test_current;
     CHECK_MSG((st) == VSR_OK, "got status %s: %s", vsr_status_name(st), (err).msg)
 
 int test_summary(void);
+/* A seeded xorshift64 stream shared by the tests (same seed, same data on every machine). */
+void test_rng_seed(uint64_t seed);
+uint64_t test_rnd(void);
+float test_rndf(void); /* uniform in [-1, 1), 53 random bits rounded to float */
 /* A fresh empty directory under $TMPDIR for this test program; removed at exit. */
 const char *test_tmpdir(void);
 /* Writes a file (creating parent dirs). Returns 0 on success. */

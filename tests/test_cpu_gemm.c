@@ -17,23 +17,15 @@ static const char *const ISAS[] = {"avx512", "avx2+fma", "scalar"};
 enum { N_ISAS = 3 };
 #define TOL 1e-5
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float rndf(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
 
 static float *rand_f32(int64_t n) {
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
-    for (int64_t i = 0; i < n; i++) p[i] = rndf();
+    for (int64_t i = 0; i < n; i++) p[i] = test_rndf();
     return p;
 }
 static uint16_t *rand_bf16(int64_t n) {
     uint16_t *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
-    for (int64_t i = 0; i < n; i++) p[i] = vsr_f32_to_bf16(rndf());
+    for (int64_t i = 0; i < n; i++) p[i] = vsr_f32_to_bf16(test_rndf());
     return p;
 }
 
@@ -253,25 +245,25 @@ static void q4_make(q4 *q, int64_t N, int64_t K, int group, int asym, int gmode,
     memset(q, 0, sizeof *q);
     int64_t G = group > 0 ? (K + group - 1) / group : 1, words = K / 8;
     q->packed = malloc((size_t)(N * words) * sizeof *q->packed);
-    for (int64_t i = 0; i < N * words; i++) q->packed[i] = (uint32_t)rnd();
+    for (int64_t i = 0; i < N * words; i++) q->packed[i] = (uint32_t)test_rnd();
     q->scale = malloc((size_t)(N * G) * sizeof *q->scale);
     for (int64_t i = 0; i < N * G; i++) {
         /* magnitudes over many binades, both signs, some BF16 subnormals */
-        float s = ldexpf(0.5f + 0.5f * fabsf(rndf()), wide ? (int)(rnd() % 24) - 16 : -6);
-        if (wide && rnd() % 9 == 0) s = ldexpf(1.0f + fabsf(rndf()), -130);
-        q->scale[i] = vsr_f32_to_bf16(rnd() & 1 ? -s : s);
+        float s = ldexpf(0.5f + 0.5f * fabsf(test_rndf()), wide ? (int)(test_rnd() % 24) - 16 : -6);
+        if (wide && test_rnd() % 9 == 0) s = ldexpf(1.0f + fabsf(test_rndf()), -130);
+        q->scale[i] = vsr_f32_to_bf16(test_rnd() & 1 ? -s : s);
     }
     if (asym) {
         int64_t zr = (N + 7) / 8;
         q->zp = malloc((size_t)(zr * G) * sizeof *q->zp);
-        for (int64_t i = 0; i < zr * G; i++) q->zp[i] = (uint32_t)rnd();
+        for (int64_t i = 0; i < zr * G; i++) q->zp[i] = (uint32_t)test_rnd();
     }
     if (gmode && group > 0) {
         /* act-order: column k's group is that of its position in a random permutation */
         int32_t *perm = malloc((size_t)K * sizeof *perm);
         for (int64_t k = 0; k < K; k++) perm[k] = (int32_t)k;
         for (int64_t k = K - 1; k > 0; k--) {
-            int64_t j = (int64_t)(rnd() % (uint64_t)(k + 1));
+            int64_t j = (int64_t)(test_rnd() % (uint64_t)(k + 1));
             int32_t t = perm[k]; perm[k] = perm[j]; perm[j] = t;
         }
         q->gidx = malloc((size_t)K * sizeof *q->gidx);
@@ -386,6 +378,7 @@ TEST(int4_decode_bit_exact) {
 }
 
 int main(void) {
+    test_rng_seed(0x9e3779b97f4a7c15ull);
     g_pool3 = vsr_pool_new(3); /* more workers than cores: uneven, preempted chunks */
     RUN(pool_covers_every_index_once);
     RUN(pool_default_size_and_null);

@@ -39,19 +39,10 @@
 #define TOL_EXACT 1e-6
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-/* uniform in [-1, 1) */
-static float rndf(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
 
 static float *rand_f32(int64_t n, float amp) {
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
-    for (int64_t i = 0; i < n; i++) p[i] = amp * rndf();
+    for (int64_t i = 0; i < n; i++) p[i] = amp * test_rndf();
     return p;
 }
 
@@ -59,7 +50,7 @@ static float *rand_f32(int64_t n, float amp) {
 static void sprinkle_large(float *p, int64_t n) {
     static const float big[] = {-1e4f, -200.0f, -90.0f, -88.0f, 87.0f, 90.0f, 200.0f, 1e4f};
     for (int64_t i = 0; i < n; i++)
-        if (rnd() % 8 == 0) p[i] = big[rnd() % COUNT(big)];
+        if (test_rnd() % 8 == 0) p[i] = big[test_rnd() % COUNT(big)];
 }
 
 static double nerr(const float *a, const float *ref, int64_t n) {
@@ -372,8 +363,8 @@ static void attention_case(tally *t, int H, int Hkv, int d, const int *lens, int
          * error of ~1e-3 from the summation order, which the softmax amplifies: that is the
          * problem's conditioning, not the kernels', so it is kept out of this test.) */
         c.scale = d >= 256 ? 0.5f : 1.0f;
-        for (int64_t i = 0; i < rows * c.qs; i++) q[i] = (float)((int)(rnd() % 7) - 3);
-        for (int64_t i = 0; i < rows * Hkv * d; i++) k[i] = (float)((int)(rnd() % 7) - 3);
+        for (int64_t i = 0; i < rows * c.qs; i++) q[i] = (float)((int)(test_rnd() % 7) - 3);
+        for (int64_t i = 0; i < rows * Hkv * d; i++) k[i] = (float)((int)(test_rnd() % 7) - 3);
         for (int64_t r = 0; r < rows; r += 7)
             for (int64_t i = 0; i < (int64_t)Hkv * d; i++) k[r * Hkv * d + i] *= 1000.0f;
     }
@@ -491,6 +482,7 @@ TEST(swiglu_paths_agree) {
 }
 
 int main(void) {
+    test_rng_seed(0x243f6a8885a308d3ull);
     vsr_err err = {0};
     if (vsr_backend_cpu_new(3, &g_be3, &err) || vsr_backend_cpu_new(1, &g_be1, &err)) {
         fprintf(stderr, "cpu backend: %s\n", err.msg);
