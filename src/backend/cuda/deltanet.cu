@@ -26,6 +26,7 @@
  * Shapes taken: dk <= 128, dv <= 128, both multiples of 4 (16-byte copies), Hv a multiple of Hk, at most DNC_MAX_SEGS sequences,
  * longest sequence >= DNC_MIN_LEN; anything else is left to the recurrent kernel in ops.cu. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/device_math.cuh"
 
 #define DNC_C 64       /* chunk length */
 #define DNC_DK 128     /* key dim padded in shared memory */
@@ -48,8 +49,6 @@ typedef struct dnc_tab {
     int cfirst[DNC_MAX_SEGS + 1]; /* first chunk of each sequence; cfirst[n] = chunks */
 } dnc_tab;
 
-__device__ __forceinline__ float dnc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float dnc_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 __device__ __forceinline__ uint32_t to_tf32(float f) {
     uint32_t r;
@@ -97,15 +96,6 @@ __device__ __forceinline__ void cp_wait_all() {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 
-__device__ __forceinline__ int dnc_seg_of_chunk(const dnc_tab &tb, int ci) {
-    int lo = 0, hi = tb.n - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (tb.cfirst[mid] <= ci) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
 
 /* q, k of every (row, key head) l2-normalised (eps 1e-6 inside the sqrt, as the CPU op and
  * transformers' l2norm), q times 1/sqrt(dk). One warp per (row, head, q|k). */
@@ -145,7 +135,7 @@ __global__ void __launch_bounds__(256) k_dnc_intra(const float *__restrict__ qn,
     float *Ks = smem, *Qs = Ks + DNC_C * LDK, *Am = Qs + DNC_C * LDK, *Ts = Am + DNC_C * LD64;
     float *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C, *sw = bt + DNC_C;
     const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
-    const int sg = dnc_seg_of_chunk(tb, ci);
+    const int sg = last_le_d(tb.cfirst, tb.n, ci);
     const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
     const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -162,8 +152,8 @@ __global__ void __launch_bounds__(256) k_dnc_intra(const float *__restrict__ qn,
         float be = 0.0f, gg = 0.0f;
         if (tid < Lc) {
             int64_t bi = (r0 + tid) * Hv + h;
-            be = dnc_sigmoid(b[bi]);
-            gg = -expf(A_log[h]) * dnc_softplus(a[bi] + dt_bias[h]);
+            be = sigmoid_d(b[bi]);
+            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
         }
         bt[tid] = be, gc[tid] = gg;
     }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h" /* first: wraps the C headers in extern "C" */
+#include "backend/cuda/device_math.cuh"
 
 #define CUDA_MAX_SEGS 128
 #define LT_WS_BYTES ((size_t)32 << 20)
@@ -95,9 +96,6 @@ static inline unsigned blocks_for(int64_t n, int threads) {
         if (st_) return st_;                                                                       \
     } while (0)
 
-__device__ __forceinline__ float silu_d(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float softplus_d(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -130,15 +128,7 @@ static vsr_status segs_to_dev(cuda_ctx *c, const vsr_segs *s, const char *op, ds
     return VSR_OK;
 }
 
-__device__ __forceinline__ int seg_of_row_d(const dsegs &s, int64_t r) {
-    int lo = 0, hi = s.n - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (s.start[mid] <= r) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
+__device__ __forceinline__ int seg_of_row_d(const dsegs &s, int64_t r) { return last_le_d(s.start, s.n, r); }
 
 /* ---- cuBLASLt GEMM: y[M, N] (+)= A[M, K] . W[N, K]^T (row-major), plans cached per shape ---- */
 
