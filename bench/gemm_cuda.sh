@@ -1,6 +1,6 @@
 #!/bin/bash
 # bench/gemm_cuda.sh: the CUDA quant tests and GEMM sweep.
-#   bench/gemm_cuda.sh build   (here: nvcc 13) -> .gpuq/{test_cuda_quant,gemm_cuda} with the host
+#   bench/gemm_cuda.sh build   (here: nvcc 13) -> $Q/{test_cuda_quant,gemm_cuda} with the host
 #                              libraries linked statically (the GPU machine has none of them)
 #   bench/gemm_cuda.sh run     (on the GPU machine, repository root, .gpuq carried) -> $OUT/
 #       env.txt, test_cuda_quant.log, gemm_cuda.csv (+ .err: paths taken), gemm_torch.csv,
@@ -9,21 +9,22 @@
 #        VSR_TEST_TIMEOUT, VSR_SWEEP_TIMEOUT, VSR_TORCH_TIMEOUT (seconds)
 set -u
 cd "$(dirname "$0")/.."
+Q=${GPU_OUT:-.gpuq}
 if [ "${1:-}" = build ]; then
   set -e
-  BUILD=build-gpuq
+  BUILD=${GPU_BUILD:-build-gpuq}   # helpers building at the same time pass their own
   make -j2 BUILD=$BUILD $BUILD/libvsr.a $BUILD/tests/test_cuda_quant.o $BUILD/tests/harness.o $BUILD/tests/pkgbuild.o >/dev/null
-  mkdir -p .gpuq
+  mkdir -p $Q
   CUDA=/usr/local/cuda
   LIBS="-Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -lyaml -lmicrohttpd -lcrypto -Wl,-Bdynamic \
     -L$CUDA/lib64 -lcudart_static -lcublasLt -lstdc++ -ldl -lrt -lm -pthread -Wl,-rpath,$CUDA/lib64"
-  cc -std=c17 -O2 -pthread -o .gpuq/test_cuda_quant $BUILD/tests/test_cuda_quant.o $BUILD/tests/harness.o \
+  cc -std=c17 -O2 -pthread -o $Q/test_cuda_quant $BUILD/tests/test_cuda_quant.o $BUILD/tests/harness.o \
     $BUILD/tests/pkgbuild.o $BUILD/libvsr.a $LIBS
   nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc -DVSR_HAVE_CUDA=1 \
     -c -o $BUILD/gemm_cuda.o bench/gemm_cuda.cu
-  g++ -O2 -pthread -o .gpuq/gemm_cuda $BUILD/gemm_cuda.o $BUILD/libvsr.a $LIBS
-  grep -qx '/.gpuq/' .git/info/exclude 2>/dev/null || echo '/.gpuq/' >> .git/info/exclude
-  ls -la .gpuq
+  g++ -O2 -pthread -o $Q/gemm_cuda $BUILD/gemm_cuda.o $BUILD/libvsr.a $LIBS
+  grep -qx "/$Q/" .git/info/exclude 2>/dev/null || echo "/$Q/" >> .git/info/exclude
+  ls -la $Q
   exit 0
 fi
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -32,14 +33,14 @@ if [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ]; then
   export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
 fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
-  ldd .gpuq/test_cuda_quant | grep -E 'cublas|not found'; } 2>&1 | tee "$OUT/env.txt"
+  ldd $Q/test_cuda_quant | grep -E 'cublas|not found'; } 2>&1 | tee "$OUT/env.txt"
 rc=0
-( cd "${TMPDIR:-/tmp}" && timeout "${VSR_TEST_TIMEOUT:-150}" "$OLDPWD/.gpuq/test_cuda_quant" ) > "$OUT/test_cuda_quant.log" 2>&1; rc=$?
+( cd "${TMPDIR:-/tmp}" && timeout "${VSR_TEST_TIMEOUT:-150}" "$OLDPWD/$Q/test_cuda_quant" ) > "$OUT/test_cuda_quant.log" 2>&1; rc=$?
 echo "test_cuda_quant rc=$rc" >> "$OUT/test_cuda_quant.log"
 grep -vE '^  fp8 N' "$OUT/test_cuda_quant.log" | tail -30
 if [ "${VSR_SWEEP:-1}" = 1 ]; then
   mkdir -p /tmp/vsr-tune
-  VSR_AUTOTUNE_DIR=/tmp/vsr-tune timeout "${VSR_SWEEP_TIMEOUT:-180}" .gpuq/gemm_cuda ${VSR_ROWS:-} \
+  VSR_AUTOTUNE_DIR=/tmp/vsr-tune timeout "${VSR_SWEEP_TIMEOUT:-180}" $Q/gemm_cuda ${VSR_ROWS:-} \
     ${VSR_SHAPES:+--shapes=$VSR_SHAPES} > "$OUT/gemm_cuda.csv" 2> "$OUT/gemm_cuda.err"; echo "gemm_cuda rc=$?"
   tar czf "$OUT/tune.tgz" -C /tmp vsr-tune 2>/dev/null
   [ "${VSR_TORCH:-1}" = 1 ] && PYTHONUNBUFFERED=1 timeout "${VSR_TORCH_TIMEOUT:-120}" python3 bench/gemm_cuda_torch.py ${VSR_ROWS:-} \

@@ -2,24 +2,25 @@
 # tools/gpu/run_tests.sh: what runs on the GPU machine, from the repository root, with the
 # binaries of tools/gpu/build.sh in .gpu/ (carried). Writes logs to $OUT.
 #   tests:  .gpu/test_cuda_ops           (ops vs the CPU backend, tiny fixtures end to end)
-#   bench:  .gpu/bench_cuda [pkg]        (27B-shaped layer ops at 3x128 and 8x512; a package's forward)
+#   bench:  $G/bench_cuda [pkg]        (27B-shaped layer ops at 3x128 and 8x512; a package's forward)
 set -u
+G=${GPU_OUT:-.gpu}   # the folder tools/gpu/build.sh wrote (GPU_OUT there)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if ! ldconfig -p 2>/dev/null | grep -q libcublasLt.so.13 && [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ]; then
   d=$(dirname "$(find / -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
   export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
 fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
-  ldd .gpu/test_cuda_ops | grep -E 'cublas|not found'; } 2>&1 | tee "$OUT/env.txt"
+  ldd $G/test_cuda_ops | grep -E 'cublas|not found'; } 2>&1 | tee "$OUT/env.txt"
 rc=0
-.gpu/test_cuda_ops 2>&1 | tee "$OUT/test_cuda_ops.log"; rc=${PIPESTATUS[0]}
+$G/test_cuda_ops 2>&1 | tee "$OUT/test_cuda_ops.log"; rc=${PIPESTATUS[0]}
 echo "test_cuda_ops rc=$rc" | tee -a "$OUT/test_cuda_ops.log"
 if [ "${VSR_BENCH:-1}" = 1 ]; then
   pkg=""
   if [ -n "${VSR_BENCH_FIXTURE:-}" ]; then
     pkg=/tmp/fx-$VSR_BENCH_FIXTURE
-    ( time .gpu/mkfixture "$pkg" "$VSR_BENCH_FIXTURE" ) 2>&1 | tee "$OUT/fixture.log"
+    ( time $G/mkfixture "$pkg" "$VSR_BENCH_FIXTURE" ) 2>&1 | tee "$OUT/fixture.log"
   fi
-  timeout "${VSR_BENCH_TIMEOUT:-240}" .gpu/bench_cuda $pkg 2>&1 | tee "$OUT/bench_cuda.log"
+  timeout "${VSR_BENCH_TIMEOUT:-240}" $G/bench_cuda $pkg 2>&1 | tee "$OUT/bench_cuda.log"
 fi
 exit $rc
