@@ -148,6 +148,27 @@ typedef struct vsr_backend_ops {
      * bf16) and the result is widened to FP32. */
     vsr_status (*readout)(void *ctx, const float *h, int64_t M, const vsr_bweight *R, float *logits,
                           vsr_err *err);
+
+    /* ---- optional: NULL / 0 where a backend does not offer them; the model works without ---- */
+
+    /* Most rows the model should give one MLP step (bounds its [rows, I] intermediates); 0 = the
+     * model's default. A GPU wants large GEMMs; a CPU wants the intermediates in cache. */
+    int64_t mlp_rows;
+    /* Declares that the next op writing x[rows, K] (row-major, contiguous) makes the input of
+     * linears. The backend may keep, made in that op's own pass, a copy in the precision its
+     * linears read (BF16, or FP8 with per-row scales) and let linears on rows of x use it.
+     * The FP32 x is written as usual; results are the same as without the hint. */
+    void (*feed_linears)(void *ctx, const float *x, int64_t rows, int64_t K);
+    /* Replay of a forward whose shape repeats (CUDA graphs). `key` names everything the op
+     * sequence depends on except the token ids. graph_begin either replays a recording of key
+     * with these ids (*replayed = 1: the model skips its op calls and reads the outputs), or
+     * returns *replayed = 0 and may start recording: the model then makes its op calls as usual
+     * and calls graph_end(ops_status) whatever happened; graph_end runs what was recorded. When
+     * it sets *rerun, nothing was run (the recording failed): the model makes the calls again,
+     * unrecorded. Outputs are bit-identical to running the ops one by one. */
+    vsr_status (*graph_begin)(void *ctx, uint64_t key, const int32_t *ids, int64_t n_ids, int *replayed,
+                              vsr_err *err);
+    vsr_status (*graph_end)(void *ctx, vsr_status ops_status, int *rerun, vsr_err *err);
 } vsr_backend_ops;
 
 typedef struct vsr_backend {

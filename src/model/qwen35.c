@@ -32,7 +32,7 @@
 #include "vsr/safetensors.h"
 
 #define MAX_ROWS_PLANNED 8 /* decision3 runs 8 questions per forward */
-#define MLP_CHUNK 512      /* tokens per MLP step: bounds the [chunk, I] intermediates */
+#define MLP_CHUNK 512      /* tokens per MLP step unless the backend asks otherwise (mlp_rows) */
 
 typedef struct layer {
     vsr_layer_type type;
@@ -321,10 +321,12 @@ typedef struct arena {
 
 static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
+static int64_t mlp_chunk(const vsr_model *m) { return m->be.ops->mlp_rows > 0 ? m->be.ops->mlp_rows : MLP_CHUNK; }
+
 static size_t arena_layout(const vsr_model *m, int64_t T, int64_t R, arena *a, float *base) {
     int64_t w0 = max3(m->C, 2LL * m->H * m->hd, m->Vd), w1 = max3(m->C, (int64_t)m->H * m->hd, 0);
     int64_t w2 = max3(m->Vd, (int64_t)m->Hkv * m->hd, 0), w4 = (int64_t)m->H * m->hd;
-    int64_t wl = max3(max3(m->D, m->Vd, w4), VSR_D3_CODES, 0), ch = T < MLP_CHUNK ? T : MLP_CHUNK;
+    int64_t wl = max3(max3(m->D, m->Vd, w4), VSR_D3_CODES, 0), ch = T < mlp_chunk(m) ? T : mlp_chunk(m);
     int64_t sizes[] = {T * m->D, T * m->D, T * w0, T * w1, T * w2, T * w2, T * w4, T * m->Hv, T * m->Hv,
                        ch * m->I, ch * m->I, R * wl, R * wl, R * m->Hv * m->dk * m->dv};
     float **slots[] = {&a->x, &a->h, &a->t0, &a->t1, &a->t2, &a->t3, &a->t4, &a->tb, &a->ta,
@@ -534,6 +536,11 @@ uint64_t vsr_model_memory_bytes(const vsr_model *m) { return m ? m->weight_bytes
 #define B m->be.ops
 #define X m->be.ctx
 
+/* The next op writes x [rows, K], the input of linears only (see feed_linears in backend.h). */
+static void feed(vsr_model *m, const float *x, int64_t rows, int64_t K) {
+    if (B->feed_linears) B->feed_linears(X, x, rows, K);
+}
+
 /* Gated DeltaNet over h [T, D]; leaves the out_proj input in *core [T, Vd]. */
 static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, int64_t T, const vsr_segs *sg,
                                  float **core, vsr_err *err) {
@@ -544,6 +551,7 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
         (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)) ||
         (st = B->deltanet(X, a->t1, m->C, a->tb, a->ta, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv,
                           a->st, a->t3, err)) ||
+        (feed(m, a->t0, T, m->Vd), 0) ||
         (st = B->rmsnorm_gated(X, a->t3, a->t2, T * m->Hv, m->dv, L->gnorm, m->eps, a->t0, err)))
         return st;
     *core = a->t0;
@@ -565,6 +573,7 @@ static vsr_status attention_layer(vsr_model *m, const layer *L, const arena *a, 
         (st = B->rope(X, a->t2, (int64_t)Hkv * d, sg, Hkv, d, m->rot, m->cos_t, m->sin_t, m->max_pos, err)) ||
         (st = B->attention(X, a->t1, (int64_t)H * d, a->t2, a->t3, sg, H, Hkv, d, 1.0f / sqrtf((float)d),
                            m->causal, a->t4, err)) ||
+        (feed(m, a->t4, T, (int64_t)H * d), 0) ||
         (st = B->mul_sigmoid(X, a->t4, T, H, d, a->t0 + d, 2LL * H * d, 2LL * d, err)))
         return st;
     *core = a->t4;
@@ -574,16 +583,61 @@ static vsr_status attention_layer(vsr_model *m, const layer *L, const arena *a, 
 /* x [T, D] += down(silu(gate(h)) * up(h)), h = RMSNorm(x), in chunks of MLP_CHUNK tokens. */
 static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, float *h, int64_t T, vsr_err *err) {
     vsr_status st;
+    feed(m, h, T, m->D);
     if ((st = B->rmsnorm(X, x, m->D, T, m->D, L->post_norm, 1.0f, m->eps, h, m->D, err))) return st;
-    for (int64_t t0 = 0; t0 < T; t0 += MLP_CHUNK) {
-        int64_t n = T - t0 < MLP_CHUNK ? T - t0 : MLP_CHUNK;
+    const int64_t chunk = mlp_chunk(m);
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        int64_t n = T - t0 < chunk ? T - t0 : chunk;
         const float *hc = h + t0 * m->D;
         if ((st = B->linear(X, hc, n, L->gate, a->mg, 0, err)) || (st = B->linear(X, hc, n, L->up, a->mu, 0, err)) ||
-            (st = B->swiglu(X, a->mg, a->mu, n, m->I, a->mg, err)) ||
+            (feed(m, a->mg, n, m->I), 0) || (st = B->swiglu(X, a->mg, a->mu, n, m->I, a->mg, err)) ||
             (st = B->linear(X, a->mg, n, L->down, x + t0 * m->D, 1, err)))
             return st;
     }
     return VSR_OK;
+}
+
+/* The forward's device work, embedding to readout: the final-norm hidden rows into a->h, the
+ * logits (when asked) into a->cl. */
+static vsr_status run_ops(vsr_model *m, const arena *a, int R, int64_t T, const int32_t *all, const vsr_segs *sg,
+                          const int64_t *last, int want_logits, vsr_err *err) {
+    vsr_status st;
+    if ((st = B->embed(X, m->embed, all, T, a->x, err))) return st;
+    const int nl = m->c.num_hidden_layers;
+    for (int l = 0; l < nl; l++) {
+        const layer *L = &m->layers[l];
+        float *core;
+        feed(m, a->h, T, m->D);
+        if ((st = B->rmsnorm(X, a->x, m->D, T, m->D, L->in_norm, 1.0f, m->eps, a->h, m->D, err))) return st;
+        st = L->type == VSR_LAYER_LINEAR_ATTENTION ? deltanet_layer(m, L, a, T, sg, &core, err)
+                                                   : attention_layer(m, L, a, T, sg, &core, err);
+        if (st) return st;
+        const vsr_bweight *Wout = L->type == VSR_LAYER_LINEAR_ATTENTION ? L->out : L->o;
+        int64_t cw = L->type == VSR_LAYER_LINEAR_ATTENTION ? m->Vd : (int64_t)m->H * m->hd;
+        if (l + 1 < nl) {
+            if ((st = B->linear(X, core, T, Wout, a->x, 1, err)) || (st = mlp(m, L, a, a->x, a->h, T, err))) return st;
+        } else {
+            /* Only each row's last token feeds the readout: finish the last layer on R rows. */
+            if ((st = B->gather_rows(X, core, last, R, cw, a->cl, err)) ||
+                (st = B->gather_rows(X, a->x, last, R, m->D, a->xl, err)) ||
+                (st = B->linear(X, a->cl, R, Wout, a->xl, 1, err)) || (st = mlp(m, L, a, a->xl, a->h, R, err)))
+                return st;
+        }
+    }
+    if ((st = B->rmsnorm(X, a->xl, m->D, R, m->D, m->final_norm, 1.0f, m->eps, a->h, m->D, err))) return st;
+    if (want_logits && (st = B->readout(X, a->h, R, m->readout, a->cl, err))) return st;
+    return VSR_OK;
+}
+
+/* Everything run_ops' op sequence depends on besides the token ids (FNV-1a). */
+static uint64_t graph_key(const vsr_model *m, int R, const int *lens, int want_logits) {
+    uint64_t h = 1469598103934665603ull;
+    const uint64_t vals[] = {(uint64_t)R, (uint64_t)want_logits, (uint64_t)(uintptr_t)m->arena,
+                             (uint64_t)m->arena_tokens, (uint64_t)m->arena_rows, (uint64_t)(uintptr_t)m->cos_t,
+                             (uint64_t)(uintptr_t)m->sin_t, (uint64_t)m->max_pos};
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) h = (h ^ vals[i]) * 1099511628211ull;
+    for (int r = 0; r < R; r++) h = (h ^ (uint64_t)lens[r]) * 1099511628211ull;
+    return h;
 }
 
 static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids, const int *lens, float *hidden,
@@ -615,33 +669,23 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
         memcpy(all + off, ids[r], sizeof(int32_t) * (size_t)lens[r]);
     }
     vsr_segs sg = {R, start, len, pos0};
-    if ((st = B->embed(X, m->embed, all, T, a.x, err))) goto out;
-    const int nl = m->c.num_hidden_layers;
-    for (int l = 0; l < nl; l++) {
-        const layer *L = &m->layers[l];
-        float *core;
-        if ((st = B->rmsnorm(X, a.x, m->D, T, m->D, L->in_norm, 1.0f, m->eps, a.h, m->D, err))) goto out;
-        st = L->type == VSR_LAYER_LINEAR_ATTENTION ? deltanet_layer(m, L, &a, T, &sg, &core, err)
-                                                   : attention_layer(m, L, &a, T, &sg, &core, err);
-        if (st) goto out;
-        const vsr_bweight *Wout = L->type == VSR_LAYER_LINEAR_ATTENTION ? L->out : L->o;
-        int64_t cw = L->type == VSR_LAYER_LINEAR_ATTENTION ? m->Vd : (int64_t)m->H * m->hd;
-        if (l + 1 < nl) {
-            if ((st = B->linear(X, core, T, Wout, a.x, 1, err)) || (st = mlp(m, L, &a, a.x, a.h, T, err))) goto out;
-        } else {
-            /* Only each row's last token feeds the readout: finish the last layer on R rows. */
-            if ((st = B->gather_rows(X, core, last, R, cw, a.cl, err)) ||
-                (st = B->gather_rows(X, a.x, last, R, m->D, a.xl, err)) ||
-                (st = B->linear(X, a.cl, R, Wout, a.xl, 1, err)) || (st = mlp(m, L, &a, a.xl, a.h, R, err)))
-                goto out;
+    int want_logits = logits != NULL, replayed = 0;
+    /* A repeated shape replays the recorded forward (CUDA graphs) with these ids. */
+    if (B->graph_begin &&
+        (st = B->graph_begin(X, graph_key(m, R, lens, want_logits), all, T, &replayed, err)))
+        goto out;
+    if (!replayed) {
+        st = run_ops(m, &a, R, T, all, &sg, last, want_logits, err);
+        if (B->graph_begin) {
+            int rerun = 0;
+            vsr_status st2 = B->graph_end(X, st, &rerun, err);
+            if (rerun) st = run_ops(m, &a, R, T, all, &sg, last, want_logits, err);
+            else if (!st) st = st2;
         }
     }
-    if ((st = B->rmsnorm(X, a.xl, m->D, R, m->D, m->final_norm, 1.0f, m->eps, a.h, m->D, err))) goto out;
+    if (st) goto out;
     if (hidden && (st = B->buf_get(X, hidden, a.h, sizeof(float) * (size_t)(R * m->D), err))) goto out;
-    if (logits) {
-        if ((st = B->readout(X, a.h, R, m->readout, a.cl, err))) goto out;
-        st = B->buf_get(X, logits, a.cl, sizeof(float) * (size_t)R * VSR_D3_CODES, err);
-    }
+    if (logits) st = B->buf_get(X, logits, a.cl, sizeof(float) * (size_t)R * VSR_D3_CODES, err);
 out:
     free(segbuf);
     free(all);

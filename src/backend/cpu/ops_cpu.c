@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #define VSR_OPS_AVX512 1
 #endif
+#define MLP_ROWS_CPU 512 /* rows per MLP step: the [rows, I] intermediates stay near the caches */
 
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
@@ -945,6 +946,7 @@ static const vsr_backend_ops cpu_ops = {
     .add = cpu_add,
     .gather_rows = cpu_gather_rows,
     .readout = cpu_readout,
+    .mlp_rows = MLP_ROWS_CPU,
 };
 
 vsr_status vsr_backend_cpu_new(int threads, vsr_backend *out, vsr_err *err) {

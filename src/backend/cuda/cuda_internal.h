@@ -48,6 +48,10 @@ typedef struct cuda_ctx {
     char dtype[32];          /* "auto" or an explicit compute dtype */
     char autotune_dir[1024]; /* "" = no autotune cache */
     void *quant_state;       /* private to quant_*.cu (autotune tables, ...); freed by cuda_quant_ctx_free */
+    /* Bumped whenever a workspace (scratch, quant workspaces, ...) is freed or moved: a recorded
+     * CUDA graph holds the old addresses and must not be replayed after that. Every grow-only
+     * buffer used inside the forward bumps it when it reallocates. */
+    unsigned mem_gen;
 } cuda_ctx;
 
 /* A weight as the CUDA backend holds it. */
@@ -83,6 +87,10 @@ vsr_status cuda_f32_to_bf16(cuda_ctx *c, const float *x, int64_t n, __nv_bfloat1
 vsr_status cuda_gemm_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const __nv_bfloat16 *W,
                           int64_t N, int64_t K, float *y, int accumulate, vsr_err *err);
 
+/* Causal depthwise conv1d + silu (backend.h conv1d_silu), conv1d.cu. */
+vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const vsr_segs *seg, int64_t C, const float *w, int Kc,
+                            float *y, vsr_err *err);
+
 /* ---- hooks for the quantized linears (quant_*.cu; weak refusing defaults in weak_quant.cu) ---- */
 
 /* Upload: v->kind is the hook's kind, v->N, v->K > 0 and v->w != NULL are checked, b is
@@ -96,6 +104,10 @@ vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bw
                             int accumulate, vsr_err *err);
 vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
                            int accumulate, vsr_err *err);
+/* The same from activations already quantized per token: xq e4m3 [M, Kp] (Kp = K rounded up to 16,
+ * columns K..Kp zero, rows 16-byte aligned for the sm_90a kernel), sx FP32 [M]; device pointers. */
+vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
+                                    const vsr_bweight *w, float *y, int accumulate, vsr_err *err);
 /* Frees b->q (weight_free frees w/scale/zp/g_idx itself). */
 void cuda_quant_release(cuda_ctx *c, vsr_bweight *b);
 /* Frees c->quant_state at destroy. */

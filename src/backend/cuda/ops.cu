@@ -24,6 +24,8 @@
 #include "backend/cuda/cuda_internal.h" /* first: wraps the C headers in extern "C" */
 #include "backend/cuda/device_math.cuh"
 
+#include <cuda_fp8.h>
+
 #define CUDA_MAX_SEGS 128
 #define LT_WS_BYTES ((size_t)32 << 20)
 
@@ -53,6 +55,7 @@ static vsr_status grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes, vsr_
         cudaFree(*buf);
         *buf = NULL, *have = 0;
     }
+    c->mem_gen++; /* recorded graphs hold the old address */
     vsr_status st = cuda_check(c, cudaMalloc(buf, n), "scratch: cudaMalloc", err);
     if (st) return vsr_err_prefix(err, "%zu bytes of scratch", n);
     *have = n;
@@ -163,10 +166,71 @@ static vsr_status lt_err(cuda_ctx *c, cublasStatus_t s, const char *what, vsr_er
 
 /* The cache hangs off quant-independent private state: a static per-ctx table kept in a small
  * side structure allocated at ctx creation (cuda_ctx_priv). */
+/* Activation twin: the output of a producer op (rmsnorm, rmsnorm_gated, mul_sigmoid, swiglu)
+ * kept also in the precision the next linears read, written in the producer's own pass, so
+ * those linears skip their conversion pass (BF16) or quantization pass (FP8, per-row scales
+ * exactly as k_fp8_quant computes them). Only for outputs the model declared with
+ * feed_linears; dropped by any op that writes over its source. */
+enum { TW_NONE = 0, TW_BF16 = 1, TW_FP8 = 2 };
+typedef struct twin {
+    const float *src;    /* FP32 [rows, K] it copies */
+    int64_t rows, K, Kp; /* Kp: the FP8 row stride (K rounded up to 16, zero padded) */
+    int kind;
+    void *data; /* BF16 [rows, K] or e4m3 [rows, Kp], in tw_buf */
+    float *sx;  /* FP8: per-row scales [rows] */
+} twin;
+
+/* Per-op timing (VSR_CUDA_PROFILE=1): an event pair around every table call, summed by name,
+ * printed at destroy. Off by default; graphs are off while it is on. */
+#define PROF_PAIRS 4096
+#define PROF_NAMES 160
+typedef struct prof_row {
+    char name[72];
+    int64_t calls;
+    double ms;
+} prof_row;
+typedef struct prof {
+    int on;
+    cudaEvent_t ev[2 * PROF_PAIRS];
+    int row_of[PROF_PAIRS];
+    int n_pairs;
+    prof_row rows[PROF_NAMES];
+    int n_rows;
+} prof;
+
+/* Recorded forwards (CUDA graphs), by the model's key; recorded on a key's second sighting. */
+#define GRAPHS 8
+#define GRAPH_SEEN 32
+typedef struct graph_ent {
+    uint64_t key, last_use;
+    unsigned gen; /* mem_gen at recording */
+    cudaGraphExec_t exec;
+    int64_t n_ids, vocab;
+} graph_ent;
+
 typedef struct cuda_ctx_priv {
     cuda_ctx pub;
     lt_cache lt;
+    twin tw;
+    const float *req_x; /* feed_linears: the declared next producer output */
+    int64_t req_rows, req_K;
+    void *tw_buf;
+    size_t tw_bytes;
+    int n_fp8_w; /* FP8 linear weights held: producers make FP8 twins */
+    prof pf;
+    int graphs_on, capturing;
+    uint64_t cap_key, tick;
+    int64_t cap_n; /* token ids of the forward being recorded */
+    graph_ent g[GRAPHS];
+    uint64_t seen[GRAPH_SEEN];
+    int seen_next;
+    int64_t embed_vocab;                /* vocabulary of the last embed call (replays check ids) */
+    int32_t *ids_host, *ids_dev;        /* staging of token ids: pinned host, device */
+    size_t ids_cap;                     /* elements of both */
+    cudaEvent_t ids_ev;                 /* the last copy out of ids_host has finished */
 } cuda_ctx_priv;
+
+static inline cuda_ctx_priv *priv(cuda_ctx *c) { return (cuda_ctx_priv *)c; }
 
 static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t N, int64_t K, lt_plan **out,
                               vsr_err *err) {
@@ -284,7 +348,7 @@ __global__ void k_rmsnorm(const float *__restrict__ x, int64_t xs, int64_t M, in
 }
 
 __global__ void k_rmsnorm_gated(const float *__restrict__ x, const float *__restrict__ z, int64_t M, int64_t D,
-                                const float *__restrict__ w, float eps, float *y) {
+                                const float *__restrict__ w, float eps, float *y, __nv_bfloat16 *yb) {
     int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (r >= M) return;
@@ -294,22 +358,10 @@ __global__ void k_rmsnorm_gated(const float *__restrict__ x, const float *__rest
     ss = warp_sum(ss);
     float inv = rsqrtf(ss / (float)D + eps);
     float *yr = y + r * D;
-    for (int64_t i = lane; i < D; i += 32) yr[i] = w[i] * (xr[i] * inv) * silu_d(zr[i]);
-}
-
-__global__ void k_conv1d_silu(const float *__restrict__ x, const dsegs s, int64_t C, const float *__restrict__ w,
-                              int Kc, float *__restrict__ y) {
-    int64_t r = blockIdx.y;
-    int sg = seg_of_row_d(s, r);
-    int64_t t = r - s.start[sg];
-    for (int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ch < C; ch += (int64_t)gridDim.x * blockDim.x) {
-        const float *wc = w + ch * Kc;
-        float acc = 0;
-        for (int k = 0; k < Kc; k++) {
-            int64_t tt = t - (Kc - 1) + k;
-            if (tt >= 0) acc += wc[k] * x[(r - t + tt) * C + ch];
-        }
-        y[r * C + ch] = silu_d(acc);
+    for (int64_t i = lane; i < D; i += 32) {
+        float o = w[i] * (xr[i] * inv) * silu_d(zr[i]);
+        yr[i] = o;
+        if (yb) yb[r * D + i] = __float2bfloat16_rn(o);
     }
 }
 
@@ -328,12 +380,15 @@ __global__ void k_rope(float *x, int64_t xs, const dsegs s, int H, int64_t hs, i
     }
 }
 
-__global__ void k_mul_sigmoid(float *x, int64_t M, int H, int hd, const float *__restrict__ g, int64_t gs, int64_t ghs) {
+__global__ void k_mul_sigmoid(float *x, int64_t M, int H, int hd, const float *__restrict__ g, int64_t gs, int64_t ghs,
+                              __nv_bfloat16 *xb) {
     int64_t n = M * H * (int64_t)hd;
     for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = u / ((int64_t)H * hd);
         int rem = (int)(u % ((int64_t)H * hd)), h = rem / hd, i = rem % hd;
-        x[u] *= sigmoid_d(g[r * gs + h * ghs + i]);
+        float o = x[u] * sigmoid_d(g[r * gs + h * ghs + i]);
+        x[u] = o;
+        if (xb) xb[u] = __float2bfloat16_rn(o);
     }
 }
 
@@ -542,6 +597,385 @@ __global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restric
     }
 }
 
+/* ---- activation twins (see twin) ---- */
+
+#define RN_VEC 8  /* float4 per thread held in registers by the row kernels: rows up to 8192 wide */
+#define SW_VEC 20 /* the FP8 swiglu row kernel: rows up to 20480 wide (the 27B MLP is 17408) */
+#define TW_FP8_MAX 448.0f
+
+__device__ __forceinline__ float block_reduce(float v, float *sh, bool is_max) {
+    for (int o = 16; o; o >>= 1) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, u) : v + u;
+    }
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
+    __syncthreads(); /* sh may still be read from a previous reduction */
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = l < nw ? sh[l] : (is_max ? 0.0f : 0.0f);
+        for (int o = 16; o; o >>= 1) {
+            float u = __shfl_xor_sync(0xffffffffu, v, o);
+            v = is_max ? fmaxf(v, u) : v + u;
+        }
+        if (l == 0) sh[32] = v;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+__device__ __forceinline__ uint32_t e4m3x4(float4 v, float s) {
+    /* the same arithmetic as quant_fp8.cu's k_fp8_quant: x / s, RNE, saturate to finite */
+    return (uint32_t)__nv_cvt_float_to_fp8(v.x / s, __NV_SATFINITE, __NV_E4M3) |
+           (uint32_t)__nv_cvt_float_to_fp8(v.y / s, __NV_SATFINITE, __NV_E4M3) << 8 |
+           (uint32_t)__nv_cvt_float_to_fp8(v.z / s, __NV_SATFINITE, __NV_E4M3) << 16 |
+           (uint32_t)__nv_cvt_float_to_fp8(v.w / s, __NV_SATFINITE, __NV_E4M3) << 24;
+}
+
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *p, float4 v) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    uint2 u;
+    u.x = *(uint32_t *)&a, u.y = *(uint32_t *)&b;
+    *(uint2 *)p = u;
+}
+
+/* Twin of one row held in registers (v[j] = float4 j*blockDim+tid of the row): BF16, or FP8 with
+ * the row's scale (amax / 448, 1 for a zero row) and zeros out to Kp. */
+template <int TW, int VEC>
+__device__ __forceinline__ void twin_row(const float4 (&v)[VEC], int D4, int D, int64_t r, void *tw, int64_t twld,
+                                         float *tsx, float *sh) {
+    if (TW == TW_BF16) {
+        __nv_bfloat16 *o = (__nv_bfloat16 *)tw + r * twld;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            int i = threadIdx.x + j * blockDim.x;
+            if (i < D4) store_bf16x4(o + 4 * i, v[j]);
+        }
+    } else if (TW == TW_FP8) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
+        amax = block_reduce(amax, sh, true);
+        const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
+        if (threadIdx.x == 0) tsx[r] = s;
+        uint8_t *q = (uint8_t *)tw + r * twld;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            int i = threadIdx.x + j * blockDim.x;
+            if (i < D4) *(uint32_t *)(q + 4 * i) = e4m3x4(v[j], s);
+        }
+        for (int64_t i = D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
+    }
+}
+
+/* RMSNorm, one block per row held in registers (D % 4 == 0, D <= blockDim * 4 * RN_VEC, 16-byte
+ * aligned rows); the same formula as k_rmsnorm, the sum of squares reduced in another order. */
+template <int TW>
+__global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x, int64_t xs, int D,
+                                                     const float *__restrict__ w, float off, float eps,
+                                                     float *__restrict__ y, int64_t ys, void *__restrict__ tw,
+                                                     int64_t twld, float *__restrict__ tsx) {
+    __shared__ float sh[33];
+    const int64_t r = blockIdx.x;
+    const float4 *xr = (const float4 *)(x + r * xs), *wr = (const float4 *)w;
+    const int D4 = D >> 2;
+    float4 v[RN_VEC];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < RN_VEC; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        v[j] = i < D4 ? xr[i] : make_float4(0, 0, 0, 0);
+        ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+    ss = block_reduce(ss, sh, false);
+    const float inv = rsqrtf(ss / (float)D + eps);
+    float4 *yr = (float4 *)(y + r * ys);
+#pragma unroll
+    for (int j = 0; j < RN_VEC; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < D4) {
+            float4 g = wr[i];
+            v[j] = make_float4((v[j].x * inv) * (off + g.x), (v[j].y * inv) * (off + g.y), (v[j].z * inv) * (off + g.z),
+                               (v[j].w * inv) * (off + g.w));
+            yr[i] = v[j];
+        }
+    }
+    twin_row<TW, RN_VEC>(v, D4, D, r, tw, twld, tsx, sh);
+}
+
+/* SwiGLU, FP32 out plus an optional BF16 twin; 4 elements per thread where aligned */
+__global__ void k_swiglu4(const float *g, const float *__restrict__ u, int64_t n, float *y, __nv_bfloat16 *yb) {
+    const int64_t n4 = n / 4;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
+        float4 o = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
+        ((float4 *)y)[i] = o;
+        if (yb) store_bf16x4(yb + 4 * i, o);
+    }
+    for (int64_t i = n4 * 4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        y[i] = silu_d(g[i]) * u[i];
+        if (yb) yb[i] = __float2bfloat16_rn(y[i]);
+    }
+}
+
+/* SwiGLU with an FP8 twin: one block per row of N (N % 4 == 0, N <= 256 * 4 * SW_VEC) */
+__global__ void __launch_bounds__(256) k_swiglu_row_fp8(const float *g, const float *__restrict__ u, int N, float *y,
+                                                        uint8_t *__restrict__ tw, int64_t twld, float *__restrict__ tsx) {
+    __shared__ float sh[33];
+    const int64_t r = blockIdx.x;
+    const float4 *gr = (const float4 *)(g + r * N), *ur = (const float4 *)(u + r * N);
+    float4 *yr = (float4 *)(y + r * N);
+    const int N4 = N >> 2;
+    float4 v[SW_VEC];
+#pragma unroll
+    for (int j = 0; j < SW_VEC; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < N4) {
+            float4 a = gr[i], b = ur[i];
+            v[j] = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
+            yr[i] = v[j];
+        } else {
+            v[j] = make_float4(0, 0, 0, 0);
+        }
+    }
+    twin_row<TW_FP8, SW_VEC>(v, N4, N, r, tw, twld, tsx, sh);
+}
+
+static inline int64_t rup16(int64_t k) { return (k + 15) / 16 * 16; }
+
+/* Drops the twin and the pending declaration when [ptr, ptr + bytes) overlaps their source. */
+static void twin_clobber(cuda_ctx *c, const void *ptr, size_t bytes) {
+    cuda_ctx_priv *p = priv(c);
+    uintptr_t a = (uintptr_t)ptr, b = a + bytes;
+    if (p->tw.kind) {
+        uintptr_t s = (uintptr_t)p->tw.src, e = s + sizeof(float) * (size_t)(p->tw.rows * p->tw.K);
+        if (a < e && s < b) p->tw.kind = TW_NONE;
+    }
+    if (p->req_x) {
+        uintptr_t s = (uintptr_t)p->req_x, e = s + sizeof(float) * (size_t)(p->req_rows * p->req_K);
+        if (a < e && s < b) p->req_x = NULL;
+    }
+}
+
+/* A producer about to write y [rows * K floats as declared]: the twin kind to make (TW_NONE when y
+ * was not declared, or the kind is not wanted: fp8_ok = 0), with its buffer. Drops the old twin. */
+static vsr_status twin_start(cuda_ctx *c, const float *y, int64_t n, int fp8_ok, int bf16_ok, twin *t, vsr_err *err) {
+    cuda_ctx_priv *p = priv(c);
+    memset(t, 0, sizeof *t);
+    int declared = p->req_x == y && p->req_rows * p->req_K == n;
+    int64_t rows = p->req_rows, K = p->req_K;
+    twin_clobber(c, y, sizeof(float) * (size_t)n);
+    p->req_x = NULL;
+    if (!declared) return VSR_OK;
+    int kind = p->n_fp8_w > 0 ? (fp8_ok ? TW_FP8 : TW_NONE) : (bf16_ok ? TW_BF16 : TW_NONE);
+    if (!kind) return VSR_OK;
+    int64_t Kp = kind == TW_FP8 ? rup16(K) : K;
+    size_t bytes = kind == TW_FP8 ? (size_t)(rows * Kp) + 16 + sizeof(float) * (size_t)rows
+                                  : sizeof(__nv_bfloat16) * (size_t)(rows * K);
+    vsr_status st = grow(c, &p->tw_buf, &p->tw_bytes, bytes, err);
+    if (st) return vsr_err_prefix(err, "activation twin");
+    *t = (twin){y, rows, K, Kp, kind, p->tw_buf, NULL};
+    if (kind == TW_FP8) t->sx = (float *)(((uintptr_t)p->tw_buf + (size_t)(rows * Kp) + 15) & ~(uintptr_t)15);
+    return VSR_OK;
+}
+
+/* The producer's kernel launched: the twin is live. */
+static void twin_commit(cuda_ctx *c, const twin *t) {
+    if (t->kind) priv(c)->tw = *t;
+}
+
+/* Rows [r0, r0 + M) of the twin when x is row r0 of its source with the same K and kind. */
+static const void *twin_find(cuda_ctx *c, const float *x, int64_t M, int64_t K, int kind, const float **sx) {
+    const twin *t = &priv(c)->tw;
+    if (t->kind != kind || t->K != K || (uintptr_t)x < (uintptr_t)t->src) return NULL;
+    int64_t off = (int64_t)(((uintptr_t)x - (uintptr_t)t->src) / sizeof(float));
+    if (off % K || off / K + M > t->rows) return NULL;
+    int64_t r0 = off / K;
+    if (kind == TW_FP8) {
+        *sx = t->sx + r0;
+        return (const uint8_t *)t->data + r0 * t->Kp;
+    }
+    return (const __nv_bfloat16 *)t->data + r0 * K;
+}
+
+static void cu_feed_linears(void *ctx, const float *x, int64_t rows, int64_t K) {
+    cuda_ctx_priv *p = priv((cuda_ctx *)ctx);
+    if (!x || rows <= 0 || K <= 0) return;
+    p->req_x = x, p->req_rows = rows, p->req_K = K;
+}
+
+/* ---- per-op timing ---- */
+
+static void prof_flush(cuda_ctx *c) {
+    prof *f = &priv(c)->pf;
+    if (!f->on || !f->n_pairs) return;
+    cudaEventSynchronize(f->ev[2 * f->n_pairs - 1]);
+    for (int i = 0; i < f->n_pairs; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, f->ev[2 * i], f->ev[2 * i + 1]) == cudaSuccess) f->rows[f->row_of[i]].ms += ms;
+    }
+    (void)cudaGetLastError();
+    f->n_pairs = 0;
+}
+
+static int prof_row_index(prof *f, const char *name) {
+    for (int i = 0; i < f->n_rows; i++)
+        if (!strcmp(f->rows[i].name, name)) return i;
+    if (f->n_rows == PROF_NAMES) return PROF_NAMES - 1; /* the last row collects the rest */
+    snprintf(f->rows[f->n_rows].name, sizeof f->rows[0].name, "%s", f->n_rows == PROF_NAMES - 1 ? "(other)" : name);
+    return f->n_rows++;
+}
+
+/* Times the table call it lives in (an event before, one at scope exit). */
+struct prof_scope {
+    cuda_ctx *c;
+    int pair;
+    prof_scope(cuda_ctx *c_, const char *name) : c(c_), pair(-1) {
+        prof *f = &priv(c)->pf;
+        if (!f->on || priv(c)->capturing) return;
+        if (f->n_pairs == PROF_PAIRS) prof_flush(c);
+        pair = f->n_pairs++;
+        int r = prof_row_index(f, name);
+        f->row_of[pair] = r;
+        f->rows[r].calls++;
+        cudaEventRecord(f->ev[2 * pair], c->stream);
+    }
+    ~prof_scope() {
+        if (pair >= 0) cudaEventRecord(priv(c)->pf.ev[2 * pair + 1], c->stream);
+    }
+};
+#define PROF(c, name) prof_scope prof_scope_(c, name)
+
+static void prof_print(cuda_ctx *c) {
+    prof *f = &priv(c)->pf;
+    prof_flush(c);
+    double total = 0;
+    for (int i = 0; i < f->n_rows; i++) total += f->rows[i].ms;
+    fprintf(stderr, "cuda:%d profile (VSR_CUDA_PROFILE): %.3f ms in table calls\n%-48s %8s %11s %10s %6s\n", c->device,
+            total, "op", "calls", "total ms", "mean us", "%");
+    /* largest first */
+    int idx[PROF_NAMES];
+    for (int i = 0; i < f->n_rows; i++) idx[i] = i;
+    for (int i = 1; i < f->n_rows; i++)
+        for (int j = i; j > 0 && f->rows[idx[j]].ms > f->rows[idx[j - 1]].ms; j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1], idx[j - 1] = t;
+        }
+    for (int k = 0; k < f->n_rows; k++) {
+        const prof_row *r = &f->rows[idx[k]];
+        fprintf(stderr, "%-48s %8lld %11.3f %10.1f %6.2f\n", r->name, (long long)r->calls, r->ms,
+                r->calls ? 1e3 * r->ms / (double)r->calls : 0.0, total > 0 ? 100.0 * r->ms / total : 0.0);
+    }
+}
+
+/* ---- recorded forwards (CUDA graphs) ---- */
+
+static void graph_drop(graph_ent *e) {
+    if (e->exec) cudaGraphExecDestroy(e->exec);
+    memset(e, 0, sizeof *e);
+}
+
+static vsr_status ids_stage(cuda_ctx *c, const int32_t *ids, int64_t n, vsr_err *err) {
+    cuda_ctx_priv *p = priv(c);
+    vsr_status st;
+    /* the last forward's copy out of the pinned buffer must be done (graph_begin waits before a recording) */
+    if (p->ids_host && !p->capturing &&
+        (st = cuda_check(c, cudaEventSynchronize(p->ids_ev), "token ids: wait for the last copy", err)))
+        return st;
+    if ((size_t)n > p->ids_cap) {
+        size_t cap = (size_t)n + (size_t)n / 2 + 256;
+        if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), "token ids: synchronize", err))) return st;
+        cudaFreeHost(p->ids_host), cudaFree(p->ids_dev);
+        p->ids_host = NULL, p->ids_dev = NULL, p->ids_cap = 0;
+        c->mem_gen++;
+        if ((st = cuda_check(c, cudaHostAlloc((void **)&p->ids_host, cap * sizeof(int32_t), cudaHostAllocDefault),
+                             "token ids: pinned buffer", err)) ||
+            (st = cuda_check(c, cudaMalloc((void **)&p->ids_dev, cap * sizeof(int32_t)), "token ids: device buffer", err)))
+            return st;
+        p->ids_cap = cap;
+    }
+    memcpy(p->ids_host, ids, sizeof(int32_t) * (size_t)n);
+    return VSR_OK;
+}
+
+static vsr_status cu_graph_begin(void *ctx, uint64_t key, const int32_t *ids, int64_t n, int *replayed, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    cuda_ctx_priv *p = priv(c);
+    ENTER(c);
+    *replayed = 0;
+    if (!p->graphs_on || p->pf.on || p->capturing) return VSR_OK;
+    key ^= (uint64_t)n * 0x9e3779b97f4a7c15ull;
+    graph_ent *e = NULL;
+    for (int i = 0; i < GRAPHS; i++)
+        if (p->g[i].exec && p->g[i].key == key) e = &p->g[i];
+    vsr_status st;
+    if (e && e->gen == c->mem_gen && e->n_ids == n) {
+        for (int64_t t = 0; t < n; t++)
+            if (ids[t] < 0 || ids[t] >= e->vocab)
+                return vsr_err_set(err, VSR_E_INVALID, "token id %d at position %lld is outside the vocabulary [0, %lld)",
+                                   ids[t], (long long)t, (long long)e->vocab);
+        if ((st = ids_stage(c, ids, n, err))) return st;
+        if (e->gen != c->mem_gen) goto record; /* staging moved the id buffers */
+        if ((st = cuda_check(c, cudaGraphLaunch(e->exec, c->stream), "graph launch", err))) return st;
+        cudaEventRecord(p->ids_ev, c->stream);
+        e->last_use = ++p->tick;
+        *replayed = 1;
+        return VSR_OK;
+    }
+record:
+    if (e) graph_drop(e); /* recorded before a workspace moved */
+    int seen = 0;
+    for (int i = 0; i < GRAPH_SEEN; i++) seen |= p->seen[i] == key;
+    if (!seen) {
+        p->seen[p->seen_next] = key;
+        p->seen_next = (p->seen_next + 1) % GRAPH_SEEN;
+        return VSR_OK; /* first sighting: run as usual (sizes workspaces, plans, autotune) */
+    }
+    if (p->ids_host && (st = cuda_check(c, cudaEventSynchronize(p->ids_ev), "token ids: wait", err))) return st;
+    if ((st = cuda_check(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "graph capture", err)))
+        return st;
+    p->capturing = 1, p->cap_key = key, p->cap_n = n;
+    return VSR_OK;
+}
+
+static vsr_status cu_graph_end(void *ctx, vsr_status ops_status, int *rerun, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    cuda_ctx_priv *p = priv(c);
+    ENTER(c);
+    *rerun = 0;
+    if (!p->capturing) return VSR_OK;
+    p->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    cudaGraphExec_t x = NULL;
+    if (e == cudaSuccess && ops_status == VSR_OK && g) e = cudaGraphInstantiate(&x, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess || ops_status != VSR_OK || !x) {
+        /* not recordable (or an op failed): nothing ran; the model runs the ops unrecorded */
+        (void)cudaGetLastError();
+        if (x) cudaGraphExecDestroy(x);
+        for (int i = 0; i < GRAPH_SEEN; i++)
+            if (p->seen[i] == p->cap_key) p->seen[i] = 0;
+        *rerun = 1;
+        return VSR_OK;
+    }
+    graph_ent *slot = &p->g[0];
+    for (int i = 0; i < GRAPHS; i++) {
+        if (!p->g[i].exec) {
+            slot = &p->g[i];
+            break;
+        }
+        if (p->g[i].last_use < slot->last_use) slot = &p->g[i];
+    }
+    graph_drop(slot);
+    *slot = (graph_ent){p->cap_key, ++p->tick, c->mem_gen, x, 0, p->embed_vocab};
+    slot->n_ids = p->cap_n;
+    vsr_status st = cuda_check(c, cudaGraphLaunch(x, c->stream), "graph launch", err);
+    if (!st) cudaEventRecord(p->ids_ev, c->stream);
+    return st;
+}
+
 /* ---- the table ---- */
 
 static void cu_destroy(void *ctx) {
@@ -549,6 +983,21 @@ static void cu_destroy(void *ctx) {
     if (!c) return;
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
+    cuda_ctx_priv *p = priv(c);
+    if (p->pf.on) {
+        prof_print(c);
+        for (int i = 0; i < 2 * PROF_PAIRS; i++) cudaEventDestroy(p->pf.ev[i]);
+    }
+    if (p->capturing) {
+        cudaGraph_t g = NULL;
+        cudaStreamEndCapture(c->stream, &g);
+        if (g) cudaGraphDestroy(g);
+    }
+    for (int i = 0; i < GRAPHS; i++) graph_drop(&p->g[i]);
+    if (p->ids_ev) cudaEventDestroy(p->ids_ev);
+    cudaFreeHost(p->ids_host);
+    cudaFree(p->ids_dev);
+    cudaFree(p->tw_buf);
     cuda_quant_ctx_free(c);
     lt_cache *lc = &((cuda_ctx_priv *)c)->lt;
     for (int i = 0; i < LT_PLANS; i++) plan_destroy(&lc->p[i]);
@@ -582,11 +1031,15 @@ static void cu_buf_free(void *ctx, void *buf) {
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream); /* kernels may still read it */
     cudaFree(buf);
+    /* the twin or a recorded forward may point into it */
+    priv(c)->tw.kind = TW_NONE, priv(c)->req_x = NULL;
+    c->mem_gen++;
 }
 
 static vsr_status cu_buf_set(void *ctx, void *dst, const void *src, size_t n, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
+    twin_clobber(c, dst, n);
     return cuda_check(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream), "buf_set", err);
 }
 
@@ -595,7 +1048,9 @@ static vsr_status cu_buf_get(void *ctx, void *dst, const void *src, size_t n, vs
     ENTER(c);
     vsr_status st = cuda_check(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream), "buf_get", err);
     if (st) return st;
-    return cuda_check(c, cudaStreamSynchronize(c->stream), "buf_get: synchronize (a kernel before it failed)", err);
+    st = cuda_check(c, cudaStreamSynchronize(c->stream), "buf_get: synchronize (a kernel before it failed)", err);
+    prof_flush(c);
+    return st;
 }
 
 static vsr_status cu_weight_upload(void *ctx, const vsr_weight_view *v, vsr_bweight **out, vsr_err *err) {
@@ -625,7 +1080,10 @@ static vsr_status cu_weight_upload(void *ctx, const vsr_weight_view *v, vsr_bwei
         break;
     }
     case VSR_WK_INT4: st = cuda_int4_upload(c, v, b, err); break;
-    case VSR_WK_FP8: st = cuda_fp8_upload(c, v, b, err); break;
+    case VSR_WK_FP8:
+        st = cuda_fp8_upload(c, v, b, err);
+        if (!st) priv(c)->n_fp8_w++;
+        break;
     default: break;
     }
     b->v.w = b->v.scale = b->v.zp = NULL, b->v.g_idx = NULL; /* host views are not kept */
@@ -643,6 +1101,7 @@ static void cu_weight_free(void *ctx, vsr_bweight *w) {
     if (!w) return;
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
+    if (w->v.kind == VSR_WK_FP8) priv(c)->n_fp8_w--;
     if (w->q) cuda_quant_release(c, w);
     cudaFree(w->w), cudaFree(w->scale), cudaFree(w->zp), cudaFree(w->g_idx);
     free(w);
@@ -674,14 +1133,20 @@ static vsr_status cu_embed(void *ctx, const vsr_bweight *table, const int32_t *i
             return vsr_err_set(err, VSR_E_INVALID, "token id %d at position %lld is outside the vocabulary [0, %lld)",
                                ids[t], (long long)t, (long long)table->v.N);
     if (n <= 0) return VSR_OK;
-    void *d;
-    vsr_status st = cuda_scratch(c, sizeof(int32_t) * (size_t)n, &d, err);
+    PROF(c, "embed");
+    twin_clobber(c, y, sizeof(float) * (size_t)(n * table->v.K));
+    /* through a pinned buffer: a recorded forward replays this copy with the next request's ids */
+    vsr_status st = ids_stage(c, ids, n, err);
     if (st) return st;
-    if ((st = cuda_check(c, cudaMemcpyAsync(d, ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, c->stream),
+    cuda_ctx_priv *p = priv(c);
+    if ((st = cuda_check(c, cudaMemcpyAsync(p->ids_dev, p->ids_host, sizeof(int32_t) * (size_t)n,
+                                            cudaMemcpyHostToDevice, c->stream),
                          "embed: token ids to device", err)))
         return st;
+    if (!p->capturing) cudaEventRecord(p->ids_ev, c->stream);
+    p->embed_vocab = table->v.N;
     dim3 grid(blocks_for(table->v.K, 256) > 8 ? 8 : blocks_for(table->v.K, 256), (unsigned)n);
-    k_embed<<<grid, 256, 0, c->stream>>>((const __nv_bfloat16 *)table->w, (const int32_t *)d, table->v.K, y);
+    k_embed<<<grid, 256, 0, c->stream>>>((const __nv_bfloat16 *)table->w, p->ids_dev, table->v.K, y);
     return cuda_check_launch(c, "embed", err);
 }
 
@@ -690,13 +1155,22 @@ static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bwei
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
     if (M <= 0) return VSR_OK;
+    char pname[72] = "";
+    if (priv(c)->pf.on)
+        snprintf(pname, sizeof pname, "linear %s %lld->%lld M=%lld%s", wkind_names_cuda[w->v.kind], (long long)w->v.K,
+                 (long long)w->v.N, (long long)M, accumulate ? " +=" : "");
+    PROF(c, pname);
     vsr_status st;
     switch (w->v.kind) {
     case VSR_WK_BF16: {
-        void *xb;
-        if ((st = cuda_scratch(c, sizeof(__nv_bfloat16) * (size_t)(M * w->v.K), &xb, err)) ||
-            (st = cuda_f32_to_bf16(c, x, M * w->v.K, (__nv_bfloat16 *)xb, err)))
-            return st;
+        const void *xb = twin_find(c, x, M, w->v.K, TW_BF16, NULL);
+        if (!xb) {
+            void *b;
+            if ((st = cuda_scratch(c, sizeof(__nv_bfloat16) * (size_t)(M * w->v.K), &b, err)) ||
+                (st = cuda_f32_to_bf16(c, x, M * w->v.K, (__nv_bfloat16 *)b, err)))
+                return st;
+            xb = b;
+        }
         st = cuda_gemm_bf16(c, (const __nv_bfloat16 *)xb, M, (const __nv_bfloat16 *)w->w, w->v.N, w->v.K, y, accumulate, err);
         break;
     }
@@ -707,6 +1181,7 @@ static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bwei
         return vsr_err_set(err, VSR_E_DEVICE, "%s: %s weights cannot run on cuda:%d", w->name,
                            wkind_names_cuda[w->v.kind], c->device);
     }
+    twin_clobber(c, y, sizeof(float) * (size_t)(M * w->v.N));
     if (st) return vsr_err_prefix(err, "%s", w->name);
     return VSR_OK;
 }
@@ -716,8 +1191,33 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
     if (M <= 0) return VSR_OK;
-    k_rmsnorm<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, xs, M, D, w, off, eps, y, ys);
-    return cuda_check_launch(c, "rmsnorm", err);
+    PROF(c, "rmsnorm");
+    int rowk = D % 4 == 0 && D <= 256 * 4 * RN_VEC && xs % 4 == 0 && ys % 4 == 0 && ((uintptr_t)x & 15) == 0 &&
+               ((uintptr_t)y & 15) == 0 && ((uintptr_t)w & 15) == 0 && M <= 0x7fffffff;
+    twin t;
+    vsr_status st = twin_start(c, y, ys == D ? M * D : 0, rowk, rowk, &t, err);
+    if (st) return st;
+    if (!rowk) {
+        k_rmsnorm<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, xs, M, D, w, off, eps, y, ys);
+        twin_clobber(c, y, sizeof(float) * (size_t)((M - 1) * ys + D));
+        return cuda_check_launch(c, "rmsnorm", err);
+    }
+    /* a block per row: as many warps as the row has float4s, up to 8 */
+    int thr = (int)((D / 4 + 31) / 32 * 32);
+    thr = thr > 256 ? 256 : thr;
+    if ((int64_t)thr * 4 * RN_VEC < D) thr = 256;
+    void *tw = t.data;
+    int64_t twld = t.kind == TW_FP8 ? t.Kp : D;
+    if (t.kind == TW_FP8)
+        k_rmsnorm_row<TW_FP8><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, y, ys, tw, twld, t.sx);
+    else if (t.kind == TW_BF16)
+        k_rmsnorm_row<TW_BF16><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, y, ys, tw, twld, NULL);
+    else
+        k_rmsnorm_row<TW_NONE><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, y, ys, NULL, 0, NULL);
+    if ((st = cuda_check_launch(c, "rmsnorm", err))) return st;
+    if (ys != D) twin_clobber(c, y, sizeof(float) * (size_t)((M - 1) * ys + D));
+    twin_commit(c, &t);
+    return VSR_OK;
 }
 
 static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t M, int64_t D, const float *w,
@@ -725,22 +1225,21 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
     if (M <= 0) return VSR_OK;
-    k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, D, w, eps, y);
-    return cuda_check_launch(c, "rmsnorm_gated", err);
+    PROF(c, "rmsnorm_gated");
+    twin t;
+    vsr_status st = twin_start(c, y, M * D, 0, 1, &t, err);
+    if (st) return st;
+    k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, D, w, eps, y, (__nv_bfloat16 *)t.data);
+    if ((st = cuda_check_launch(c, "rmsnorm_gated", err))) return st;
+    twin_commit(c, &t);
+    return VSR_OK;
 }
 
 static vsr_status cu_conv1d_silu(void *ctx, const float *x, const vsr_segs *seg, int64_t C, const float *w, int Kc,
                                  float *y, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
-    dsegs s;
-    int64_t rows;
-    vsr_status st = segs_to_dev(c, seg, "conv1d_silu", &s, &rows, NULL, err);
-    if (st || rows <= 0) return st;
-    if (rows > 0x7fffffff) return vsr_err_set(err, VSR_E_UNSUPPORTED, "conv1d_silu: %lld rows", (long long)rows);
-    dim3 grid(blocks_for(C, 256) > 64 ? 64 : blocks_for(C, 256), (unsigned)rows);
-    k_conv1d_silu<<<grid, 256, 0, c->stream>>>(x, s, C, w, Kc, y);
-    return cuda_check_launch(c, "conv1d_silu", err);
+    return cuda_conv1d_silu(c, x, seg, C, w, Kc, y, err); /* conv1d.cu */
 }
 
 /* Chunked (WY/UT) gated delta rule on tensor cores (deltanet.cu); *taken = 0 for shapes it leaves to k_dn_scan */
@@ -764,6 +1263,8 @@ static vsr_status cu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, c
     int64_t rows;
     vsr_status st = segs_to_dev(c, seg, "deltanet", &s, &rows, NULL, err);
     if (st || rows <= 0) return st;
+    PROF(c, "deltanet");
+    twin_clobber(c, out, sizeof(float) * (size_t)(rows * Hv * dv));
     int taken = 0;
     st = cuda_deltanet_chunked(c, qkv, qkv_stride, b, a, A_log, dt_bias, seg, Hk, Hv, dk, dv, out, &taken, err);
     if (st || taken) return st;
@@ -802,6 +1303,8 @@ static vsr_status cu_rope(void *ctx, float *x, int64_t xs, const vsr_segs *seg, 
     if (st || rows <= 0) return st;
     int half = rot / 2;
     if (half <= 0) return VSR_OK;
+    PROF(c, "rope");
+    twin_clobber(c, x, sizeof(float) * (size_t)((rows - 1) * xs + (H - 1) * hs + rot));
     dim3 grid(blocks_for((int64_t)H * half, 128) > 16 ? 16 : blocks_for((int64_t)H * half, 128), (unsigned)rows);
     k_rope<<<grid, 128, 0, c->stream>>>(x, xs, s, H, hs, half, cos_t, sin_t);
     return cuda_check_launch(c, "rope", err);
@@ -826,6 +1329,8 @@ static vsr_status cu_attention(void *ctx, const float *q, int64_t qs, const floa
     int64_t rows, max_len;
     vsr_status st = segs_to_dev(c, seg, "attention", &s, &rows, &max_len, err);
     if (st || rows <= 0) return st;
+    PROF(c, causal ? "attention (causal)" : "attention");
+    twin_clobber(c, out, sizeof(float) * (size_t)(rows * H * d));
     int taken = 0;
     st = cuda_attention_tc(c, q, qs, k, v, seg, H, Hkv, d, scale, causal, out, &taken, err);
     if (st || taken) return st;
@@ -840,8 +1345,15 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
     ENTER(c);
     int64_t n = M * H * (int64_t)hd;
     if (n <= 0) return VSR_OK;
-    k_mul_sigmoid<<<blocks_for(n, 256) > 4096 ? 4096 : blocks_for(n, 256), 256, 0, c->stream>>>(x, M, H, hd, g, gs, ghs);
-    return cuda_check_launch(c, "mul_sigmoid", err);
+    PROF(c, "mul_sigmoid");
+    twin t;
+    vsr_status st = twin_start(c, x, n, 0, 1, &t, err);
+    if (st) return st;
+    k_mul_sigmoid<<<blocks_for(n, 256) > 4096 ? 4096 : blocks_for(n, 256), 256, 0, c->stream>>>(
+        x, M, H, hd, g, gs, ghs, (__nv_bfloat16 *)t.data);
+    if ((st = cuda_check_launch(c, "mul_sigmoid", err))) return st;
+    twin_commit(c, &t);
+    return VSR_OK;
 }
 
 static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t M, int64_t N, float *y, vsr_err *err) {
@@ -849,14 +1361,30 @@ static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t M
     ENTER(c);
     int64_t n = M * N;
     if (n <= 0) return VSR_OK;
-    k_swiglu<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, n, y);
-    return cuda_check_launch(c, "swiglu", err);
+    PROF(c, "swiglu");
+    int aligned = ((uintptr_t)g & 15) == 0 && ((uintptr_t)u & 15) == 0 && ((uintptr_t)y & 15) == 0;
+    int rowk = aligned && N % 4 == 0 && N <= 256 * 4 * SW_VEC && M <= 0x7fffffff;
+    twin t;
+    vsr_status st = twin_start(c, y, n, rowk, aligned, &t, err);
+    if (st) return st;
+    if (t.kind == TW_FP8)
+        k_swiglu_row_fp8<<<(unsigned)M, 256, 0, c->stream>>>(g, u, (int)N, y, (uint8_t *)t.data, t.Kp, t.sx);
+    else if (aligned)
+        k_swiglu4<<<blocks_for((n + 3) / 4, 256) > 8192 ? 8192 : blocks_for((n + 3) / 4, 256), 256, 0, c->stream>>>(
+            g, u, n, y, (__nv_bfloat16 *)t.data);
+    else
+        k_swiglu<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, n, y);
+    if ((st = cuda_check_launch(c, "swiglu", err))) return st;
+    twin_commit(c, &t);
+    return VSR_OK;
 }
 
 static vsr_status cu_add(void *ctx, float *y, const float *x, int64_t n, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
     if (n <= 0) return VSR_OK;
+    PROF(c, "add");
+    twin_clobber(c, y, sizeof(float) * (size_t)n);
     k_add<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(y, x, n);
     return cuda_check_launch(c, "add", err);
 }
@@ -867,6 +1395,8 @@ static vsr_status cu_gather_rows(void *ctx, const float *src, const int64_t *row
     ENTER(c);
     if (n <= 0) return VSR_OK;
     if (n > 65535) return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: gather_rows: %lld rows (at most 65535)", c->device, (long long)n);
+    PROF(c, "gather_rows");
+    twin_clobber(c, dst, sizeof(float) * (size_t)(n * D));
     drows r;
     const int64_t *rd = NULL;
     if (n <= GATHER_MAX) {
@@ -888,6 +1418,8 @@ static vsr_status cu_readout(void *ctx, const float *h, int64_t M, const vsr_bwe
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
     const int64_t N = R->v.N, D = R->v.K;
+    PROF(c, "readout");
+    twin_clobber(c, logits, sizeof(float) * (size_t)(M * N));
     if (R->v.kind == VSR_WK_F32) return lt_gemm(c, CUDA_R_32F, h, M, R->w, N, D, logits, 0, err);
     if (R->v.kind != VSR_WK_BF16)
         return vsr_err_set(err, VSR_E_UNSUPPORTED, "readout: weight must be F32 or BF16 (found %s)",
@@ -927,6 +1459,10 @@ static const vsr_backend_ops cuda_ops = {
     /* .add = */ cu_add,
     /* .gather_rows = */ cu_gather_rows,
     /* .readout = */ cu_readout,
+    /* .mlp_rows = */ 4096,
+    /* .feed_linears = */ cu_feed_linears,
+    /* .graph_begin = */ cu_graph_begin,
+    /* .graph_end = */ cu_graph_end,
 };
 
 extern "C" vsr_status vsr_backend_cuda_new(int device_index, vsr_backend *out, vsr_err *err) {
@@ -968,6 +1504,17 @@ extern "C" vsr_status vsr_backend_cuda_new(int device_index, vsr_backend *out, v
                                                  (int)att_smem(ATT_DMAX)),
                          "attention: shared memory limit", err)))
         goto fail;
+    if ((st = cuda_check(c, cudaEventCreateWithFlags(&p->ids_ev, cudaEventDisableTiming), "event", err))) goto fail;
+    {
+        const char *e = getenv("VSR_CUDA_GRAPHS");
+        p->graphs_on = !(e && !strcmp(e, "0"));
+        e = getenv("VSR_CUDA_PROFILE");
+        if (e && *e && strcmp(e, "0")) {
+            for (int i = 0; i < 2 * PROF_PAIRS; i++)
+                if ((st = cuda_check(c, cudaEventCreate(&p->pf.ev[i]), "profile events", err))) goto fail;
+            p->pf.on = 1;
+        }
+    }
     out->ops = &cuda_ops;
     out->ctx = c;
     return VSR_OK;

@@ -93,6 +93,7 @@ extern "C" vsr_status quant_grow(cuda_ctx *c, void **buf, size_t *have, size_t n
         cudaFree(*buf);
         *buf = NULL, *have = 0;
     }
+    c->mem_gen++; /* recorded graphs hold the old address */
     void *p = NULL;
     vsr_status st = cuda_check(c, cudaMalloc(&p, n), "cudaMalloc", err);
     if (st) return vsr_err_prefix(err, "%zu bytes of %s workspace", n, what);
