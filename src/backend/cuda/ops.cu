@@ -232,6 +232,12 @@ typedef struct cuda_ctx_priv {
 
 static inline cuda_ctx_priv *priv(cuda_ctx *c) { return (cuda_ctx_priv *)c; }
 
+/* Counters for tests (tests/test_cuda_fused.c): linears that read a twin, forwards recorded and
+ * replayed. Not synchronised: tests run one thread. */
+extern "C" {
+int64_t vsr_cuda_stat_twin_hits, vsr_cuda_stat_graph_records, vsr_cuda_stat_graph_replays;
+}
+
 static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t N, int64_t K, lt_plan **out,
                               vsr_err *err) {
     lt_cache *lc = &((cuda_ctx_priv *)c)->lt;
@@ -792,6 +798,7 @@ static const void *twin_find(cuda_ctx *c, const float *x, int64_t M, int64_t K, 
     int64_t off = (int64_t)(((uintptr_t)x - (uintptr_t)t->src) / sizeof(float));
     if (off % K || off / K + M > t->rows) return NULL;
     int64_t r0 = off / K;
+    vsr_cuda_stat_twin_hits++;
     if (kind == TW_FP8) {
         *sx = t->sx + r0;
         return (const uint8_t *)t->data + r0 * t->Kp;
@@ -920,6 +927,7 @@ static vsr_status cu_graph_begin(void *ctx, uint64_t key, const int32_t *ids, in
         if ((st = cuda_check(c, cudaGraphLaunch(e->exec, c->stream), "graph launch", err))) return st;
         cudaEventRecord(p->ids_ev, c->stream);
         e->last_use = ++p->tick;
+        vsr_cuda_stat_graph_replays++;
         *replayed = 1;
         return VSR_OK;
     }
@@ -971,6 +979,7 @@ static vsr_status cu_graph_end(void *ctx, vsr_status ops_status, int *rerun, vsr
     graph_drop(slot);
     *slot = (graph_ent){p->cap_key, ++p->tick, c->mem_gen, x, 0, p->embed_vocab};
     slot->n_ids = p->cap_n;
+    vsr_cuda_stat_graph_records++;
     vsr_status st = cuda_check(c, cudaGraphLaunch(x, c->stream), "graph launch", err);
     if (!st) cudaEventRecord(p->ids_ev, c->stream);
     return st;

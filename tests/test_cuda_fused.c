@@ -1,0 +1,325 @@
+/* tests/test_cuda_fused.c: what the CUDA backend does to save passes, held to "the same answer
+ * as without it", bit for bit:
+ *  - activation twins: a producer op declared with feed_linears (rmsnorm, swiglu, rmsnorm_gated,
+ *    mul_sigmoid) writes the BF16 (or FP8) copy its linears read; the linears' outputs must equal
+ *    those of the same ops without the declaration, a twin must be used when one exists (counted),
+ *    and must never be used after its source was overwritten;
+ *  - recorded forwards (CUDA graphs): a repeated shape is replayed with the next request's token
+ *    ids; answers equal a backend with graphs off, for every request, recorded and replayed;
+ *  - VSR_CUDA_PROFILE=1 changes no result.
+ * Skips (saying so) without CUDA in the build or without a device. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/backend_cuda.h"
+#include "test.h"
+#include "vsr/device.h"
+#include "vsr/dtype.h"
+#include "vsr/fixture.h"
+#include "vsr/model.h"
+#include "vsr/package.h"
+#include "vsr/quant.h"
+
+#ifdef VSR_HAVE_CUDA
+extern int64_t vsr_cuda_stat_twin_hits, vsr_cuda_stat_graph_records, vsr_cuda_stat_graph_replays;
+
+static vsr_backend GB;
+static vsr_device cuda_dev;
+
+static float *hrand(int64_t n, float scale) {
+    float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) p[i] = test_rndf() * scale;
+    return p;
+}
+static void *up(const float *h, int64_t n) {
+    void *d = NULL;
+    vsr_err e;
+    if (GB.ops->buf_alloc(GB.ctx, sizeof(float) * (size_t)(n ? n : 1), &d, &e)) return NULL;
+    if (h) GB.ops->buf_set(GB.ctx, d, h, sizeof(float) * (size_t)n, &e);
+    return d;
+}
+static float *down(const void *d, int64_t n) {
+    float *h = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    vsr_err e;
+    if (GB.ops->buf_get(GB.ctx, h, d, sizeof(float) * (size_t)n, &e)) {
+        fprintf(stderr, "buf_get: %s\n", e.msg);
+        for (int64_t i = 0; i < n; i++) h[i] = NAN;
+    }
+    return h;
+}
+static int same(const void *da, const void *db, int64_t n) {
+    float *a = down(da, n), *b = down(db, n);
+    int eq = !memcmp(a, b, sizeof(float) * (size_t)n);
+    for (int64_t i = 0; eq && i < n; i++) eq = !isnan(a[i]);
+    free(a), free(b);
+    return eq;
+}
+static vsr_bweight *bf16_weight(int64_t N, int64_t K) {
+    uint16_t *w = malloc(2 * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) w[i] = vsr_f32_to_bf16(test_rndf() * 0.05f);
+    vsr_weight_view v = {.kind = VSR_WK_BF16, .N = N, .K = K, .w = w, .name = "test.bf16"};
+    vsr_bweight *b = NULL;
+    vsr_err e;
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &b, &e), e);
+    free(w);
+    return b;
+}
+
+/* rmsnorm -> linear, with and without the declaration, over widths the row kernel takes
+ * (multiples of 4) and one it does not (D % 4 != 0: no twin, same answer). */
+TEST(twin_rmsnorm_bf16) {
+    vsr_err e;
+    static const int64_t Ds[] = {64, 1024, 5120, 8192, 100};
+    for (size_t i = 0; i < sizeof Ds / sizeof *Ds; i++) {
+        const int64_t M = 37, D = Ds[i], N = 96;
+        float *hx = hrand(M * D, 3.0f), *hw = hrand(D, 0.5f);
+        void *x = up(hx, M * D), *w = up(hw, D), *h1 = up(NULL, M * D), *h2 = up(NULL, M * D);
+        void *y1 = up(NULL, M * N), *y2 = up(NULL, M * N), *s1 = up(NULL, 10 * N), *s2 = up(NULL, 10 * N);
+        vsr_bweight *W = bf16_weight(N, D);
+        int64_t hits0 = vsr_cuda_stat_twin_hits;
+        CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, h1, D, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, h1, M, W, y1, 0, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, (float *)h1 + 5 * D, 10, W, s1, 0, &e), e);
+        CHECK(vsr_cuda_stat_twin_hits == hits0); /* nothing declared: no twin */
+        GB.ops->feed_linears(GB.ctx, h2, M, D);
+        CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, h2, D, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, h2, M, W, y2, 0, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, (float *)h2 + 5 * D, 10, W, s2, 0, &e), e); /* rows 5..14 */
+        int64_t hits = vsr_cuda_stat_twin_hits - hits0;
+        printf("  rmsnorm D=%lld: twin used by %lld linears\n", (long long)D, (long long)hits);
+        CHECK_MSG(hits == (D % 4 ? 0 : 2), "D %lld: %lld twin hits", (long long)D, (long long)hits);
+        CHECK_MSG(same(h1, h2, M * D), "D %lld: rmsnorm output differs with a twin", (long long)D);
+        CHECK_MSG(same(y1, y2, M * N), "D %lld: linear differs reading the twin", (long long)D);
+        CHECK_MSG(same(s1, s2, 10 * N), "D %lld: row-range linear differs reading the twin", (long long)D);
+
+        /* overwrite the source: the next linear must read the new values, not the old twin */
+        float *hz = hrand(M * D, 1.0f);
+        vsr_err e2;
+        GB.ops->buf_set(GB.ctx, h2, hz, sizeof(float) * (size_t)(M * D), &e2);
+        GB.ops->buf_set(GB.ctx, h1, hz, sizeof(float) * (size_t)(M * D), &e2);
+        hits0 = vsr_cuda_stat_twin_hits;
+        CHECK_OK(GB.ops->linear(GB.ctx, h2, M, W, y2, 0, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, h1, M, W, y1, 0, &e), e);
+        CHECK_MSG(vsr_cuda_stat_twin_hits == hits0, "a twin was read after its source was overwritten");
+        CHECK_MSG(same(y1, y2, M * N), "D %lld: linear after overwrite", (long long)D);
+        /* a declaration another op's output clobbers is dropped */
+        GB.ops->feed_linears(GB.ctx, h2, M, D);
+        CHECK_OK(GB.ops->add(GB.ctx, h2, x, M * D, &e), e);
+        CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, h1, D, &e), e);
+        hits0 = vsr_cuda_stat_twin_hits;
+        CHECK_OK(GB.ops->linear(GB.ctx, h1, M, W, y1, 0, &e), e);
+        CHECK_MSG(vsr_cuda_stat_twin_hits == hits0, "an undeclared output got a twin");
+        GB.ops->weight_free(GB.ctx, W);
+        void *bufs[] = {x, w, h1, h2, y1, y2, s1, s2};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        free(hx), free(hw), free(hz);
+    }
+}
+
+/* swiglu -> linear (the MLP's down projection), rmsnorm_gated -> linear, mul_sigmoid -> linear */
+TEST(twin_other_producers) {
+    vsr_err e;
+    const int64_t M = 29, I = 1000, N = 64, Hv = 6, dv = 32, H = 4, hd = 16;
+    vsr_bweight *Wd = bf16_weight(N, I), *Wo = bf16_weight(N, Hv * dv), *Wa = bf16_weight(N, H * hd);
+    float *hg = hrand(M * I, 2.0f), *hu = hrand(M * I, 2.0f);
+    void *g1 = up(hg, M * I), *g2 = up(hg, M * I), *u = up(hu, M * I), *y1 = up(NULL, M * N), *y2 = up(NULL, M * N);
+    int64_t hits0 = vsr_cuda_stat_twin_hits;
+    CHECK_OK(GB.ops->swiglu(GB.ctx, g1, u, M, I, g1, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, g1, M, Wd, y1, 0, &e), e);
+    GB.ops->feed_linears(GB.ctx, g2, M, I);
+    CHECK_OK(GB.ops->swiglu(GB.ctx, g2, u, M, I, g2, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, g2, M, Wd, y2, 0, &e), e);
+    CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "swiglu twin not used");
+    CHECK_MSG(same(g1, g2, M * I) && same(y1, y2, M * N), "swiglu twin changes the result");
+
+    float *hx = hrand(M * Hv * dv, 1.5f), *hz = hrand(M * Hv * dv, 1.5f), *hw = hrand(dv, 1.0f);
+    void *x = up(hx, M * Hv * dv), *z = up(hz, M * Hv * dv), *w = up(hw, dv), *o1 = up(NULL, M * Hv * dv),
+         *o2 = up(NULL, M * Hv * dv);
+    hits0 = vsr_cuda_stat_twin_hits;
+    CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, M * Hv, dv, w, 1e-6f, o1, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, o1, M, Wo, y1, 0, &e), e);
+    GB.ops->feed_linears(GB.ctx, o2, M, Hv * dv);
+    CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, M * Hv, dv, w, 1e-6f, o2, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, o2, M, Wo, y2, 0, &e), e);
+    CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "rmsnorm_gated twin not used");
+    CHECK_MSG(same(o1, o2, M * Hv * dv) && same(y1, y2, M * N), "rmsnorm_gated twin changes the result");
+
+    float *ha = hrand(M * H * hd, 1.5f), *hgate = hrand(M * 2 * H * hd, 3.0f);
+    void *a1 = up(ha, M * H * hd), *a2 = up(ha, M * H * hd), *gt = up(hgate, M * 2 * H * hd);
+    hits0 = vsr_cuda_stat_twin_hits;
+    CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, a1, M, H, hd, (float *)gt + hd, 2 * H * hd, 2 * hd, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, a1, M, Wa, y1, 0, &e), e);
+    GB.ops->feed_linears(GB.ctx, a2, M, H * hd);
+    CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, a2, M, H, hd, (float *)gt + hd, 2 * H * hd, 2 * hd, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, a2, M, Wa, y2, 0, &e), e);
+    CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "mul_sigmoid twin not used");
+    CHECK_MSG(same(a1, a2, M * H * hd) && same(y1, y2, M * N), "mul_sigmoid twin changes the result");
+
+    GB.ops->weight_free(GB.ctx, Wd), GB.ops->weight_free(GB.ctx, Wo), GB.ops->weight_free(GB.ctx, Wa);
+    void *bufs[] = {g1, g2, u, y1, y2, x, z, w, o1, o2, a1, a2, gt};
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    free(hg), free(hu), free(hx), free(hz), free(hw), free(ha), free(hgate);
+}
+
+/* With FP8 weights held, rmsnorm and swiglu twins are FP8 with per-row scales: the FP8 linear
+ * reading them must give exactly what it gives quantizing the FP32 input itself. */
+TEST(twin_fp8) {
+    if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor < 89) {
+        printf("  (FP8 twins not run: compute capability %d.%d has no FP8)\n", cuda_dev.cc_major, cuda_dev.cc_minor);
+        return;
+    }
+    vsr_err e;
+    static const int64_t Ks[] = {1024, 1000, 5120};
+    for (size_t i = 0; i < sizeof Ks / sizeof *Ks; i++) {
+        const int64_t M = 33, K = Ks[i], N = 80;
+        uint16_t *wb = malloc(2 * (size_t)(N * K));
+        for (int64_t j = 0; j < N * K; j++) wb[j] = vsr_f32_to_bf16(test_rndf() * 0.05f);
+        uint8_t *wq = malloc((size_t)(N * K));
+        uint16_t ws[80];
+        vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
+        vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.fp8"};
+        vsr_bweight *W = NULL;
+        CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &W, &e), e);
+        float *hx = hrand(M * K, 3.0f), *hw = hrand(K, 0.5f);
+        hx[7 * K + 3] = 0; /* a row that is not all zero but has zeros */
+        for (int64_t j = 0; j < K; j++) hx[2 * K + j] = 0; /* an all-zero row: scale 1 */
+        void *x = up(hx, M * K), *w = up(hw, K), *h1 = up(NULL, M * K), *h2 = up(NULL, M * K);
+        void *y1 = up(NULL, M * N), *y2 = up(NULL, M * N);
+        CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, K, M, K, w, 1.0f, 1e-6f, h1, K, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, h1, M, W, y1, 0, &e), e);
+        int64_t hits0 = vsr_cuda_stat_twin_hits;
+        GB.ops->feed_linears(GB.ctx, h2, M, K);
+        CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, K, M, K, w, 1.0f, 1e-6f, h2, K, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, h2, M, W, y2, 0, &e), e);
+        int64_t hits = vsr_cuda_stat_twin_hits - hits0;
+        printf("  fp8 K=%lld: twin used by %lld linears\n", (long long)K, (long long)hits);
+        CHECK_MSG(hits == 1, "K %lld: the FP8 linear did not read the FP8 twin (%lld)", (long long)K, (long long)hits);
+        CHECK_MSG(same(y1, y2, M * N), "K %lld: FP8 linear differs reading the FP8 twin", (long long)K);
+        GB.ops->weight_free(GB.ctx, W);
+        void *bufs[] = {x, w, h1, h2, y1, y2};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        free(hx), free(hw), free(wb), free(wq);
+    }
+}
+
+/* ---- recorded forwards ---- */
+
+static vsr_status load(vsr_package *p, vsr_model **m, vsr_err *e) {
+    vsr_model_opts o = {.device = &cuda_dev};
+    return vsr_model_load(p, &o, m, e);
+}
+
+static void graphs_on_package(const char *scheme) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/pkg-%s", test_tmpdir(), scheme);
+    vsr_fixture_opts fo = {.family = "decision3", .size = "tiny", .scheme = scheme, .seed = 11};
+    vsr_err e;
+    vsr_package *p = NULL;
+    vsr_status st = vsr_fixture_write(dir, &fo, NULL, &e);
+    if (!st) st = vsr_package_open(dir, NULL, NULL, &p, &e);
+    if (!st) st = vsr_package_map(p, &e);
+    CHECK_OK(st, e);
+    if (st) {
+        vsr_package_close(p);
+        return;
+    }
+    vsr_model *mg = NULL, *mp = NULL, *mo = NULL;
+    CHECK_OK(load(p, &mg, &e), e);
+    setenv("VSR_CUDA_GRAPHS", "0", 1);
+    CHECK_OK(load(p, &mo, &e), e);
+    unsetenv("VSR_CUDA_GRAPHS");
+    setenv("VSR_CUDA_PROFILE", "1", 1);
+    CHECK_OK(load(p, &mp, &e), e);
+    unsetenv("VSR_CUDA_PROFILE");
+    if (!mg || !mo || !mp) goto out;
+    {
+        enum { R = 3, MAXL = 50 };
+        const int shapes[2][R] = {{7, 50, 19}, {12, 3, 30}};
+        int64_t D = vsr_model_hidden_size(mg);
+        int64_t rec0 = vsr_cuda_stat_graph_records, rep0 = vsr_cuda_stat_graph_replays;
+        /* two shapes interleaved, new ids each time: first sighting, recording, replays */
+        for (int it = 0; it < 8; it++) {
+            const int *lens = shapes[it % 2];
+            int32_t *ids[R];
+            for (int r = 0; r < R; r++) {
+                ids[r] = malloc(sizeof(int32_t) * MAXL);
+                for (int i = 0; i < lens[r]; i++) ids[r][i] = (int32_t)((test_rndf() + 1.0f) * 75000.0f) % 151000;
+            }
+            float hg[R * 256], ho[R * 256], hp[R * 256], lg[R * 255], lo[R * 255], lp[R * 255];
+            CHECK(D <= 256);
+            CHECK_OK(vsr_model_forward_last(mg, R, (const int32_t *const *)ids, lens, hg, lg, &e), e);
+            CHECK_OK(vsr_model_forward_last(mo, R, (const int32_t *const *)ids, lens, ho, lo, &e), e);
+            CHECK_OK(vsr_model_forward_last(mp, R, (const int32_t *const *)ids, lens, hp, lp, &e), e);
+            CHECK_MSG(!memcmp(hg, ho, sizeof(float) * (size_t)(R * D)) && !memcmp(lg, lo, sizeof lg),
+                      "%s: forward %d differs with graphs on", scheme, it);
+            CHECK_MSG(!memcmp(hp, ho, sizeof(float) * (size_t)(R * D)) && !memcmp(lp, lo, sizeof lp),
+                      "%s: forward %d differs with the profile on", scheme, it);
+            /* a bad id on a replayed shape is refused before anything runs */
+            if (it >= 4) {
+                ids[1][2] = 1 << 30;
+                vsr_status sb = vsr_model_forward_last(mg, R, (const int32_t *const *)ids, lens, hg, lg, &e);
+                CHECK_ERR(sb, e, VSR_E_INVALID, "outside the vocabulary");
+            }
+            for (int r = 0; r < R; r++) free(ids[r]);
+        }
+        int64_t rec = vsr_cuda_stat_graph_records - rec0, rep = vsr_cuda_stat_graph_replays - rep0;
+        printf("  %s: %lld forwards recorded, %lld replayed\n", scheme, (long long)rec, (long long)rep);
+        CHECK_MSG(rec == 2, "%s: %lld recordings (expected one per shape)", scheme, (long long)rec);
+        CHECK_MSG(rep == 4, "%s: %lld replays (expected 4)", scheme, (long long)rep);
+    }
+out:
+    vsr_model_free(mg);
+    vsr_model_free(mo);
+    vsr_model_free(mp); /* prints the profile table to stderr */
+    vsr_package_close(p);
+}
+
+TEST(graphs_replay_bit_identical) {
+    graphs_on_package("bf16");
+    graphs_on_package("w4a16-gptq");
+    if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89) graphs_on_package("fp8");
+}
+
+static int find_cuda(char *why, size_t n) {
+    vsr_device_list dl;
+    vsr_err e;
+    if (vsr_devices_probe(&dl, &e)) {
+        snprintf(why, n, "probe failed: %s", e.msg);
+        return 0;
+    }
+    for (int i = 0; i < dl.count; i++)
+        if (dl.dev[i].kind == VSR_DEV_CUDA) {
+            cuda_dev = dl.dev[i];
+            if (vsr_backend_cuda_new(cuda_dev.index, &GB, &e)) {
+                snprintf(why, n, "%s", e.msg);
+                return 0;
+            }
+            return 1;
+        }
+    snprintf(why, n, "%s", dl.notes[0] ? dl.notes : "the probe found no NVIDIA GPU");
+    return 0;
+}
+#endif
+
+int main(void) {
+#ifdef VSR_HAVE_CUDA
+    char why[VSR_ERR_MSG_MAX + 600];
+    if (!find_cuda(why, sizeof why)) {
+        printf("SKIP: no CUDA device (%s)\n", why);
+        return test_summary();
+    }
+    printf("CUDA device: %s (cc %d.%d)\n", cuda_dev.name, cuda_dev.cc_major, cuda_dev.cc_minor);
+    RUN(twin_rmsnorm_bf16);
+    RUN(twin_other_producers);
+    RUN(twin_fp8);
+    RUN(graphs_replay_bit_identical);
+    vsr_backend_destroy(&GB);
+#else
+    printf("SKIP: no CUDA device (this build has no CUDA: nvcc was not found at build time)\n");
+#endif
+    return test_summary();
+}
