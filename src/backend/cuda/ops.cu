@@ -1184,8 +1184,19 @@ static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bwei
         break;
     }
     case VSR_WK_F32: st = lt_gemm(c, CUDA_R_32F, x, M, w->w, w->v.N, w->v.K, y, accumulate, err); break;
-    case VSR_WK_INT4: st = cuda_int4_linear(c, x, M, w, y, accumulate, err); break;
-    case VSR_WK_FP8: st = cuda_fp8_linear(c, x, M, w, y, accumulate, err); break;
+    case VSR_WK_INT4: {
+        const void *xb = twin_find(c, x, M, w->v.K, TW_BF16, NULL);
+        st = xb ? cuda_int4_linear_bf16(c, (const __nv_bfloat16 *)xb, M, w, y, accumulate, err)
+                : cuda_int4_linear(c, x, M, w, y, accumulate, err);
+        break;
+    }
+    case VSR_WK_FP8: {
+        const float *sx = NULL;
+        const void *xq = twin_find(c, x, M, w->v.K, TW_FP8, &sx);
+        st = xq ? cuda_fp8_linear_prequant(c, (const uint8_t *)xq, sx, M, w, y, accumulate, err)
+                : cuda_fp8_linear(c, x, M, w, y, accumulate, err);
+        break;
+    }
     default:
         return vsr_err_set(err, VSR_E_DEVICE, "%s: %s weights cannot run on cuda:%d", w->name,
                            wkind_names_cuda[w->v.kind], c->device);
