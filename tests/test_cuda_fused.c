@@ -26,6 +26,7 @@
 
 #ifdef VSR_HAVE_CUDA
 extern int64_t vsr_cuda_stat_twin_hits, vsr_cuda_stat_graph_records, vsr_cuda_stat_graph_replays;
+extern int vsr_cuda_graphs_off, vsr_cuda_profile_on; /* ops.cu: switches read at every op */
 
 static vsr_backend GB;
 static vsr_device cuda_dev;
@@ -229,12 +230,8 @@ static void graphs_on_package(const char *scheme) {
     }
     vsr_model *mg = NULL, *mp = NULL, *mo = NULL;
     CHECK_OK(load(p, &mg, &e), e);
-    setenv("VSR_CUDA_GRAPHS", "0", 1);
-    CHECK_OK(load(p, &mo, &e), e);
-    unsetenv("VSR_CUDA_GRAPHS");
-    setenv("VSR_CUDA_PROFILE", "1", 1);
-    CHECK_OK(load(p, &mp, &e), e);
-    unsetenv("VSR_CUDA_PROFILE");
+    CHECK_OK(load(p, &mo, &e), e); /* run with graphs off */
+    CHECK_OK(load(p, &mp, &e), e); /* run with the profile on */
     if (!mg || !mo || !mp) goto out;
     {
         enum { R = 3, MAXL = 50 };
@@ -252,8 +249,11 @@ static void graphs_on_package(const char *scheme) {
             float hg[R * 256], ho[R * 256], hp[R * 256], lg[R * 255], lo[R * 255], lp[R * 255];
             CHECK(D <= 256);
             CHECK_OK(vsr_model_forward_last(mg, R, (const int32_t *const *)ids, lens, hg, lg, &e), e);
+            vsr_cuda_graphs_off = 1;
             CHECK_OK(vsr_model_forward_last(mo, R, (const int32_t *const *)ids, lens, ho, lo, &e), e);
+            vsr_cuda_graphs_off = 0, vsr_cuda_profile_on = 1;
             CHECK_OK(vsr_model_forward_last(mp, R, (const int32_t *const *)ids, lens, hp, lp, &e), e);
+            vsr_cuda_profile_on = 0;
             CHECK_MSG(!memcmp(hg, ho, sizeof(float) * (size_t)(R * D)) && !memcmp(lg, lo, sizeof lg),
                       "%s: forward %d differs with graphs on", scheme, it);
             CHECK_MSG(!memcmp(hp, ho, sizeof(float) * (size_t)(R * D)) && !memcmp(lp, lo, sizeof lp),
@@ -313,6 +313,7 @@ int main(void) {
         return test_summary();
     }
     printf("CUDA device: %s (cc %d.%d)\n", cuda_dev.name, cuda_dev.cc_major, cuda_dev.cc_minor);
+    vsr_cuda_graphs_off = 0, vsr_cuda_profile_on = 0; /* whatever the environment says */
     RUN(twin_rmsnorm_bf16);
     RUN(twin_other_producers);
     RUN(twin_fp8);

@@ -3,6 +3,8 @@
  * MLP 17408), one layer of each kind, at 3x128 and 8x512 tokens; then, when a package
  * folder is given, the whole forward of that package on the GPU.
  *   bench_cuda [package_dir]
+ *   env: VSR_BENCH_E2E_ONLY=1 (skip the per-op tables), VSR_BENCH_PROFILE=1 (after the timed
+ *        forwards, one forward per shape with every op timed: a table per shape)
  * Weights are random BF16 (timing does not depend on values). Each op runs REPS times
  * back to back after a warm-up; one synchronising copy closes the batch. */
 #include <math.h>
@@ -19,6 +21,8 @@
 #include "vsr/package.h"
 
 #define REPS 20
+extern int vsr_cuda_graphs_off, vsr_cuda_profile_on; /* ops.cu switches */
+void vsr_cuda_profile_report(void);
 static vsr_backend B;
 static vsr_err E;
 static void *sync_buf;
@@ -135,6 +139,12 @@ static void run_shape(int R, int L) {
     for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) o->buf_free(c, bs[i]);
 }
 
+#define REPS_E2E 7
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void run_model(const char *dir) {
     vsr_device_list dl;
     if (vsr_devices_probe(&dl, &E)) die("probe");
@@ -160,14 +170,28 @@ static void run_model(const char *dir) {
             for (int i = 0; i < L; i++) ids[r][i] = (int32_t)((r * 7919 + i * 104729) % 150000);
         }
         float *hid = malloc(sizeof(float) * (size_t)R * (size_t)vsr_model_hidden_size(m)), lg[8 * 255];
-        if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
-        double best = 1e9;
-        for (int k = 0; k < 5; k++) {
-            double a = now();
+        /* graphs on (the default): a first sighting, a recording, then replays; then graphs off */
+        for (int g = 0; g < 2; g++) {
+            vsr_cuda_graphs_off = g;
             if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
-            best = fmin(best, now() - a);
+            double t[REPS_E2E];
+            for (int k = 0; k < REPS_E2E; k++) {
+                double a = now();
+                if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
+                t[k] = now() - a;
+            }
+            qsort(t, REPS_E2E, sizeof *t, cmp_d);
+            printf("forward %d x %d, graphs %s: best of %d %.2f ms, median %.2f ms\n", R, L, g ? "off" : "on", REPS_E2E,
+                   t[0] * 1e3, t[REPS_E2E / 2] * 1e3);
         }
-        printf("forward %d x %d: best of 5 %.2f ms\n", R, L, best * 1e3);
+        vsr_cuda_graphs_off = 0;
+        if (getenv("VSR_BENCH_PROFILE")) { /* one forward with every op timed (slower: events around each op) */
+            vsr_cuda_profile_on = 1;
+            if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
+            vsr_cuda_profile_on = 0;
+            fflush(stdout);
+            vsr_cuda_profile_report();
+        }
         for (int r = 0; r < R; r++) free(ids[r]);
         free(hid);
     }
@@ -185,8 +209,10 @@ int main(int argc, char **argv) {
         host_w[i] = vsr_f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f) * 0.04f);
     }
     sync_buf = buf(16);
-    run_shape(3, 128);
-    run_shape(8, 512);
+    if (!getenv("VSR_BENCH_E2E_ONLY")) {
+        run_shape(3, 128);
+        run_shape(8, 512);
+    }
     vsr_backend_destroy(&B);
     free(host_w);
     if (argc > 1) run_model(argv[1]);

@@ -190,7 +190,7 @@ typedef struct prof_row {
     double ms;
 } prof_row;
 typedef struct prof {
-    int on;
+    int made; /* events created (on first use) */
     cudaEvent_t ev[2 * PROF_PAIRS];
     int row_of[PROF_PAIRS];
     int n_pairs;
@@ -218,7 +218,7 @@ typedef struct cuda_ctx_priv {
     size_t tw_bytes;
     int n_fp8_w; /* FP8 linear weights held: producers make FP8 twins */
     prof pf;
-    int graphs_on, capturing;
+    int capturing;
     uint64_t cap_key, tick;
     int64_t cap_n; /* token ids of the forward being recorded */
     graph_ent g[GRAPHS];
@@ -236,7 +236,14 @@ static inline cuda_ctx_priv *priv(cuda_ctx *c) { return (cuda_ctx_priv *)c; }
  * replayed. Not synchronised: tests run one thread. */
 extern "C" {
 int64_t vsr_cuda_stat_twin_hits, vsr_cuda_stat_graph_records, vsr_cuda_stat_graph_replays;
+/* Switches for benchmarks and tests, read at every op: graphs off (VSR_CUDA_GRAPHS=0 sets it at
+ * the first backend creation), per-op timing on (VSR_CUDA_PROFILE=1 likewise). */
+int vsr_cuda_graphs_off = -1, vsr_cuda_profile_on = -1;
+void vsr_cuda_profile_report(void);
 }
+/* live contexts, for vsr_cuda_profile_report */
+#define LIVE_CTX 16
+static cuda_ctx *live_ctx[LIVE_CTX];
 
 static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t N, int64_t K, lt_plan **out,
                               vsr_err *err) {
@@ -816,7 +823,7 @@ static void cu_feed_linears(void *ctx, const float *x, int64_t rows, int64_t K) 
 
 static void prof_flush(cuda_ctx *c) {
     prof *f = &priv(c)->pf;
-    if (!f->on || !f->n_pairs) return;
+    if (!f->made || !f->n_pairs) return;
     cudaEventSynchronize(f->ev[2 * f->n_pairs - 1]);
     for (int i = 0; i < f->n_pairs; i++) {
         float ms = 0;
@@ -840,7 +847,16 @@ struct prof_scope {
     int pair;
     prof_scope(cuda_ctx *c_, const char *name) : c(c_), pair(-1) {
         prof *f = &priv(c)->pf;
-        if (!f->on || priv(c)->capturing) return;
+        if (vsr_cuda_profile_on <= 0 || priv(c)->capturing) return;
+        if (!f->made) {
+            for (int i = 0; i < 2 * PROF_PAIRS; i++)
+                if (cudaEventCreate(&f->ev[i]) != cudaSuccess) {
+                    for (int j = 0; j < i; j++) cudaEventDestroy(f->ev[j]);
+                    (void)cudaGetLastError();
+                    return;
+                }
+            f->made = 1;
+        }
         if (f->n_pairs == PROF_PAIRS) prof_flush(c);
         pair = f->n_pairs++;
         int r = prof_row_index(f, name);
@@ -857,6 +873,7 @@ struct prof_scope {
 static void prof_print(cuda_ctx *c) {
     prof *f = &priv(c)->pf;
     prof_flush(c);
+    if (!f->n_rows) return;
     double total = 0;
     for (int i = 0; i < f->n_rows; i++) total += f->rows[i].ms;
     fprintf(stderr, "cuda:%d profile (VSR_CUDA_PROFILE): %.3f ms in table calls\n%-48s %8s %11s %10s %6s\n", c->device,
@@ -874,6 +891,16 @@ static void prof_print(cuda_ctx *c) {
         fprintf(stderr, "%-48s %8lld %11.3f %10.1f %6.2f\n", r->name, (long long)r->calls, r->ms,
                 r->calls ? 1e3 * r->ms / (double)r->calls : 0.0, total > 0 ? 100.0 * r->ms / total : 0.0);
     }
+}
+
+/* Prints every live context's table (largest first) and starts them afresh. */
+extern "C" void vsr_cuda_profile_report(void) {
+    for (int i = 0; i < LIVE_CTX; i++)
+        if (live_ctx[i]) {
+            prof *f = &priv(live_ctx[i])->pf;
+            prof_print(live_ctx[i]);
+            f->n_rows = 0;
+        }
 }
 
 /* ---- recorded forwards (CUDA graphs) ---- */
@@ -911,7 +938,7 @@ static vsr_status cu_graph_begin(void *ctx, uint64_t key, const int32_t *ids, in
     cuda_ctx_priv *p = priv(c);
     ENTER(c);
     *replayed = 0;
-    if (!p->graphs_on || p->pf.on || p->capturing) return VSR_OK;
+    if (vsr_cuda_graphs_off > 0 || vsr_cuda_profile_on > 0 || p->capturing) return VSR_OK;
     key ^= (uint64_t)n * 0x9e3779b97f4a7c15ull;
     graph_ent *e = NULL;
     for (int i = 0; i < GRAPHS; i++)
@@ -993,7 +1020,9 @@ static void cu_destroy(void *ctx) {
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
     cuda_ctx_priv *p = priv(c);
-    if (p->pf.on) {
+    for (int i = 0; i < LIVE_CTX; i++)
+        if (live_ctx[i] == c) live_ctx[i] = NULL;
+    if (p->pf.made) {
         prof_print(c);
         for (int i = 0; i < 2 * PROF_PAIRS; i++) cudaEventDestroy(p->pf.ev[i]);
     }
@@ -1165,7 +1194,7 @@ static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bwei
     ENTER(c);
     if (M <= 0) return VSR_OK;
     char pname[72] = "";
-    if (priv(c)->pf.on)
+    if (vsr_cuda_profile_on > 0)
         snprintf(pname, sizeof pname, "linear %s %lld->%lld M=%lld%s", wkind_names_cuda[w->v.kind], (long long)w->v.K,
                  (long long)w->v.N, (long long)M, accumulate ? " +=" : "");
     PROF(c, pname);
@@ -1525,16 +1554,19 @@ extern "C" vsr_status vsr_backend_cuda_new(int device_index, vsr_backend *out, v
                          "attention: shared memory limit", err)))
         goto fail;
     if ((st = cuda_check(c, cudaEventCreateWithFlags(&p->ids_ev, cudaEventDisableTiming), "event", err))) goto fail;
-    {
+    if (vsr_cuda_graphs_off < 0) {
         const char *e = getenv("VSR_CUDA_GRAPHS");
-        p->graphs_on = !(e && !strcmp(e, "0"));
-        e = getenv("VSR_CUDA_PROFILE");
-        if (e && *e && strcmp(e, "0")) {
-            for (int i = 0; i < 2 * PROF_PAIRS; i++)
-                if ((st = cuda_check(c, cudaEventCreate(&p->pf.ev[i]), "profile events", err))) goto fail;
-            p->pf.on = 1;
-        }
+        vsr_cuda_graphs_off = e && !strcmp(e, "0");
     }
+    if (vsr_cuda_profile_on < 0) {
+        const char *e = getenv("VSR_CUDA_PROFILE");
+        vsr_cuda_profile_on = e && *e && strcmp(e, "0");
+    }
+    for (int i = 0; i < LIVE_CTX; i++)
+        if (!live_ctx[i]) {
+            live_ctx[i] = c;
+            break;
+        }
     out->ops = &cuda_ops;
     out->ctx = c;
     return VSR_OK;
