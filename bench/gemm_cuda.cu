@@ -1,6 +1,8 @@
 /* bench/gemm_cuda.cu: GEMM sweep of the CUDA backend's linears on the 27B model's projection
  * shapes: our BF16 (cuBLASLt; GEMM alone and the whole linear with the FP32->BF16 conversion),
- * our FP8 W8A8 linear (activation quantization included; scaled and unscaled paths), our int4
+ * our FP8 W8A8 linear (activation quantization included; scaled and unscaled paths; fp8_old = the
+ * cuBLASLt path with the sm_90a kernel off, fp8_wgmma = that kernel at every row count, fp8_pq_* = the
+ * kernel alone on prequantized activations per tile width / accumulation mode), our int4
  * W4A16 linear (automatic path, and the unpack path for comparison). Writes CSV to stdout:
  *   variant,shape,K,N,M,us,tflops,tbps
  * us is the median of per-launch event timings; weights rotate over enough copies to exceed
@@ -136,6 +138,21 @@ int main(int argc, char **argv) {
         cudaMemcpy(x, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice);
         CK(cuda_f32_to_bf16(C, x, Mmax * Kmax, xb, &e));
     }
+    /* prequantized FP8 activations for the GEMM-alone rows: random e4m3 without NaN, scales 1e-2 */
+    uint8_t *xq8;
+    float *sx8;
+    cudaMalloc(&xq8, (size_t)(Mmax * Kmax));
+    cudaMalloc(&sx8, sizeof(float) * Mmax);
+    {
+        std::vector<uint8_t> h(Mmax * Kmax);
+        for (auto &v : h) {
+            v = (uint8_t)r32();
+            if ((v & 0x7F) == 0x7F) v ^= 1;
+        }
+        cudaMemcpy(xq8, h.data(), h.size(), cudaMemcpyHostToDevice);
+        std::vector<float> hs(Mmax, 1e-2f);
+        cudaMemcpy(sx8, hs.data(), sizeof(float) * Mmax, cudaMemcpyHostToDevice);
+    }
     printf("# device %s (cc %d.%d, %d SMs)\n", C->dev_name, C->cc_major, C->cc_minor, C->sm_count);
     /* ceilings: device copy (bytes read + written), BF16 and FP8 8192^3 */
     {
@@ -214,6 +231,33 @@ int main(int argc, char **argv) {
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
             row("fp8_unscaled", s, M, us, by_fp8, act);
             cuda_quant_force_fp8_path(0);
+            /* the path before the sm_90a kernel (cuBLASLt, automatic rules), same binary */
+            setenv("VSR_FP8_GEMM", "0", 1);
+            us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
+            fprintf(stderr, "%s M %lld fp8 old path %s\n", s.name, (long long)M, cuda_quant_last_path());
+            row("fp8_old", s, M, us, by_fp8, act);
+            setenv("VSR_FP8_GEMM", "1", 1); /* the own kernel at every row count */
+            us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
+            fprintf(stderr, "%s M %lld fp8 wgmma path %s\n", s.name, (long long)M, cuda_quant_last_path());
+            row("fp8_wgmma", s, M, us, by_fp8, act);
+            /* the GEMM alone from prequantized activations: automatic width, each width, fast accumulation */
+            static const struct {
+                const char *name, *bn;
+                int fast;
+            } GV[] = {{"fp8_pq_auto", "", 0}, {"fp8_pq_bn128", "128", 0}, {"fp8_pq_bn256", "256", 0},
+                      {"fp8_pq_fast256", "256", 1}, {"fp8_pq_fast128", "128", 1}};
+            for (const auto &g : GV) {
+                setenv("VSR_FP8_GEMM_BN", g.bn, 1);
+                cuda_quant_set_fp8_fast_accum(g.fast);
+                us = time_us([&](int i) {
+                    CK(cuda_fp8_linear_prequant(C, xq8, sx8, M, W8[i % W8.size()], y, 0, &e));
+                });
+                fprintf(stderr, "%s M %lld %s path %s\n", s.name, (long long)M, g.name, cuda_quant_last_path());
+                row(g.name, s, M, us, by_fp8, 1.0 * M * K + 4.0 * M * N);
+            }
+            cuda_quant_set_fp8_fast_accum(0);
+            unsetenv("VSR_FP8_GEMM_BN");
+            unsetenv("VSR_FP8_GEMM");
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld int4 path %s\n", s.name, (long long)M, cuda_quant_last_path());
             row("int4_linear", s, M, us, by_i4, act);
@@ -228,7 +272,7 @@ int main(int argc, char **argv) {
         for (auto *w : W8) B.ops->weight_free(B.ctx, w);
         for (auto *w : W4) B.ops->weight_free(B.ctx, w);
     }
-    cudaFree(x), cudaFree(y), cudaFree(xb);
+    cudaFree(x), cudaFree(y), cudaFree(xb), cudaFree(xq8), cudaFree(sx8);
     vsr_backend_destroy(&B);
     return 0;
 }

@@ -33,6 +33,10 @@
 #ifdef VSR_HAVE_CUDA
 #include "backend/backend_cuda.h"
 #include "backend/cuda/quant_internal.h"
+/* from src/backend/cuda/cuda_internal.h (a header for CUDA translation units only) */
+struct cuda_ctx;
+vsr_status cuda_fp8_linear_prequant(struct cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
+                                    const vsr_bweight *w, float *y, int accumulate, vsr_err *err);
 #endif
 
 #ifdef VSR_HAVE_CUDA
@@ -359,6 +363,13 @@ static void quant_rows(const float *x, int64_t M, int64_t K, uint8_t *q, float *
     }
 }
 
+/* the device is a Hopper H100/H200 (capability 9.0): the own FP8 wgmma kernel applies */
+static int fp8_is_sm90(void) {
+    int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0);
+    cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
+    return cc == 90;
+}
+
 /* the bound against the same-quantized reference for the path taken (see the top of this file) */
 static double fp8_bound(const char *path) { return strstr(path, "bf16-out") ? 4e-3 : 3e-4; }
 
@@ -398,12 +409,15 @@ TEST(fp8_against_reference) {
                     refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
                 }
             vsr_gemm_bf16_ref(x, M, K, wd, N, ref, 0);
-            for (int mode = 0; mode <= 2; mode++) {
-                cuda_quant_force_fp8_path(mode);
+            for (int mode = 0; mode <= 3; mode++) {
+                /* 3: the own sm_90a kernel at every row count (VSR_FP8_GEMM=1; cuBLASLt elsewhere) */
+                cuda_quant_force_fp8_path(mode == 3 ? 0 : mode);
+                if (mode == 3) setenv("VSR_FP8_GEMM", "1", 1);
                 st = gpu_linear(bw, x, M, K, N, NULL, y, &e);
                 CHECK_OK(st, e);
                 const char *path = cuda_quant_last_path();
                 if (mode == 2) CHECK_MSG(!strcmp(path, "fp8:unscaled+epilogue"), "path %s", path);
+                else if (mode == 3 && fp8_is_sm90()) CHECK_MSG(!strncmp(path, "fp8:wgmma", 9), "path %s", path);
                 else CHECK_MSG(strncmp(path, "fp8:", 4) == 0, "path %s", path);
                 if (mode == 0) printf("  fp8 N %lld K %lld M %lld: %s\n", (long long)N, (long long)K, (long long)M, path);
                 double eq = nerr(y, refq, M * N), ef = nerr(y, ref, M * N);
@@ -414,6 +428,7 @@ TEST(fp8_against_reference) {
                 /* deterministic run to run */
                 st = gpu_linear(bw, x, M, K, N, NULL, y2, &e);
                 CHECK(st == VSR_OK && memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0);
+                unsetenv("VSR_FP8_GEMM");
             }
             cuda_quant_force_fp8_path(0);
             for (int64_t i = 0; i < M * N; i++) y2[i] = frand();
@@ -429,6 +444,105 @@ TEST(fp8_against_reference) {
         free(wb), free(wd), free(wq), free(ws);
     }
     CHECK(cuda_quant_force_fp8_path(3) == -1);
+}
+
+/* The sm_90a kernel through cuda_fp8_linear_prequant (activations quantized here, as a fused producer
+ * would): shapes with partial row/column tiles, K tails inside a 128-byte block, several K blocks, more
+ * tiles than CTAs (grid capped by VSR_FP8_GEMM_CTAS, so each CTA walks several tiles through the ring),
+ * both tile widths, promoted and fast accumulation; the same-quantized reference (3e-4 promoted, 2e-3
+ * fast: no FP32 promotion of the tensor cores' partial sums), accumulate, bit-identical rerun, every
+ * element written (NaN poison), and the cuBLASLt path on the same prequantized input. */
+typedef struct f8wcase {
+    int64_t M, N, K;
+    const char *bn, *ctas;
+} f8wcase;
+static const f8wcase F8W_CASES[] = {
+    {1, 27, 96, "", ""},         /* one row, N odd, K < one block */
+    {5, 17, 40, "256", ""},      /* N and K odd-sized, wide tile */
+    {300, 300, 1000, "", ""},    /* partial tiles both ways, 8 K blocks, K tail */
+    {257, 520, 1040, "256", "3"}, /* wide tiles, 3 CTAs walk 9 tiles */
+    {1100, 2100, 200, "128", "7"}, /* 153 tiles on 7 CTAs, ring phases across many tiles */
+    {1100, 2100, 200, "", ""},     /* the automatic width and grid */
+};
+
+TEST(fp8_wgmma_prequant) {
+    if (!fp8_is_sm90()) {
+        printf("  (fp8 wgmma: not a capability 9.0 device, cuBLASLt path only)\n");
+    }
+    struct cuda_ctx *cc = (struct cuda_ctx *)GB.ctx;
+    for (size_t ci = 0; ci < sizeof F8W_CASES / sizeof F8W_CASES[0]; ci++) {
+        const f8wcase *c = &F8W_CASES[ci];
+        int64_t M = c->M, N = c->N, K = c->K, Kp = (K + 15) / 16 * 16;
+        uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *ws = malloc(sizeof(uint16_t) * (size_t)N);
+        uint8_t *wq = malloc((size_t)(N * K)), *xq = malloc((size_t)(M * K)), *xqp = calloc((size_t)(M * Kp), 1);
+        float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
+        float *refq = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
+        float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
+        for (int64_t i = 0; i < N * K; i++) wb[i] = f2bf(frand() * 0.05f * (1 + (i % 7)));
+        vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
+        for (int64_t i = 0; i < M * K; i++) x[i] = frand() * (1 + (i % 5));
+        if (M > 2)
+            for (int64_t k = 0; k < K; k++) x[1 * K + k] = 0;
+        quant_rows(x, M, K, xq, sx);
+        for (int64_t m = 0; m < M; m++) memcpy(xqp + m * Kp, xq + m * K, (size_t)K);
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++)
+                    s += (double)vsr_e4m3fn_to_f32(xq[m * K + k]) * vsr_e4m3fn_to_f32(wq[n * K + k]);
+                refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
+            }
+        for (int64_t i = 0; i < M * N; i++) y0[i] = frand();
+        vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.fp8w"};
+        vsr_bweight *bw = NULL;
+        vsr_err e = {0};
+        vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+        CHECK_OK(st, e);
+        uint8_t *dxq = dalloc((size_t)(M * Kp));
+        float *dsx = dalloc(sizeof(float) * (size_t)M), *dy = dalloc(sizeof(float) * (size_t)(M * N));
+        if (!st && dxq && dsx && dy) {
+            dset(dxq, xqp, (size_t)(M * Kp));
+            dset(dsx, sx, sizeof(float) * (size_t)M);
+            setenv("VSR_FP8_GEMM_BN", c->bn, 1);
+            setenv("VSR_FP8_GEMM_CTAS", c->ctas, 1);
+            /* variant 0, 1: own kernel promoted / fast; 2: cuBLASLt (VSR_FP8_GEMM=0) */
+            for (int var = 0; var < 3; var++) {
+                setenv("VSR_FP8_GEMM", var == 2 ? "0" : "1", 1);
+                cuda_quant_set_fp8_fast_accum(var == 1);
+                for (int acc = 0; acc <= 1; acc++) {
+                    for (int rep = 0; rep < 2; rep++) {
+                        float *out = rep ? y2 : y;
+                        for (int64_t i = 0; i < M * N; i++) out[i] = acc ? y0[i] : NAN;
+                        dset(dy, out, sizeof(float) * (size_t)(M * N));
+                        st = cuda_fp8_linear_prequant(cc, dxq, dsx, M, bw, dy, acc, &e);
+                        CHECK_OK(st, e);
+                        dget(out, dy, sizeof(float) * (size_t)(M * N));
+                    }
+                    const char *path = cuda_quant_last_path();
+                    if (var < 2 && fp8_is_sm90()) CHECK_MSG(!strncmp(path, "fp8:wgmma", 9), "path %s", path);
+                    double err = 0, num = 0, den = 0;
+                    for (int64_t i = 0; i < M * N; i++) {
+                        double r = (double)refq[i] + (acc ? y0[i] : 0.0), d = (double)y[i] - r;
+                        if (!isfinite(y[i])) num = INFINITY;
+                        num += d * d, den += r * r;
+                    }
+                    err = sqrt(num / den);
+                    double bound = strstr(path, "fast") ? 2e-3 : fp8_bound(path);
+                    printf("  fp8 prequant M %lld N %lld K %lld acc %d: %s err %.3g\n", (long long)M, (long long)N,
+                           (long long)K, acc, path, err);
+                    CHECK_MSG(err <= bound, "fp8 prequant M %lld N %lld K %lld acc %d path %s: %.3g > %.1g", (long long)M,
+                              (long long)N, (long long)K, acc, path, err, bound);
+                    CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0, "fp8 prequant rerun differs, path %s",
+                              path);
+                }
+            }
+            cuda_quant_set_fp8_fast_accum(0);
+            unsetenv("VSR_FP8_GEMM"), unsetenv("VSR_FP8_GEMM_BN"), unsetenv("VSR_FP8_GEMM_CTAS");
+        }
+        GB.ops->buf_free(GB.ctx, dxq), GB.ops->buf_free(GB.ctx, dsx), GB.ops->buf_free(GB.ctx, dy);
+        if (bw) GB.ops->weight_free(GB.ctx, bw);
+        free(wb), free(ws), free(wq), free(xq), free(xqp), free(x), free(sx), free(refq), free(y), free(y2), free(y0);
+    }
 }
 
 TEST(fp8_refused_before_ada) {
@@ -586,6 +700,7 @@ int main(int argc, char **argv) {
     RUN(int4_every_candidate);
     RUN(int4_refusals);
     RUN(fp8_against_reference);
+    RUN(fp8_wgmma_prequant);
     RUN(fp8_refused_before_ada);
     RUN(autotune_two_processes);
     vsr_backend_destroy(&GB);

@@ -104,6 +104,10 @@ vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bw
                             int accumulate, vsr_err *err);
 vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
                            int accumulate, vsr_err *err);
+/* int4 from BF16 activations xb [M, K] (device, row stride K; read in place when 16-byte aligned and
+ * not act-order); same contract otherwise (quant_int4.cu). */
+vsr_status cuda_int4_linear_bf16(cuda_ctx *c, const __nv_bfloat16 *xb, int64_t M, const vsr_bweight *w, float *y,
+                                 int accumulate, vsr_err *err);
 /* The same from activations already quantized per token: xq e4m3 [M, Kp] (Kp = K rounded up to 16,
  * columns K..Kp zero, rows 16-byte aligned for the sm_90a kernel), sx FP32 [M]; device pointers. */
 vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,

@@ -19,7 +19,11 @@
  * every row count when the scaled path is forced; (c) the unscaled product + epilogue. The BF16
  * output rounds each element once more (relative 2^-9 at most); see tests/test_cuda_quant.c.
  * cuBLASLt is asked for up to FP8_ALGOS algorithms; with --autotune-cache each is timed once per
- * shape (kernel "fp8_lt") and the winner recorded, else the heuristic's first is used. */
+ * shape (kernel "fp8_lt") and the winner recorded, else the heuristic's first is used.
+ * Two steps: cuda_fp8_linear quantizes x (fp8_quantize) and calls cuda_fp8_linear_prequant, which a
+ * producer op that quantizes its own output can call directly. On capability 9.0, VSR_FP8_GEMM=1 puts
+ * the product on the own sm_90a wgmma kernel (fp8_gemm.cu: scales and accumulate in its epilogue, FP32
+ * straight into y); off by default until it beats this path (bench/NOTES.md "FP8 wgmma kernel"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +33,7 @@
 
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
+#include "backend/cuda/fp8_gemm.h"
 #include "vsr/device.h"
 
 extern int quant_forced_fp8_path(void);
@@ -355,6 +360,12 @@ static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void 
 
 /* ---- hooks ---- */
 
+/* what an FP8 upload keeps (vsr_bweight.q): the shared metadata first, so b->q is both */
+typedef struct fp8_meta {
+    quant_wmeta base;
+    fp8_gemm_wcache gemm; /* the sm_90a kernel's TMA descriptors of this weight */
+} fp8_meta;
+
 extern "C" vsr_status cuda_fp8_upload(cuda_ctx *c, const vsr_weight_view *v, vsr_bweight *b, vsr_err *err) {
     const char *nm = b->name;
     if (c->cc_major * 10 + c->cc_minor < 89)
@@ -379,18 +390,38 @@ extern "C" vsr_status cuda_fp8_upload(cuda_ctx *c, const vsr_weight_view *v, vsr
                                              c->stream),
                         "FP8 weight: copy to device", err);
     if (!st) st = cuda_check(c, cudaStreamSynchronize(c->stream), "FP8 upload: synchronize", err);
-    quant_wmeta *m = NULL;
-    if (!st && !(m = (quant_wmeta *)calloc(1, sizeof *m))) st = vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", nm);
+    fp8_meta *fm = NULL;
+    if (!st && !(fm = (fp8_meta *)calloc(1, sizeof *fm))) st = vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", nm);
     if (st) {
         if (st != VSR_E_NOMEM) vsr_err_prefix(err, "%s", nm);
         cudaFree(b->w), cudaFree(b->scale);
         b->w = b->scale = NULL;
         return st;
     }
+    quant_wmeta *m = &fm->base;
     m->Np = Np, m->Kp = Kp, m->G = 1, m->fused_ok = 0;
-    b->q = m;
+    b->q = m; /* fm itself: cuda_quant_release frees it with one free() */
     b->bytes = (uint64_t)(Np * Kp) + sizeof(float) * (uint64_t)Np;
     return VSR_OK;
+}
+
+/* The own sm_90a kernel (fp8_gemm.cu) is OFF by default: VSR_FP8_GEMM=1 selects it at every row count
+ * on capability 9.0; unset or 0 keeps the cuBLASLt paths. Its one H200 sweep (bench/NOTES.md "FP8 wgmma
+ * kernel") passed every test but was not faster than the cuBLASLt path as a whole linear: 0.9-1.0x at
+ * 4096-8192 rows on the large shapes, slower at 128-1024 rows. */
+static int fp8_wgmma_mode(void) {
+    const char *s = getenv("VSR_FP8_GEMM");
+    return s && *s ? atoi(s) : -1;
+}
+
+/* x FP32 [M, K] -> xq e4m3 [M, Kp] (zero columns K..Kp), sx FP32 [M] (see the top of this file) */
+static vsr_status fp8_quantize(cuda_ctx *c, const float *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *sx,
+                               vsr_err *err) {
+    if (K % 4 == 0 && K <= (int64_t)QROW_THREADS * 4 * QROW_VEC && ((uintptr_t)x & 15) == 0)
+        k_fp8_quant_vec<<<(unsigned)M, QROW_THREADS, 0, c->stream>>>(x, K, Kp, xq, sx);
+    else
+        k_fp8_quant_gen<<<(unsigned)M, QROW_THREADS, 0, c->stream>>>(x, K, Kp, xq, sx);
+    return cuda_check_launch(c, "FP8 activation quantization", err);
 }
 
 extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
@@ -401,25 +432,42 @@ extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, co
     quant_state *q;
     vsr_status st = quant_state_get(c, &q, err);
     if (st) return st;
-    int64_t N = w->v.N, K = w->v.K, Kp = m->Kp;
-    /* xq e4m3 [M, Kp] then sx FP32 [M] (16-byte aligned: M*Kp is a multiple of 16) */
+    int64_t K = w->v.K, Kp = m->Kp;
+    /* step 1, quantize x: xq e4m3 [M, Kp] then sx FP32 [M] (16-byte aligned: M*Kp is a multiple of 16) */
     if ((st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(M * Kp) + sizeof(float) * (size_t)M, "FP8 activations", err)))
         return st;
     uint8_t *xq = (uint8_t *)q->act;
     float *sx = (float *)(xq + M * Kp);
-    const float *sw = (const float *)w->scale;
-    if (K % 4 == 0 && K <= (int64_t)QROW_THREADS * 4 * QROW_VEC && ((uintptr_t)x & 15) == 0)
-        k_fp8_quant_vec<<<(unsigned)M, QROW_THREADS, 0, c->stream>>>(x, K, Kp, xq, sx);
-    else
-        k_fp8_quant_gen<<<(unsigned)M, QROW_THREADS, 0, c->stream>>>(x, K, Kp, xq, sx);
-    if ((st = cuda_check_launch(c, "FP8 activation quantization", err))) return st;
+    if ((st = fp8_quantize(c, x, M, K, Kp, xq, sx, err))) return st;
+    /* step 2, the scaled FP8 product */
+    return cuda_fp8_linear_prequant(c, xq, sx, M, w, y, accumulate, err);
+}
 
+extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
+                                               const vsr_bweight *w, float *y, int accumulate, vsr_err *err) {
+    if (M <= 0) return VSR_OK;
+    quant_wmeta *m = (quant_wmeta *)w->q;
+    if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
+    quant_state *q;
+    vsr_status st = quant_state_get(c, &q, err);
+    if (st) return st;
+    int64_t N = w->v.N, Kp = m->Kp;
+    const float *sw = (const float *)w->scale;
     int forced = quant_forced_fp8_path();
-    int unscaled = forced == 2 ||
-                   (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
     int64_t Np = m->Np;
     fp8_plan *p;
     int ran = 0;
+    /* own sm_90a kernel: scales and accumulate in its epilogue, FP32 straight into y */
+    int wm = fp8_wgmma_mode();
+    if (forced == 0 && wm == 1 && fp8_gemm_usable(c)) {
+        if ((st = fp8_gemm_run(c, xq, sx, M, (const uint8_t *)w->w, sw, N, Np, Kp, y, accumulate, quant_fp8_fast_accum(),
+                               &((fp8_meta *)m)->gemm, &ran, err)))
+            return st;
+        if (ran) return VSR_OK;
+    }
+
+    int unscaled = forced == 2 ||
+                   (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
     if (!unscaled) {
         /* (a) outer-vector scales, FP32 out: straight into y where its row stride suits cuBLASLt (16 bytes) */
         if (N == Np) {

@@ -1,0 +1,354 @@
+/* src/backend/cuda/fp8_gemm.cu: FP8 W8A8 GEMM for Hopper (sm_90a) with the per-token and per-channel
+ * scales (and y += ...) applied in the epilogue, FP32 out. Replaces, on capability 9.0, CUDA 13.0
+ * cuBLASLt's unscaled FP8 product into an FP32 workspace + a separate scaling pass (cuBLASLt offers
+ * no outer-vector-scaled algorithm there; bench/NOTES.md "CUDA GEMM sweep").
+ *
+ *   y[m, n] = (accumulate ? y[m, n] : 0) + (acc[m, n] * sx[m]) * sw[n],  acc = xq[m, :] . wq[n, :]
+ *   xq e4m3 [M, Kp], wq e4m3 [Np, Kp] (rows K-major, Kp % 16 == 0), sx FP32 [M], sw FP32 [Np], y FP32 [M, N]
+ *
+ * One persistent CTA per SM (grid = min(tiles, SMs)), 384 threads = 3 warpgroups:
+ *  - warpgroup 0, the producer (registers lowered by setmaxnreg): one thread walks the CTA's tiles
+ *    and K blocks (128 bytes of K each) and issues two TMA loads per block (A: 128 x 128 bytes of xq,
+ *    B: BN x 128 bytes of wq, 128-byte swizzle, out-of-bounds rows/columns zero-filled by the copy
+ *    engine) into a STAGES-deep ring; full[s] completes on the bytes, empty[s] when the 256 consumer
+ *    threads have arrived.
+ *  - warpgroups 1 and 2, the consumers: rows 64*(wg-1) .. +63 of the 128-row tile each, all BN
+ *    columns: wgmma.mma_async m64nNk32 e4m3.e4m3 -> f32, A and B from shared memory (K-major
+ *    descriptors, 128-byte swizzle, 32 bytes of K per instruction = +2 on the descriptor's address).
+ *    promote (default): each K block accumulates, 128 columns at a time, into a temporary m64n128
+ *    fragment (64 registers; scale-d = 0 on the block's first instruction) that is then added into the
+ *    FP32 accumulators: the tensor cores' own sum keeps fewer bits than FP32 (DeepSeek-V3's finding;
+ *    cuBLASLt does the same unless FAST_ACCUM), so long K is summed in FP32 every 128 products.
+ *    fast: straight into the accumulators, one wgmma group kept in flight.
+ *  - epilogue in registers: the m64nN fragment (lane l: rows l/4 and l/4 + 8 of its warp's 16,
+ *    columns 8j + 2(l%4) + {0,1}) scaled and stored as float2 (32-byte row segments per 4 lanes),
+ *    guarded for m >= M, n >= N. While the consumers store, the producer already fills the ring
+ *    with the next tile's blocks.
+ * Tile order: bands of 8 column tiles, row tiles fastest inside a band (the ~132 tiles in flight
+ * share ~16 row tiles of xq and 8 of wq in L2). Deterministic: no split-K, fixed summation order.
+ * Built only for sm_90a (the Makefile's other target, sm_80, gets an empty kernel body that is
+ * never launched: fp8_gemm_usable() requires capability 9.0). Written from the PTX ISA's wgmma,
+ * cp.async.bulk.tensor and mbarrier sections, after the structure of CUTLASS's sm90 warp-specialized
+ * kernels and DeepGEMM (no code taken from either).
+ * Measured (H200, bench/NOTES.md "FP8 wgmma kernel"): correct on every test; 880-1,060 TFLOP/s promoted
+ * and 970-1,190 fast at 8192 rows, short of cuBLASLt's unscaled GEMM (1,330): the epilogue is not
+ * overlapped with the next tile's products (~11-13 us per tile), promotion waits out every K block,
+ * and there is no TMA multicast. Hence off by default (quant_fp8.cu). */
+#include <cuda.h> /* CUtensorMap and the encode function's types only: no libcuda link */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VSR_QUANT_INTERNAL_CUDA 1
+#include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/quant_internal.h"
+
+#define FG_BM 128
+#define FG_BK 128 /* bytes = e4m3 elements of K per block: one 128-byte swizzle row */
+#define FG_THREADS 384
+#define FG_BAND 8 /* column tiles per band of the tile order */
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FG_DEVICE 1
+#endif
+
+#ifdef FG_DEVICE
+__device__ __forceinline__ uint32_t sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint32_t b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t b, unsigned parity) {
+    uint32_t ok = 0;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(ok)
+                     : "r"(b), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* K-major operand, 128-byte swizzle: start address >> 4, LBO unused (1), SBO = 8 rows x 128 B = 1024 */
+__device__ __forceinline__ uint64_t gdesc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+template <int R> __device__ __forceinline__ void reg_fence(float *d) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void wgmma_n128(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_n256(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* tile t of the CTA's walk -> (row tile, column tile) */
+__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int *tm, int *tn) {
+    int band = t / (tiles_m * FG_BAND), within = t - band * tiles_m * FG_BAND;
+    int gn = min(FG_BAND, tiles_n - band * FG_BAND);
+    *tm = within / gn;
+    *tn = band * FG_BAND + within % gn;
+}
+#endif /* FG_DEVICE */
+
+template <int BN> struct fg_cfg {
+    static constexpr int STAGES = BN == 256 ? 4 : 6;
+    static constexpr int A_BYTES = FG_BM * FG_BK, B_BYTES = BN * FG_BK;
+    static constexpr int SMEM = STAGES * (A_BYTES + B_BYTES) + 2 * STAGES * 8 + 1024; /* + alignment slack */
+};
+
+template <int BN, bool PROMOTE>
+__global__ void __launch_bounds__(FG_THREADS, 1)
+    k_fp8_gemm(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+               const float *__restrict__ sx, const float *__restrict__ sw, float *__restrict__ y, int M, int N,
+               int Kp, int accumulate, int vec) {
+#ifdef FG_DEVICE
+    typedef fg_cfg<BN> C;
+    constexpr int STAGES = C::STAGES;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t base = (sa(smem_raw) + 1023u) & ~1023u; /* 128-byte swizzle wants 1024-aligned tiles */
+    const uint32_t sA = base, sB = base + STAGES * C::A_BYTES, bars = sB + STAGES * C::B_BYTES;
+    /* full[s] at bars + 8s, empty[s] at bars + 8 (STAGES + s) */
+    const int tiles_m = (M + FG_BM - 1) / FG_BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+    const int kblocks = (Kp + FG_BK - 1) / FG_BK;
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) mbar_init(bars + 8 * s, 1), mbar_init(bars + 8 * (STAGES + s), 256);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                int tm, tn;
+                tile_of(t, tiles_m, tiles_n, &tm, &tn);
+                for (int kb = 0; kb < kblocks; kb++, it++) {
+                    const int s = it % STAGES, r = it / STAGES;
+                    if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (r - 1) & 1);
+                    const uint32_t full = bars + 8 * s;
+                    mbar_expect_tx(full, C::A_BYTES + C::B_BYTES);
+                    tma_load_2d(sA + s * C::A_BYTES, &tmA, full, kb * FG_BK, tm * FG_BM);
+                    tma_load_2d(sB + s * C::B_BYTES, &tmB, full, kb * FG_BK, tn * BN);
+                }
+            }
+        }
+    } else { /* consumers */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        constexpr int NACC = BN / 2; /* m64nBN fragment: BN/2 floats per thread */
+        float acc[NACC];
+        float tmp[PROMOTE ? 64 : 1];
+#pragma unroll
+        for (int i = 0; i < (PROMOTE ? 64 : 1); i++) tmp[i] = 0.0f;
+        const int cw = wg - 1, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+        const uint32_t a_off = cw * 64 * FG_BK;
+        int it = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int tm, tn;
+            tile_of(t, tiles_m, tiles_n, &tm, &tn);
+#pragma unroll
+            for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
+            int prev = -1;
+            for (int kb = 0; kb < kblocks; kb++, it++) {
+                const int s = it % STAGES;
+                mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+                const uint64_t da = gdesc(sA + s * C::A_BYTES + a_off), db = gdesc(sB + s * C::B_BYTES);
+                if constexpr (PROMOTE) {
+#pragma unroll
+                    for (int h = 0; h < BN / 128; h++) {
+                        reg_fence<64>(tmp);
+                        wg_fence();
+#pragma unroll
+                        for (int k = 0; k < FG_BK / 32; k++)
+                            wgmma_n128(tmp, da + 2 * k, db + (uint64_t)(h * 128 * FG_BK / 16) + 2 * k, k > 0);
+                        wg_commit();
+                        wg_wait<0>();
+                        reg_fence<64>(tmp);
+#pragma unroll
+                        for (int i = 0; i < 64; i++) acc[h * 64 + i] += tmp[i];
+                    }
+                    mbar_arrive(bars + 8 * (STAGES + s));
+                } else {
+                    reg_fence<NACC>(acc);
+                    wg_fence();
+#pragma unroll
+                    for (int k = 0; k < FG_BK / 32; k++) {
+                        if constexpr (BN == 256) wgmma_n256(acc, da + 2 * k, db + 2 * k, 1);
+                        else wgmma_n128(acc, da + 2 * k, db + 2 * k, 1);
+                    }
+                    wg_commit();
+                    reg_fence<NACC>(acc);
+                    wg_wait<1>(); /* the previous block's group is done: its stage can be refilled */
+                    reg_fence<NACC>(acc);
+                    if (prev >= 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                    prev = s;
+                }
+            }
+            if constexpr (!PROMOTE) {
+                wg_wait<0>();
+                reg_fence<NACC>(acc);
+                if (prev >= 0) mbar_arrive(bars + 8 * (STAGES + prev));
+            }
+            /* epilogue */
+            const int r0 = tm * FG_BM + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+            const float s0 = r0 < M ? sx[r0] : 0.0f, s1 = r1 < M ? sx[r1] : 0.0f;
+            float *y0 = y + (int64_t)r0 * N, *y1 = y + (int64_t)r1 * N;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const int n = tn * BN + j * 8 + 2 * (lane & 3);
+                if (n >= N) continue;
+                const float w0 = sw[n], w1 = n + 1 < N ? sw[n + 1] : 0.0f;
+                float v00 = acc[4 * j] * s0 * w0, v01 = acc[4 * j + 1] * s0 * w1;
+                float v10 = acc[4 * j + 2] * s1 * w0, v11 = acc[4 * j + 3] * s1 * w1;
+                if (vec && n + 1 < N) {
+                    if (r0 < M) {
+                        float2 o = make_float2(v00, v01);
+                        if (accumulate) {
+                            float2 p = *(const float2 *)(y0 + n);
+                            o.x = p.x + o.x, o.y = p.y + o.y;
+                        }
+                        *(float2 *)(y0 + n) = o;
+                    }
+                    if (r1 < M) {
+                        float2 o = make_float2(v10, v11);
+                        if (accumulate) {
+                            float2 p = *(const float2 *)(y1 + n);
+                            o.x = p.x + o.x, o.y = p.y + o.y;
+                        }
+                        *(float2 *)(y1 + n) = o;
+                    }
+                } else {
+                    if (r0 < M) {
+                        y0[n] = accumulate ? y0[n] + v00 : v00;
+                        if (n + 1 < N) y0[n + 1] = accumulate ? y0[n + 1] + v01 : v01;
+                    }
+                    if (r1 < M) {
+                        y1[n] = accumulate ? y1[n] + v10 : v10;
+                        if (n + 1 < N) y1[n + 1] = accumulate ? y1[n + 1] + v11 : v11;
+                    }
+                }
+            }
+        }
+    }
+#endif /* FG_DEVICE */
+}
+
+/* ---- host ---- */
+
+typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                              const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static encode_fn g_encode;
+static pthread_once_t g_encode_once = PTHREAD_ONCE_INIT;
+static void encode_init(void) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+        g_encode = (encode_fn)fn;
+    else
+        cudaGetLastError();
+}
+
+/* 2-D e4m3 tensor [rows, cols] (row stride cols bytes), box [box_rows, 128 bytes], 128-byte swizzle,
+ * out-of-bounds elements read as zero */
+static int encode_map(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int box_rows) {
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols};
+    cuuint32_t box[2] = {FG_BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
+    return g_encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+extern "C" int fp8_gemm_usable(cuda_ctx *c) {
+    if (c->cc_major != 9 || c->cc_minor != 0) return 0;
+    pthread_once(&g_encode_once, encode_init);
+    return g_encode != NULL;
+}
+
+template <int BN, bool PROMOTE>
+static vsr_status launch(cuda_ctx *c, const CUtensorMap &ma, const CUtensorMap &mb, const float *sx, const float *sw,
+                         float *y, int M, int N, int Kp, int accumulate, int vec, int ctas, vsr_err *err) {
+    static int attr_done; /* per instantiation; setting it twice is harmless */
+    const int smem = fg_cfg<BN>::SMEM;
+    if (!attr_done) {
+        vsr_status st = cuda_check(c, cudaFuncSetAttribute(k_fp8_gemm<BN, PROMOTE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                                   "FP8 wgmma GEMM: shared memory attribute", err);
+        if (st) return st;
+        attr_done = 1;
+    }
+    k_fp8_gemm<BN, PROMOTE><<<ctas, FG_THREADS, smem, c->stream>>>(ma, mb, sx, sw, y, M, N, Kp, accumulate, vec);
+    return cuda_check_launch(c, "FP8 wgmma GEMM", err);
+}
+
+static int env_int(const char *name, int dflt) {
+    const char *s = getenv(name);
+    return s && *s ? atoi(s) : dflt;
+}
+
+extern "C" vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M, const uint8_t *wq,
+                                   const float *sw, int64_t N, int64_t Np, int64_t Kp, float *y, int accumulate, int fast,
+                                   fp8_gemm_wcache *wc, int *ran, vsr_err *err) {
+    *ran = 0;
+    if (!fp8_gemm_usable(c) || M <= 0 || M > (1 << 30) || Np > (1 << 30) || Kp > (1 << 30) || Kp % 16 ||
+        ((uintptr_t)xq & 15) || ((uintptr_t)wq & 15))
+        return VSR_OK;
+    /* tile width: fewest full-chip waves x width (a tile's time ~ its width); on a tie the narrower
+     * one when the wider leaves SMs idle */
+    const int64_t tm = (M + FG_BM - 1) / FG_BM, sms = c->sm_count > 0 ? c->sm_count : 132;
+    const int64_t t128 = tm * ((N + 127) / 128), t256 = tm * ((N + 255) / 256);
+    const int64_t c128 = (t128 + sms - 1) / sms * 128, c256 = (t256 + sms - 1) / sms * 256;
+    int bn = (c256 < c128 || (c256 == c128 && t256 >= sms)) ? 256 : 128;
+    int fb = env_int("VSR_FP8_GEMM_BN", 0);
+    if (fb == 128 || fb == 256) bn = fb;
+    const int wi = bn == 256 ? 1 : 0;
+    const int64_t tiles = bn == 256 ? t256 : t128;
+    int ctas = (int)(tiles < sms ? tiles : sms);
+    int cap = env_int("VSR_FP8_GEMM_CTAS", 0);
+    if (cap > 0 && cap < ctas) ctas = cap;
+    alignas(64) CUtensorMap ma, mb;
+    if (!encode_map(&ma, xq, M, Kp, FG_BM)) return VSR_OK;
+    if (wc->w[wi] != wq) {
+        if (!encode_map(&mb, wq, Np, Kp, bn)) return VSR_OK;
+        memcpy(wc->map[wi], &mb, sizeof mb);
+        wc->w[wi] = wq;
+    } else
+        memcpy(&mb, wc->map[wi], sizeof mb);
+    const int vec = N % 2 == 0 && ((uintptr_t)y & 7) == 0;
+    vsr_status st;
+    if (bn == 256)
+        st = fast ? launch<256, false>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, ctas, err)
+                  : launch<256, true>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, ctas, err);
+    else
+        st = fast ? launch<128, false>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, ctas, err)
+                  : launch<128, true>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, ctas, err);
+    if (st) return st;
+    quant_set_last_path("fp8:wgmma(bn=%d,%s,ctas=%d)", bn, fast ? "fast" : "promote", ctas);
+    *ran = 1;
+    return VSR_OK;
+}
+static_assert(sizeof(CUtensorMap) == sizeof(((fp8_gemm_wcache *)0)->map[0]), "CUtensorMap is 128 bytes");

@@ -1,0 +1,38 @@
+/* src/backend/cuda/fp8_gemm.h: the sm_90a FP8 W8A8 GEMM (fp8_gemm.cu) as quant_fp8.cu calls it.
+ *   y[M, N] (+)= sx[m] * sw[n] * (xq[M, Kp] . wq[Np, Kp]^T), FP32 out, e4m3 operands, row-major,
+ *   Kp a multiple of 16, N <= Np, xq and wq 16-byte aligned (TMA).
+ * fp8_gemm_wcache holds the weight's TMA descriptors (one per tile width), built on first use and
+ * kept beside the weight (quant_fp8.cu's per-weight metadata). */
+#ifndef VSR_CUDA_FP8_GEMM_H
+#define VSR_CUDA_FP8_GEMM_H
+
+#include <stdint.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FP8_GEMM_WIDTHS 2 /* tile widths BN = 128, 256 */
+typedef struct fp8_gemm_wcache {
+    unsigned char map[FP8_GEMM_WIDTHS][128]; /* CUtensorMap bytes (copied into an aligned one at launch) */
+    const void *w[FP8_GEMM_WIDTHS];          /* the weight pointer each map was built for (NULL: none) */
+} fp8_gemm_wcache;
+
+/* The kernel exists for this device (compute capability 9.0 and the sm_90a build) and the driver
+ * exports cuTensorMapEncodeTiled. */
+int fp8_gemm_usable(cuda_ctx *c);
+/* Runs the GEMM on c->stream; *ran = 0 (and VSR_OK) where it does not apply (alignment), so the
+ * caller falls back. fast = 1: no FP32 promotion of the tensor-core partial sums between 128-wide
+ * K blocks (cuBLASLt's FAST_ACCUM); 0: promoted every K block. The tile width, the grid cap and
+ * the path can be forced for tests: VSR_FP8_GEMM_BN=128|256, VSR_FP8_GEMM_CTAS=n. Writes the path
+ * name ("fp8:wgmma(bn=..,promote|fast,ctas=..)") through quant_set_last_path. */
+vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M, const uint8_t *wq,
+                        const float *sw, int64_t N, int64_t Np, int64_t Kp, float *y, int accumulate, int fast,
+                        fp8_gemm_wcache *wc, int *ran, vsr_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
