@@ -238,6 +238,34 @@ TEST(op_norms) {
     }
 }
 
+/* conv1d.cu's float4 path (Kc 4, C % 4 == 0): runs of 8 tokens (< 2048 rows) and of 16
+ * (>= 2048 rows), sequences of 1, 2, 3 tokens, lengths off the run size, channel quads past one
+ * block of 128; Kc 3 with C % 4 == 0 takes the generic kernel. */
+static void conv_fast_cases(void) {
+    static const struct { int n; int64_t lens[8]; int64_t C; int Kc; } cs[] = {
+        {6, {1, 2, 3, 17, 40, 9}, 516, 4},
+        {3, {1000, 1100, 7}, 64, 4},
+        {8, {5, 1, 16, 33, 2, 8, 64, 3}, 128, 4},
+        {2, {9, 30}, 132, 3},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+        vsr_err e;
+        segset s = mkseg(cs[k].n, cs[k].lens);
+        vsr_segs sg = vs(&s);
+        int64_t C = cs[k].C, T = s.rows;
+        int Kc = cs[k].Kc;
+        float *x = hrand(T * C, 2.0f), *w = hrand(C * Kc, 1.0f);
+        pair px = both(x, T * C), pw = both(w, C * Kc), py = both(NULL, T * C);
+        CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, &sg, C, pw.g, Kc, py.g, &e), e);
+        CHECK_OK(CB.ops->conv1d_silu(CB.ctx, px.c, &sg, C, pw.c, Kc, py.c, &e), e);
+        char what[96];
+        snprintf(what, sizeof what, "conv1d_silu %d seqs T%lld C%lld Kc%d", cs[k].n, (long long)T, (long long)C, Kc);
+        cmp(py, what, 1e-4);
+        pfree(px), pfree(pw), pfree(py);
+        free(x), free(w);
+    }
+}
+
 TEST(op_conv_rope_elementwise) {
     vsr_err e;
     int64_t lens[3] = {5, 1, 33};
@@ -250,6 +278,7 @@ TEST(op_conv_rope_elementwise) {
     CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, &sg, C, pw.g, Kc, py.g, &e), e);
     CHECK_OK(CB.ops->conv1d_silu(CB.ctx, px.c, &sg, C, pw.c, Kc, py.c, &e), e);
     cmp(py, "conv1d_silu 3 seqs (5,1,33) C77 Kc4", 1e-4);
+    conv_fast_cases();
     /* rope: H 3 heads of 40 inside rows of stride 130, rot 16 */
     int H = 3, hd = 40, rot = 16, half = 8;
     int64_t xs = 130, maxp = 64;
@@ -289,11 +318,12 @@ TEST(op_conv_rope_elementwise) {
     free(x), free(w), free(ct), free(st_), free(q), free(xx), free(g), free(a), free(b);
 }
 
+static int dn_pad = 3; /* qkv row padding: 3 = odd stride (4-byte copies); 0 = 16-byte copies */
 static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk, int dv, double tol) {
     vsr_err e;
     segset s = mkseg(nseq, lens);
     vsr_segs sg = vs(&s);
-    int64_t T = s.rows, Kd = (int64_t)Hk * dk, stride = 2 * Kd + (int64_t)Hv * dv + 3; /* padded stride */
+    int64_t T = s.rows, Kd = (int64_t)Hk * dk, stride = 2 * Kd + (int64_t)Hv * dv + dn_pad; /* padded stride */
     float *qkv = hrand(T * stride, 1.0f), *b = hrand(T * Hv, 3.0f), *a = hrand(T * Hv, 3.0f);
     float *Al = hrand(Hv, 1.0f), *dt = hrand(Hv, 1.0f);
     pair pq = both(qkv, T * stride), pb = both(b, T * Hv), pa = both(a, T * Hv), pA = both(Al, Hv), pd = both(dt, Hv);
@@ -326,6 +356,13 @@ TEST(op_deltanet) {
     deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
     deltanet_case(2, (int64_t[]){129, 16}, 1, 2, 128, 96, DN_CHUNK_TOL); /* second dv slice partial */
     deltanet_case(1, (int64_t[]){70}, 1, 1, 128, 160, 1e-4); /* dv > 128: recurrent scan */
+    /* aligned rows (16-byte copies of q, k, v in the intra-chunk kernel), 27B head ratio 1:3 */
+    dn_pad = 0;
+    deltanet_case(3, (int64_t[]){128, 128, 128}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    deltanet_case(2, (int64_t[]){33, 17}, 1, 2, 24, 40, DN_CHUNK_TOL); /* dk, dv not multiples of 8 */
+    deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL); /* many short */
+    dn_pad = 3;
     vsr_err e;
     int64_t l1 = 1;
     segset s = mkseg(1, &l1);

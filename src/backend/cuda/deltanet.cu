@@ -25,6 +25,9 @@
  * numpy prototype's numbers in bench/NOTES.md "### Chunked DeltaNet").
  * Shapes taken: dk <= 128, dv <= 128, both multiples of 4 (16-byte copies), Hv a multiple of Hk, at most DNC_MAX_SEGS sequences,
  * longest sequence >= DNC_MIN_LEN; anything else is left to the recurrent kernel in ops.cu. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/device_math.cuh"
 
@@ -410,6 +413,383 @@ __global__ void __launch_bounds__(256) k_dnc_state(const float *__restrict__ qn,
     }
 }
 
+/* ==== v2 (the default; VSR_CUDA_DN_OLD=1 runs the three kernels above) ====
+ * Two kernels, no prep pass, no q/k copies, and a state kernel that stages nothing but S and Vn:
+ *   k_dn2_intra : k_dnc_intra reading raw q, k from qkv (16-byte copies when the rows allow)
+ *                 and l2-normalising them in shared memory; it writes, next to gc, the per-(row,
+ *                 value head) factors sq = 1/(|q| sqrt(dk)) and sk = 1/|k| that the state kernel
+ *                 folds into its row scales. V likewise 16 bytes at a time when aligned. The
+ *                 triangular solve is blocked by 16: the 4 diagonal 16x16 blocks by forward
+ *                 substitution (one thread per column, in registers), then block row I of T as
+ *                 T_II (sum_{M=J}^{I-1} A_IM T_MJ) in three barrier-separated rounds.
+ *   k_dn2_state : per (sequence, value head, 64 value columns), 256 threads, ~56 KB of shared
+ *                 memory (S slice and Vn only), so 3 blocks share an SM and one block's loads
+ *                 overlap the others' products. W, P, U, q and k are read straight from global
+ *                 memory (L2) into mma fragments: a fragment's 4 lanes of a row read 32
+ *                 contiguous bytes, whole sectors. q and k stay raw: O's rows are scaled by
+ *                 exp(gc) sq, the update's k operand by exp(gL - gc) sk. S lives in shared
+ *                 memory between chunks (read into accumulators for the update), which keeps the
+ *                 kernel under 80 registers. */
+
+/* Shared memory of k_dn2_intra: k_dnc_intra's plus sq, sk [64]. */
+#define INTRA2_SMEM (INTRA_SMEM + sizeof(float) * 2 * DNC_C)
+
+__global__ void __launch_bounds__(256) k_dn2_intra(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                   const float *__restrict__ b, const float *__restrict__ a,
+                                                   const float *__restrict__ A_log, const float *__restrict__ dt_bias,
+                                                   const dnc_tab tb, int Hk, int Hv, int dk, int dv,
+                                                   float *__restrict__ Wg, float *__restrict__ Ug,
+                                                   float *__restrict__ Pg, float *__restrict__ gcg,
+                                                   float *__restrict__ sqg, float *__restrict__ skg) {
+    extern __shared__ __align__(16) float smem[];
+    float *Ks = smem, *Qs = Ks + DNC_C * LDK, *Am = Qs + DNC_C * LDK, *Ts = Am + DNC_C * LD64;
+    float *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C, *sw = bt + DNC_C, *sq = sw + DNC_C, *sk = sq + DNC_C;
+    const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
+    const int sg = last_le_d(tb.cfirst, tb.n, ci);
+    const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
+    const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t ch = (int64_t)ci * Hv + h;
+    const float *qsrc = qkv + (int64_t)hk * dk, *ksrc = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
+
+    if (vec) { /* row stride and base 16-byte aligned (dk % 4 == 0) */
+        for (int e = tid; e < DNC_C * DNC_DK / 4; e += 256) {
+            int i = e / (DNC_DK / 4), c = (e % (DNC_DK / 4)) * 4;
+            bool ok = i < Lc && c < dk;
+            int64_t o = ok ? (r0 + i) * qkv_stride + c : 0;
+            cp16(Ks + i * LDK + c, ksrc + o, ok);
+            cp16(Qs + i * LDK + c, qsrc + o, ok);
+        }
+    } else {
+        for (int e = tid; e < DNC_C * DNC_DK; e += 256) {
+            int i = e / DNC_DK, c = e % DNC_DK;
+            bool ok = i < Lc && c < dk;
+            int64_t o = ok ? (r0 + i) * qkv_stride + c : 0;
+            cp4(Ks + i * LDK + c, ksrc + o, ok);
+            cp4(Qs + i * LDK + c, qsrc + o, ok);
+        }
+    }
+    if (tid < DNC_C) {
+        float be = 0.0f, gg = 0.0f;
+        if (tid < Lc) {
+            int64_t bi = (r0 + tid) * Hv + h;
+            be = sigmoid_d(b[bi]);
+            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
+        }
+        bt[tid] = be, gc[tid] = gg;
+    }
+    cp_wait_all();
+    __syncthreads();
+    if (w == 0) { /* inclusive cumsum of g over the 64 rows: two per lane, one warp scan */
+        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        float ex = s - (x0 + x1);
+        gc[2 * lane] = ex + x0;
+        gc[2 * lane + 1] = ex + x0 + x1;
+    }
+    /* l2-normalise the 64 k rows and 64 q rows in place (eps 1e-6 inside the sqrt, q also times
+     * 1/sqrt(dk), as k_dnc_prep): warp w takes rows 8w..8w+7 of both */
+    {
+        const float qsc = 1.0f / sqrtf((float)dk);
+        for (int rr = 0; rr < 16; rr++) {
+            const int i = 8 * w + (rr >> 1), isq = rr & 1;
+            float *row = (isq ? Qs : Ks) + i * LDK;
+            float ss = 0.0f;
+            for (int c = lane; c < dk; c += 32) ss += row[c] * row[c];
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float inv = 1.0f / sqrtf(ss + 1e-6f), sc = isq ? qsc : 1.0f;
+            for (int c = lane; c < dk; c += 32) row[c] = (row[c] * inv) * sc;
+            if (lane == 0) (isq ? sq : sk)[i] = inv * sc;
+        }
+    }
+    __syncthreads();
+    if (tid < DNC_C) {
+        sw[tid] = bt[tid] * expf(gc[tid]);
+        if (tid < Lc) {
+            const int64_t gi = (r0 + tid) * Hv + h;
+            gcg[gi] = gc[tid], sqg[gi] = sq[tid], skg[gi] = sk[tid];
+        }
+    }
+
+    /* K K^T and Q K^T, exactly as k_dnc_intra */
+    {
+        const int mt = w & 3, nb = (w >> 2) * 4;
+        float s1[4][4], s2[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) s1[n][r] = s2[n][r] = 0.0f;
+        const int ks_n = (dk + 7) / 8;
+        for (int ks = 0; ks < ks_n; ks++) {
+            uint32_t ak[4], aq[4];
+            load_a(ak, Ks + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+            load_a(aq, Qs + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                if (8 * (nb + n) > 16 * mt + 15) continue;
+                uint32_t b0, b1;
+                load_b(b0, b1, Ks + (nb + n) * 8 * LDK + ks * 8, 1, LDK, g, t);
+                mma_tf32(s1[n], ak, b0, b1);
+                mma_tf32(s2[n], aq, b0, b1);
+            }
+        }
+        __syncthreads(); /* sw visible (written above by threads < 64) */
+        float *P = Pg + ch * DNC_C * DNC_C;
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), j = (nb + n) * 8 + 2 * t + (r & 1);
+                float dec = j <= i ? expf(gc[i] - gc[j]) : 0.0f;
+                Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * dec : 0.0f;
+                P[i * DNC_C + j] = j <= i ? s2[n][r] * dec : 0.0f;
+            }
+    }
+    /* T zeroed (its blocks above the diagonal stay 0); Am complete after the barrier */
+    for (int e = tid; e < DNC_C * LD64; e += 256) Ts[e] = 0.0f;
+    __syncthreads();
+    /* V into the Q buffer, in flight during the solve */
+    {
+        const float *vsrc = qkv + 2LL * Hk * dk + (int64_t)h * dv;
+        if (vec) {
+            for (int e = tid; e < DNC_C * DNC_DK / 4; e += 256) {
+                int i = e / (DNC_DK / 4), c = (e % (DNC_DK / 4)) * 4;
+                bool ok = i < Lc && c < dv;
+                cp16(Qs + i * LDK + c, ok ? vsrc + (r0 + i) * qkv_stride + c : qkv, ok);
+            }
+        } else {
+            for (int e = tid; e < DNC_C * DNC_DK; e += 256) {
+                int i = e / DNC_DK, c = e % DNC_DK;
+                bool ok = i < Lc && c < dv;
+                cp4(Qs + i * LDK + c, ok ? vsrc + (r0 + i) * qkv_stride + c : qkv, ok);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::);
+    }
+    /* T = (I - Am)^-1, blocked by 16. Diagonal blocks: thread tid < 64 owns column jj = tid%16 of
+     * block B = tid/16; x[i] = T[16B+i][16B+jj] = [i == jj] + sum_{m<i} Am[16B+i][16B+m] x[m]
+     * (x[m] = 0 for m < jj, so summing over all m < i is the same). */
+    if (tid < DNC_C) {
+        const int B = tid >> 4, jj = tid & 15;
+        const float *Ab = Am + 16 * B * LD64 + 16 * B;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
+            x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
+        }
+        float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
+#pragma unroll
+        for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
+    }
+    __syncthreads();
+    /* Block row I = 1..3: X_IJ = sum_{M=J}^{I-1} A_IM T_MJ (rows of T above 16I are final), then
+     * T_IJ = T_II X_IJ. Thread (r, c) = (tid/16, tid%16) of each 16x16 block. */
+    {
+        const int r = tid >> 4, cc = tid & 15;
+        for (int I = 1; I < 4; I++) {
+            float xv[3] = {0.0f, 0.0f, 0.0f};
+            const float *arow = Am + (16 * I + r) * LD64;
+#pragma unroll
+            for (int J = 0; J < 3; J++) {
+                if (J >= I) break;
+                float s = 0.0f;
+                for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
+                xv[J] = s;
+            }
+#pragma unroll
+            for (int J = 0; J < 3; J++)
+                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
+            __syncthreads();
+            float yv[3] = {0.0f, 0.0f, 0.0f};
+            const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
+#pragma unroll
+            for (int J = 0; J < 3; J++) {
+                if (J >= I) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
+                yv[J] = s;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int J = 0; J < 3; J++)
+                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
+            __syncthreads();
+        }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    /* W = T diag(beta exp(gc)) K, U = T diag(beta) V, exactly as k_dnc_intra */
+    {
+        const int mt = w & 3, nb = (w >> 2) * 8;
+        float aw[8][4], au[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) aw[n][r] = au[n][r] = 0.0f;
+        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+            uint32_t tw[4], tu[4];
+            load_a(tw, Ts + mt * 16 * LD64 + ks * 8, LD64, 1, sw + ks * 8, g, t);
+            load_a(tu, Ts + mt * 16 * LD64 + ks * 8, LD64, 1, bt + ks * 8, g, t);
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                uint32_t b0, b1;
+                load_b(b0, b1, Ks + ks * 8 * LDK + (nb + n) * 8, LDK, 1, g, t);
+                mma_tf32(aw[n], tw, b0, b1);
+                load_b(b0, b1, Qs + ks * 8 * LDK + (nb + n) * 8, LDK, 1, g, t);
+                mma_tf32(au[n], tu, b0, b1);
+            }
+        }
+        float *W = Wg + ch * DNC_C * dk, *U = Ug + ch * DNC_C * dv;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                if (c < dk) W[i * dk + c] = aw[n][r];
+                if (c < dv) U[i * dv + c] = au[n][r];
+            }
+    }
+}
+
+/* Shared memory of k_dn2_state (floats): S [128][LD64], Vn [64][LD64], row scales eg, ek [64]. */
+#define STATE2_SMEM (sizeof(float) * (DNC_DK * LD64 + DNC_C * LD64 + 2 * DNC_C))
+
+/* One block (256 threads) per (sequence, value head, 64 value columns). Warp w: for the
+ * chunk's rows, row tile mt = w%4 and column tiles 4*(w/4)..+3; for the update, state rows
+ * 16w..16w+15 (all 64 columns). */
+__global__ void __launch_bounds__(256, 3) k_dn2_state(const float *__restrict__ qkv, int64_t qkv_stride,
+                                                      const float *__restrict__ Wg, const float *__restrict__ Ug,
+                                                      const float *__restrict__ Pg, const float *__restrict__ gcg,
+                                                      const float *__restrict__ sqg, const float *__restrict__ skg,
+                                                      const dnc_tab tb, int Hk, int Hv, int dk, int dv, int nsl,
+                                                      float *__restrict__ out) {
+    extern __shared__ __align__(16) float smem[];
+    float *Ss = smem, *Vn = Ss + DNC_DK * LD64, *eg = Vn + DNC_C * LD64, *ek = eg + DNC_C;
+    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
+    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int mt = w & 3, nb = (w >> 2) * 4, ks_dk = (dk + 7) / 8;
+    const float *Qr = qkv + (int64_t)hk * dk, *Kr = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
+    for (int e = tid; e < DNC_DK * LD64; e += 256) Ss[e] = 0.0f;
+
+    for (int ci = tb.cfirst[sg]; ci < tb.cfirst[sg + 1]; ci++) {
+        const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
+        const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
+        const int64_t ch = (int64_t)ci * Hv + h;
+        const float gL = gcg[(r0 + Lc - 1) * Hv + h];
+        __syncthreads(); /* the previous chunk is done with Vn, eg, ek; its S rows are written */
+        if (tid < DNC_C) {
+            const int64_t gi = (r0 + tid) * Hv + h;
+            const float gi_ = tid < Lc ? gcg[gi] : 0.0f;
+            eg[tid] = tid < Lc ? expf(gi_) * sqg[gi] : 0.0f;
+            ek[tid] = tid < Lc ? expf(gL - gi_) * skg[gi] : 0.0f;
+        }
+        /* Vn = U - W S and O = q S over this warp's 16 rows x 32 columns; A fragments from
+         * global (W rows past Lc are zero; q rows past Lc read as zero) */
+        const int i0 = mt * 16 + g, i1 = i0 + 8;
+        const bool v0 = i0 < Lc, v1 = i1 < Lc;
+        const float *W = Wg + ch * DNC_C * dk;
+        const float *q0 = Qr + (r0 + (v0 ? i0 : 0)) * qkv_stride, *q1 = Qr + (r0 + (v1 ? i1 : 0)) * qkv_stride;
+        float av[4][4], ao[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) av[n][r] = ao[n][r] = 0.0f;
+#pragma unroll 4
+        for (int ks = 0; ks < ks_dk; ks++) {
+            const int c = ks * 8 + t;
+            const bool hi = ks * 8 + 8 <= dk; /* dk % 4 == 0: c < dk always; c + 4 < dk iff hi */
+            uint32_t aw[4], aq[4];
+            aw[0] = to_tf32(W[i0 * dk + c]);
+            aw[1] = to_tf32(W[i1 * dk + c]);
+            aw[2] = to_tf32(hi ? W[i0 * dk + c + 4] : 0.0f);
+            aw[3] = to_tf32(hi ? W[i1 * dk + c + 4] : 0.0f);
+            aq[0] = to_tf32(v0 ? q0[c] : 0.0f);
+            aq[1] = to_tf32(v1 ? q1[c] : 0.0f);
+            aq[2] = to_tf32(v0 && hi ? q0[c + 4] : 0.0f);
+            aq[3] = to_tf32(v1 && hi ? q1[c + 4] : 0.0f);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                uint32_t b0, b1;
+                load_b(b0, b1, Ss + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
+                mma_tf32(av[n], aw, b0, b1);
+                mma_tf32(ao[n], aq, b0, b1);
+            }
+        }
+        const float *U = Ug + ch * DNC_C * dv;
+        __syncthreads(); /* eg, ek visible */
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                Vn[i * LD64 + c] = (c0 + c < dv ? U[i * dv + c0 + c] : 0.0f) - av[n][r];
+                ao[n][r] *= eg[i]; /* (q exp(gc) sq) S */
+            }
+        __syncthreads(); /* Vn complete; every read of Ss for this chunk is done */
+        /* O += P Vn (P lower triangular: k rows < 16*(mt+1)) */
+        const float *P = Pg + ch * DNC_C * DNC_C;
+        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+            uint32_t ap[4];
+            load_a(ap, P + mt * 16 * DNC_C + ks * 8, DNC_C, 1, nullptr, g, t);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                uint32_t b0, b1;
+                load_b(b0, b1, Vn + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
+                mma_tf32(ao[n], ap, b0, b1);
+            }
+        }
+        const int64_t ostride = (int64_t)Hv * dv;
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), c = c0 + (nb + n) * 8 + 2 * t + (r & 1);
+                if (i < Lc && c < dv) out[(r0 + i) * ostride + (int64_t)h * dv + c] = ao[n][r];
+            }
+        /* S = exp(gL) S + (k exp(gL - gc) sk)^T Vn: this warp's state rows 16w..16w+15 */
+        if (16 * w < dk) {
+            const float eL = expf(gL);
+            const int d0 = 16 * w + g, d1 = d0 + 8;
+            const bool dv0 = d0 < dk, dv1 = d1 < dk;
+            float S[8][4];
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) S[n][r] = Ss[(d0 + ((r >> 1) << 3)) * LD64 + n * 8 + 2 * t + (r & 1)] * eL;
+            const int ks_c = (Lc + 7) / 8;
+            for (int ks = 0; ks < ks_c; ks++) {
+                const int j0 = ks * 8 + t, j1 = j0 + 4;
+                const bool tj0 = j0 < Lc, tj1 = j1 < Lc;
+                const float *k0 = Kr + (r0 + (tj0 ? j0 : 0)) * qkv_stride, *k1 = Kr + (r0 + (tj1 ? j1 : 0)) * qkv_stride;
+                const float e0 = ek[j0], e1 = ek[j1];
+                uint32_t ak[4];
+                ak[0] = to_tf32(tj0 && dv0 ? k0[d0] * e0 : 0.0f);
+                ak[1] = to_tf32(tj0 && dv1 ? k0[d1] * e0 : 0.0f);
+                ak[2] = to_tf32(tj1 && dv0 ? k1[d0] * e1 : 0.0f);
+                ak[3] = to_tf32(tj1 && dv1 ? k1[d1] * e1 : 0.0f);
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    uint32_t b0, b1;
+                    load_b(b0, b1, Vn + ks * 8 * LD64 + n * 8, LD64, 1, g, t);
+                    mma_tf32(S[n], ak, b0, b1);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) Ss[(d0 + ((r >> 1) << 3)) * LD64 + n * 8 + 2 * t + (r & 1)] = S[n][r];
+        }
+    }
+}
+
 /* Called by the deltanet entry of ops.cu first. *taken = 0 (and VSR_OK) for shapes this
  * path does not take; the caller then runs the recurrent scan. */
 extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
@@ -433,9 +813,15 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     if (maxlen < DNC_MIN_LEN || chunks > 0x7fffffff / 2) return VSR_OK;
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
-    int optin = 0; /* the state kernel's ~190 KB of shared memory: Hopper yes, A100 (163 KB) no */
+    const char *env_old = getenv("VSR_CUDA_DN_OLD"), *env_stage = getenv("VSR_CUDA_DN_STAGE");
+    const bool v2 = !(env_old && env_old[0] == '1');
+    /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
+    const bool intra_only = env_stage && !strcmp(env_stage, "intra");
+    /* shared memory: the old state kernel's ~190 KB needs Hopper (A100: 163 KB); v2 ~106 KB */
+    const size_t need = v2 ? (INTRA2_SMEM > STATE2_SMEM ? INTRA2_SMEM : STATE2_SMEM) : STATE_SMEM;
+    int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess ||
-        (size_t)optin < STATE_SMEM) {
+        (size_t)optin < need) {
         (void)cudaGetLastError();
         return VSR_OK;
     }
@@ -445,8 +831,35 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     const size_t nqk = R64((size_t)rows * Hk * dk), ng = R64((size_t)rows * Hv), nch = (size_t)chunks * Hv;
 #undef R64
     const size_t nW = nch * DNC_C * dk, nU = nch * DNC_C * dv, nP = nch * DNC_C * DNC_C;
+    const int nsl = (dv + DNC_DVS - 1) / DNC_DVS;
+    vsr_status st;
     void *scr;
-    vsr_status st = cuda_scratch(c, sizeof(float) * (2 * nqk + ng + nW + nU + nP), &scr, err);
+    if (v2) {
+        /* gc, sq, sk [rows][Hv]; W [ch][64][dk]; U [ch][64][dv]; P [ch][64][64] */
+        if ((st = cuda_scratch(c, sizeof(float) * (3 * ng + nW + nU + nP), &scr, err))) return st;
+        float *gcg = (float *)scr, *sqg = gcg + ng, *skg = sqg + ng, *Wg = skg + ng, *Ug = Wg + nW, *Pg = Ug + nU;
+        const int vec = qkv_stride % 4 == 0 && ((uintptr_t)qkv & 15) == 0;
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn2_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)INTRA2_SMEM),
+                             "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
+            return st;
+        dim3 gi((unsigned)chunks, (unsigned)Hv);
+        k_dn2_intra<<<gi, 256, INTRA2_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv, dk,
+                                                         dv, Wg, Ug, Pg, gcg, sqg, skg);
+        if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
+        if (!intra_only) {
+            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn2_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         (int)STATE2_SMEM),
+                                 "deltanet (chunked): shared memory of the state kernel", err)))
+                return st;
+            k_dn2_state<<<(unsigned)(seg->n * Hv * nsl), 256, STATE2_SMEM, c->stream>>>(
+                qkv, qkv_stride, Wg, Ug, Pg, gcg, sqg, skg, tb, Hk, Hv, dk, dv, nsl, out);
+            if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+        }
+        *taken = 1;
+        return VSR_OK;
+    }
+    st = cuda_scratch(c, sizeof(float) * (2 * nqk + ng + nW + nU + nP), &scr, err);
     if (st) return st;
     float *qn = (float *)scr, *kn = qn + nqk, *gcg = kn + nqk, *Wg = gcg + ng, *Ug = Wg + nW, *Pg = Ug + nU;
 
@@ -462,12 +875,15 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     k_dnc_intra<<<gi, 256, INTRA_SMEM, c->stream>>>(qn, kn, qkv, qkv_stride, b, a, A_log, dt_bias, tb, Hk, Hv, dk, dv,
                                                     Wg, Ug, Pg, gcg);
     if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
+    if (intra_only) {
+        *taken = 1;
+        return VSR_OK;
+    }
 
     if ((st = cuda_check(c, cudaFuncSetAttribute(k_dnc_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  (int)STATE_SMEM),
                          "deltanet (chunked): shared memory of the state kernel", err)))
         return st;
-    const int nsl = (dv + DNC_DVS - 1) / DNC_DVS;
     k_dnc_state<<<(unsigned)(seg->n * Hv * nsl), 256, STATE_SMEM, c->stream>>>(qn, kn, Wg, Ug, Pg, gcg, tb, Hk, Hv,
                                                                               dk, dv, nsl, out);
     if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;

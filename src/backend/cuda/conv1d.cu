@@ -1,0 +1,119 @@
+/* src/backend/cuda/conv1d.cu: causal depthwise conv1d + silu over packed sequences
+ * (backend.h conv1d_silu): y[t, c] = silu(sum_j w[c, j] * x[t - (Kc-1) + j, c]), x before the
+ * sequence's first row = 0.
+ *
+ * Fast path (Kc = 4, C a multiple of 4, x, y, w 16-byte aligned: the DeltaNet layers' conv):
+ * each thread owns 4 consecutive channels (one float4 per row) over a run of R consecutive
+ * tokens of one sequence; it loads the R + 3 rows it needs (16-byte loads, all in flight
+ * before the first use) into a register window and writes R rows. A warp reads 512
+ * contiguous bytes of a row per load, so x is read about (R + 3) / R times from L2 and once
+ * from memory (the 3 halo rows of a run are the previous run's last rows, read by the block
+ * beside it at the same time). Runs never cross a sequence: the per-sequence run counts are
+ * in the by-value table, the run -> sequence lookup is a binary search per block.
+ * Anything else (other Kc, C not a multiple of 4, unaligned buffers), and VSR_CUDA_CONV_OLD=1
+ * (kept so one binary can time both), runs the generic kernel: one thread per (row, channel).
+ * Numerics: FP32 FMAs in tap order, silu as the CPU op (device_math.cuh). */
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/device_math.cuh"
+
+#define CV_MAX_SEGS 128 /* = CUDA_MAX_SEGS of ops.cu: one call's sequences */
+
+typedef struct cv_tab {
+    int n;
+    int64_t start[CV_MAX_SEGS], len[CV_MAX_SEGS];
+    int rfirst[CV_MAX_SEGS + 1]; /* first run of each sequence (fast path); rfirst[n] = runs */
+} cv_tab;
+
+/* Generic: block (row, channel range); any C, any Kc. */
+__global__ void k_conv1d_silu_gen(const float *__restrict__ x, const cv_tab tb, int64_t C,
+                                  const float *__restrict__ w, int Kc, float *__restrict__ y) {
+    const int64_t r = blockIdx.x;
+    const int sg = last_le_d(tb.start, tb.n, r);
+    const int64_t t = r - tb.start[sg];
+    for (int64_t ch = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; ch < C; ch += (int64_t)gridDim.y * blockDim.x) {
+        const float *wc = w + ch * Kc;
+        float acc = 0;
+        for (int k = 0; k < Kc; k++) {
+            int64_t tt = t - (Kc - 1) + k;
+            if (tt >= 0) acc += wc[k] * x[(r - t + tt) * C + ch];
+        }
+        y[r * C + ch] = silu_d(acc);
+    }
+}
+
+/* Fast path: block (run of R tokens, 128 channel quads); thread = 4 channels x R tokens. */
+template <int R>
+__global__ void __launch_bounds__(128) k_conv1d_silu_v4(const float *__restrict__ x, const cv_tab tb, int64_t C,
+                                                        const float *__restrict__ w, float *__restrict__ y) {
+    const int64_t q = (int64_t)blockIdx.y * 128 + threadIdx.x; /* channel quad */
+    if (4 * q >= C) return;
+    const int run = blockIdx.x;
+    const int sg = last_le_d(tb.rfirst, tb.n, run);
+    const int64_t t0 = (int64_t)(run - tb.rfirst[sg]) * R;
+    const int n = (int)min((int64_t)R, tb.len[sg] - t0); /* tokens of this run, 1..R */
+    const float *xs = x + (tb.start[sg] + t0) * C + 4 * q; /* row t0 of the sequence */
+    float *ys = y + (tb.start[sg] + t0) * C + 4 * q;
+    const float4 *w4 = reinterpret_cast<const float4 *>(w) + 4 * q; /* w[4q + cc][0..3] = w4[cc] */
+    float4 wv[4];
+#pragma unroll
+    for (int cc = 0; cc < 4; cc++) wv[cc] = __ldg(w4 + cc);
+    /* win[k] = x row t0 - 3 + k (zero before the sequence and past the run) */
+    float4 win[R + 3];
+#pragma unroll
+    for (int k = 0; k < R + 3; k++) {
+        const int64_t tt = t0 - 3 + k;
+        win[k] = (tt >= 0 && k - 3 < n) ? __ldg(reinterpret_cast<const float4 *>(xs + (int64_t)(k - 3) * C))
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        if (k < n) {
+            float4 o;
+            o.x = silu_d(fmaf(wv[0].w, win[k + 3].x, fmaf(wv[0].z, win[k + 2].x, fmaf(wv[0].y, win[k + 1].x, wv[0].x * win[k].x))));
+            o.y = silu_d(fmaf(wv[1].w, win[k + 3].y, fmaf(wv[1].z, win[k + 2].y, fmaf(wv[1].y, win[k + 1].y, wv[1].x * win[k].y))));
+            o.z = silu_d(fmaf(wv[2].w, win[k + 3].z, fmaf(wv[2].z, win[k + 2].z, fmaf(wv[2].y, win[k + 1].z, wv[2].x * win[k].z))));
+            o.w = silu_d(fmaf(wv[3].w, win[k + 3].w, fmaf(wv[3].z, win[k + 2].w, fmaf(wv[3].y, win[k + 1].w, wv[3].x * win[k].w))));
+            *reinterpret_cast<float4 *>(ys + (int64_t)k * C) = o;
+        }
+    }
+}
+
+extern "C" vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const vsr_segs *seg, int64_t C, const float *w,
+                                       int Kc, float *y, vsr_err *err) {
+    if (seg->n < 0 || seg->n > CV_MAX_SEGS)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: conv1d_silu: %d sequences in one call (at most %d)",
+                           c->device, seg->n, CV_MAX_SEGS);
+    if (seg->n == 0 || C <= 0) return VSR_OK;
+    const int64_t rows = seg->start[seg->n - 1] + seg->len[seg->n - 1];
+    if (rows <= 0) return VSR_OK;
+    if (rows > 0x7fffffff) return vsr_err_set(err, VSR_E_UNSUPPORTED, "conv1d_silu: %lld rows", (long long)rows);
+    cv_tab tb;
+    tb.n = seg->n;
+    for (int i = 0; i < seg->n; i++) tb.start[i] = seg->start[i], tb.len[i] = seg->len[i];
+    const char *old = getenv("VSR_CUDA_CONV_OLD");
+    const bool fast = Kc == 4 && C % 4 == 0 && !(old && old[0] == '1') &&
+                      (((uintptr_t)x | (uintptr_t)y | (uintptr_t)w) & 15) == 0;
+    if (fast) {
+        /* 16-token runs where there are enough of them to fill the chip, else 8 */
+        const int R = rows >= 2048 ? 16 : 8;
+        int64_t runs = 0;
+        for (int i = 0; i < seg->n; i++) {
+            tb.rfirst[i] = (int)runs;
+            runs += seg->len[i] > 0 ? (seg->len[i] + R - 1) / R : 0;
+        }
+        tb.rfirst[seg->n] = (int)runs;
+        const int64_t quads = C / 4, qblocks = (quads + 127) / 128;
+        if (qblocks > 65535)
+            return vsr_err_set(err, VSR_E_UNSUPPORTED, "conv1d_silu: %lld channels", (long long)C);
+        dim3 grid((unsigned)runs, (unsigned)qblocks);
+        if (R == 16) k_conv1d_silu_v4<16><<<grid, 128, 0, c->stream>>>(x, tb, C, w, y);
+        else k_conv1d_silu_v4<8><<<grid, 128, 0, c->stream>>>(x, tb, C, w, y);
+        return cuda_check_launch(c, "conv1d_silu", err);
+    }
+    const int64_t cb = (C + 255) / 256;
+    dim3 grid((unsigned)rows, (unsigned)(cb > 64 ? 64 : cb));
+    k_conv1d_silu_gen<<<grid, 256, 0, c->stream>>>(x, tb, C, w, Kc, y);
+    return cuda_check_launch(c, "conv1d_silu", err);
+}
