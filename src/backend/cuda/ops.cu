@@ -224,6 +224,8 @@ typedef struct cuda_ctx_priv {
     graph_ent g[GRAPHS];
     uint64_t seen[GRAPH_SEEN];
     int seen_next;
+    uint64_t never[GRAPHS]; /* keys whose recording failed: run op by op from then on */
+    int never_next;
     int64_t embed_vocab;                /* vocabulary of the last embed call (replays check ids) */
     int32_t *ids_host, *ids_dev;        /* staging of token ids: pinned host, device */
     size_t ids_cap;                     /* elements of both */
@@ -960,6 +962,8 @@ static vsr_status cu_graph_begin(void *ctx, uint64_t key, const int32_t *ids, in
     }
 record:
     if (e) graph_drop(e); /* recorded before a workspace moved */
+    for (int i = 0; i < GRAPHS; i++)
+        if (p->never[i] == key) return VSR_OK;
     int seen = 0;
     for (int i = 0; i < GRAPH_SEEN; i++) seen |= p->seen[i] == key;
     if (!seen) {
@@ -990,8 +994,8 @@ static vsr_status cu_graph_end(void *ctx, vsr_status ops_status, int *rerun, vsr
         /* not recordable (or an op failed): nothing ran; the model runs the ops unrecorded */
         (void)cudaGetLastError();
         if (x) cudaGraphExecDestroy(x);
-        for (int i = 0; i < GRAPH_SEEN; i++)
-            if (p->seen[i] == p->cap_key) p->seen[i] = 0;
+        p->never[p->never_next] = p->cap_key;
+        p->never_next = (p->never_next + 1) % GRAPHS;
         *rerun = 1;
         return VSR_OK;
     }
