@@ -3,7 +3,8 @@
  * MLP 17408), one layer of each kind, at 3x128 and 8x512 tokens; then, when a package
  * folder is given, the whole forward of that package on the GPU.
  *   bench_cuda [package_dir]
- *   env: VSR_BENCH_E2E_ONLY=1 (skip the per-op tables), VSR_BENCH_PROFILE=1 (after the timed
+ *   env: VSR_AUTOTUNE_DIR=DIR (the whole forward with --autotune-cache DIR),
+ *        VSR_BENCH_E2E_ONLY=1 (skip the per-op tables), VSR_BENCH_PROFILE=1 (after the timed
  *        forwards, one forward per shape with every op timed: a table per shape)
  * Weights are random BF16 (timing does not depend on values). Each op runs REPS times
  * back to back after a warm-up; one synchronising copy closes the batch. */
@@ -155,7 +156,7 @@ static void run_model(const char *dir) {
     vsr_package *p;
     if (vsr_package_open(dir, NULL, NULL, &p, &E) || vsr_package_map(p, &E)) die(dir);
     vsr_model *m;
-    vsr_model_opts mo = {.device = d};
+    vsr_model_opts mo = {.device = d, .autotune_cache = getenv("VSR_AUTOTUNE_DIR")}; /* as --autotune-cache */
     double t0 = now();
     if (vsr_model_load(p, &mo, &m, &E)) die("load");
     printf("\n## whole forward of %s on %s: load %.2f s, weights %.3f GB on the device\n", dir, d->name, now() - t0,

@@ -23,6 +23,8 @@
 
 #include "backend/cuda/cuda_internal.h" /* first: wraps the C headers in extern "C" */
 #include "backend/cuda/device_math.cuh"
+#define VSR_QUANT_INTERNAL_CUDA 1
+#include "backend/cuda/quant_internal.h" /* autotune_choose */
 
 #include <cuda_fp8.h>
 
@@ -135,12 +137,14 @@ __device__ __forceinline__ int seg_of_row_d(const dsegs &s, int64_t r) { return 
 
 /* ---- cuBLASLt GEMM: y[M, N] (+)= A[M, K] . W[N, K]^T (row-major), plans cached per shape ---- */
 
+#define LT_ALGOS 8 /* heuristic candidates kept per shape; timed once with --autotune-cache */
 typedef struct lt_plan {
     cudaDataType_t ty;
     int64_t M, N, K;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algos[LT_ALGOS];
+    int n_algos, chosen; /* chosen: -1 until the first call decides (autotune or the heuristic's first) */
     int used;
 } lt_plan;
 
@@ -281,9 +285,10 @@ static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t
     cublasLtMatmulPreferenceCreate(&pref);
     size_t ws = c->lt_ws_bytes;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[LT_ALGOS];
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, LT_ALGOS, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || found < 1) {
         plan_destroy(p);
@@ -291,9 +296,48 @@ static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t
                            "(status %d)", c->device, ty == CUDA_R_16BF ? "bf16" : "f32", (long long)M, (long long)K,
                            (long long)N, (long long)K, (int)s);
     }
-    p->algo = res.algo;
+    p->n_algos = 0;
+    for (int i = 0; i < found; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS) p->algos[p->n_algos++] = res[i].algo;
+    if (!p->n_algos) p->algos[p->n_algos++] = res[0].algo;
+    p->chosen = -1;
     *out = p;
     return VSR_OK;
+}
+
+typedef struct lt_tune {
+    lt_plan *p;
+    const void *A, *W;
+} lt_tune;
+
+/* autotune timing of heuristic candidate `cand`, into scratch2 (never the caller's output) */
+static float lt_time(cuda_ctx *c, int cand, void *arg, vsr_err *err) {
+    lt_tune *t = (lt_tune *)arg;
+    void *out;
+    if (cuda_scratch2(c, sizeof(float) * (size_t)(t->p->M * t->p->N), &out, err)) return -1;
+    float alpha = 1.0f, beta = 0.0f;
+    lt_plan *p = t->p;
+#define RUN_CAND()                                                                                                   \
+    cublasLtMatmul(c->lt, p->desc, &alpha, t->W, p->la, t->A, p->lb, &beta, out, p->lc, out, p->lc, &p->algos[cand], \
+                   c->lt_ws, c->lt_ws_bytes, c->stream)
+    if (RUN_CAND() != CUBLAS_STATUS_SUCCESS) {
+        (void)cudaGetLastError();
+        return 1e9f;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    const int reps = 5;
+    cudaEventRecord(e0, c->stream);
+    for (int i = 0; i < reps; i++) RUN_CAND();
+#undef RUN_CAND
+    cudaEventRecord(e1, c->stream);
+    float ms = -1;
+    if (cuda_check(c, cudaEventSynchronize(e1), "autotune: synchronize", err) == VSR_OK) {
+        cudaEventElapsedTime(&ms, e0, e1);
+        ms /= reps;
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return ms < 0 ? -1 : ms * 1000.0f;
 }
 
 static vsr_status lt_gemm(cuda_ctx *c, cudaDataType_t ty, const void *A, int64_t M, const void *W, int64_t N,
@@ -302,9 +346,25 @@ static vsr_status lt_gemm(cuda_ctx *c, cudaDataType_t ty, const void *A, int64_t
     lt_plan *p;
     vsr_status st = lt_plan_get(c, ty, M, N, K, &p, err);
     if (st) return st;
+    if (p->chosen < 0) {
+        /* with --autotune-cache: the heuristic's candidates timed once per shape and device, the
+         * winner recorded (autotune.cu); without, the heuristic's first, as cuBLASLt suggests */
+        int choice = 0;
+        const char *src = "default";
+        if (p->n_algos > 1 && c->autotune_dir[0]) {
+            char key[96], names[LT_ALGOS][8];
+            const char *np[LT_ALGOS];
+            for (int i = 0; i < p->n_algos; i++) snprintf(names[i], sizeof names[i], "a%d", i), np[i] = names[i];
+            snprintf(key, sizeof key, "%s-m%lld-n%lld-k%lld", ty == CUDA_R_16BF ? "bf16" : "f32", (long long)M,
+                     (long long)N, (long long)K);
+            lt_tune t = {p, A, W};
+            if ((st = autotune_choose(c, "lt_gemm", key, p->n_algos, np, 0, lt_time, &t, &choice, &src, err))) return st;
+        }
+        p->chosen = choice;
+    }
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    return lt_err(c, cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, A, p->lb, &beta, y, p->lc, y, p->lc, &p->algo,
-                                    c->lt_ws, c->lt_ws_bytes, c->stream),
+    return lt_err(c, cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, A, p->lb, &beta, y, p->lc, y, p->lc,
+                                    &p->algos[p->chosen], c->lt_ws, c->lt_ws_bytes, c->stream),
                   "matmul", err);
 }
 
