@@ -3,7 +3,8 @@
  * our FP8 W8A8 linear (activation quantization included; scaled and unscaled paths; fp8_old = the
  * cuBLASLt path with the sm_90a kernel off, fp8_wgmma = that kernel at every row count, fp8_pq_* = the
  * kernel alone on prequantized activations per tile width / accumulation mode), our int4
- * W4A16 linear (automatic path, and the unpack path for comparison). Writes CSV to stdout:
+ * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
+ * with the streaming kernel off, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations). Writes CSV to stdout:
  *   variant,shape,K,N,M,us,tflops,tbps
  * us is the median of per-launch event timings; weights rotate over enough copies to exceed
  * the 60 MB L2 several times. tbps counts the weight bytes as stored on the device plus FP32
@@ -266,6 +267,16 @@ int main(int argc, char **argv) {
                 us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
                 row("int4_unpack", s, M, us, by_i4, act);
                 cuda_quant_force_int4_path(0);
+            }
+            if (M <= 16) { /* int4_prev: the previous fused kernels (streaming kernel off); int4_bf16in: BF16 in */
+                cuda_quant_force_int4_stream(0);
+                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
+                fprintf(stderr, "%s M %lld int4 prev path %s\n", s.name, (long long)M, cuda_quant_last_path());
+                row("int4_prev", s, M, us, by_i4, act);
+                cuda_quant_force_int4_stream(1);
+                us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
+                fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
+                row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
             }
         }
         for (auto *w : Wb) B.ops->weight_free(B.ctx, w);

@@ -163,6 +163,10 @@ static const i4case I4_CASES[] = {
     {72, 200, -1, 0, 0},   /* channel, asymmetric, K = 25 x 8 (padded to 256) */
     {8, 96, 32, 0, 1},     /* AWQ + act-order, the smallest N */
     {16, 24, 8, 1, 0},     /* group 8: not fused (16-column blocks span groups): unpack path */
+    /* the streaming kernel (<= 16 rows): many n-blocks with a partial last one, rings that wrap */
+    {272, 1024, 64, 0, 0}, /* AWQ g64: a group per chunk, 17 n-tiles */
+    {48, 4096, 128, 1, 0}, /* GPTQ, long K: 64 chunks per warp without a split (rings of 8-32 wrap) */
+    {40, 1024, 128, 1, 1}, /* GPTQ act-order g128 (sorted into equal groups: computed per chunk) */
 };
 
 TEST(int4_against_reference) {
@@ -223,11 +227,15 @@ TEST(int4_against_reference) {
  * each against the reference, each bit-identical on a second run; then the index past the list is
  * refused with its number */
 TEST(int4_every_candidate) {
-    static const int cases[] = {0, 1, 2, 3}; /* GPTQ g128 (computed groups), AWQ g32 (looked-up groups),
-                                              * act-order g64, channel-wise */
-    static const int64_t rows[] = {1, 16, 33, 256};
-    int total = 0;
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    static const int cases[] = {0, 1, 2, 3, 6, 7, 8}; /* GPTQ g128 (computed groups), AWQ g32 (looked-up groups),
+                                                       * act-order g64, channel-wise, and the streaming cases */
+    static const int64_t rows[] = {1, 5, 16, 33, 256};
+    int total = 0, total_stream = 0;
+    for (size_t cs = 0; cs < 2 * sizeof cases / sizeof cases[0]; cs++) {
+        /* each case twice: with the streaming kernel's list (<= 16 rows), then the previous kernels' */
+        const size_t ci = cs % (sizeof cases / sizeof cases[0]);
+        const int stream = cs < sizeof cases / sizeof cases[0];
+        cuda_quant_force_int4_stream(stream);
         const i4case *c = &I4_CASES[cases[ci]];
         i4w w;
         i4_make(c, &w);
@@ -243,6 +251,9 @@ TEST(int4_every_candidate) {
         vsr_int4_weight cw = i4_cpu(&w);
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             int64_t M = rows[ri], N = c->N, K = c->K;
+            if (!stream && M > 16) continue; /* above 16 rows the lists are the same: walked once */
+            /* the streaming list applies at <= 16 rows where the group of a 64-column chunk is computable */
+            const int want_stream = stream && M <= 16 && c->group != 32;
             float *x = malloc(sizeof(float) * (size_t)(M * K)), *xb = malloc(sizeof(float) * (size_t)(M * K));
             float *refb = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
             float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
@@ -262,6 +273,9 @@ TEST(int4_every_candidate) {
                 char path[160];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
+                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == want_stream, "case %d M %lld stream %d: path %s",
+                          cases[ci], (long long)M, stream, path);
+                total_stream += want_stream;
                 double eb = nerr(y, refb, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
@@ -280,7 +294,80 @@ TEST(int4_every_candidate) {
         GB.ops->weight_free(GB.ctx, bw);
         i4_free(&w);
     }
-    printf("  int4: %d fused configurations checked\n", total);
+    cuda_quant_force_int4_stream(1);
+    CHECK(cuda_quant_force_int4_stream(2) == -1 && cuda_quant_force_int4_stream(1) == 1);
+    printf("  int4: %d fused configurations checked (%d of the streaming kernel)\n", total, total_stream);
+}
+
+/* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or
+ * act-order), widened (17-256 rows, previous kernels) or staged for the unpack path (> 256 rows); each
+ * bit-identical to the FP32 entry on the same (BF16-representable) activations, and within the bound of
+ * the reference; accumulating too */
+TEST(int4_bf16_entry) {
+    static const int cases[] = {0, 1, 2, 3, 6};
+    static const int64_t rows[] = {1, 5, 16, 40, 300};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const i4case *c = &I4_CASES[cases[ci]];
+        i4w w;
+        i4_make(c, &w);
+        vsr_weight_view v = i4_view(&w, "test.int4.bf16");
+        vsr_bweight *bw = NULL;
+        vsr_err e = {0};
+        vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+        CHECK_OK(st, e);
+        if (st) {
+            i4_free(&w);
+            continue;
+        }
+        vsr_int4_weight cw = i4_cpu(&w);
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            const int64_t M = rows[ri], N = c->N, K = c->K;
+            float *xb = malloc(sizeof(float) * (size_t)(M * K)), *refb = malloc(sizeof(float) * (size_t)(M * N));
+            float *y32 = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
+            float *y0 = malloc(sizeof(float) * (size_t)(M * N));
+            uint16_t *hb = malloc(sizeof(uint16_t) * (size_t)(M * K + 8));
+            for (int64_t i = 0; i < M * K; i++) hb[i + 1] = f2bf(frand()), xb[i] = bf2f(hb[i + 1]);
+            hb[0] = f2bf(1.0f);
+            vsr_gemm_int4_ref(xb, M, &cw, refb, 0);
+            CHECK_OK(gpu_linear(bw, xb, M, K, N, NULL, y32, &e), e); /* the FP32 entry */
+            char path32[160];
+            snprintf(path32, sizeof path32, "%s", cuda_quant_last_path());
+            uint16_t *dx = dalloc(sizeof(uint16_t) * (size_t)(M * K + 8));
+            float *dy = dalloc(sizeof(float) * (size_t)(M * N));
+            for (int mis = 0; mis < 2 && dx && dy; mis++) {
+                /* mis = 0: the rows at the allocation (aligned); 1: two bytes on (misaligned) */
+                for (int64_t i = 0; i < M * K; i++) hb[i + (mis ? 1 : 0)] = f2bf(xb[i]);
+                dset(dx, hb, sizeof(uint16_t) * (size_t)(M * K + 1));
+                for (int acc = 0; acc < 2; acc++) {
+                    for (int64_t i = 0; i < M * N; i++) y[i] = acc ? (y0[i] = frand()) : NAN;
+                    dset(dy, y, sizeof(float) * (size_t)(M * N));
+                    st = cuda_quant_int4_linear_bf16(GB.ctx, dx + mis, M, bw, dy, acc, &e);
+                    CHECK_OK(st, e);
+                    if (st) continue;
+                    dget(y, dy, sizeof(float) * (size_t)(M * N));
+                    const char *path = cuda_quant_last_path();
+                    if (!acc) {
+                        CHECK_MSG(strcmp(path, path32) == 0, "case %d M %lld: bf16 entry %s, fp32 entry %s", cases[ci],
+                                  (long long)M, path, path32);
+                        CHECK_MSG(memcmp(y, y32, sizeof(float) * (size_t)(M * N)) == 0,
+                                  "case %d M %lld misaligned %d: bf16 entry differs from the fp32 entry (%s)", cases[ci],
+                                  (long long)M, mis, path);
+                        CHECK_MSG(nerr(y, refb, M * N) <= 1e-5, "case %d M %lld %s: %.3g", cases[ci], (long long)M, path,
+                                  nerr(y, refb, M * N));
+                    } else {
+                        for (int64_t i = 0; i < M * N; i++) y0[i] += refb[i];
+                        CHECK_MSG(nerr(y, y0, M * N) <= 1e-5, "case %d M %lld accumulate %s: %.3g", cases[ci],
+                                  (long long)M, path, nerr(y, y0, M * N));
+                    }
+                }
+            }
+            GB.ops->buf_free(GB.ctx, dx);
+            GB.ops->buf_free(GB.ctx, dy);
+            free(xb), free(refb), free(y32), free(y), free(y0), free(hb);
+        }
+        GB.ops->weight_free(GB.ctx, bw);
+        i4_free(&w);
+    }
 }
 
 TEST(int4_refusals) {
@@ -698,6 +785,7 @@ int main(int argc, char **argv) {
     }
     RUN(int4_against_reference);
     RUN(int4_every_candidate);
+    RUN(int4_bf16_entry);
     RUN(int4_refusals);
     RUN(fp8_against_reference);
     RUN(fp8_wgmma_prequant);

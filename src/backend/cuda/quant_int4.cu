@@ -21,6 +21,10 @@
  * never depend on timing. Tile configurations are chosen by autotune.cu. A second fused kernel
  * (k_i4_shared: activations converted straight into shared memory and shared by the block's warps,
  * one 16-row tile per warp) is in the same candidate list and the default at 1-8 rows.
+ * At <= 16 rows, groups computable per 64-column chunk, the weight-streaming kernel k_i4_stream
+ * (third pass; per-warp cp.async rings, BF16 activations) replaces both, with its own candidate list
+ * ("-v3s" keys); VSR_CUDA_INT4_STREAM=0 / cuda_quant_force_int4_stream(0) keeps the two above.
+ * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (ops.cu). */
 #include <stdio.h>
@@ -34,6 +38,7 @@
 
 extern int quant_forced_int4_path(void);
 extern int quant_forced_int4_cfg(void);
+extern int quant_int4_stream_on(void);
 
 #define I4_MAX_FUSED_ROWS 256
 #define I4_MAX_KS 16
@@ -455,6 +460,248 @@ __global__ void __launch_bounds__(NW * 32, MINB) k_i4_shared(const i4p p) {
     if (threadIdx.x == 0) p.counters[tile] = 0; /* ready for the next launch (stream-ordered) */
 }
 
+/* ---- the weight-streaming kernel (third pass, M <= 16) ----
+ * Why: both kernels above stream the packed weights at ~1.1 TB/s at 1-16 rows (NOTES "CUDA GEMM
+ * sweep"): each warp holds only 2-4 KB of loads in flight in registers, every block pays a chain of
+ * dependent latencies (activation staging behind a barrier, register groups, the split-K tail), and
+ * kind 0 re-reads activation fragments from L2 per warp. Here:
+ *  - every warp runs its own cp.async ring of D 512-byte chunk slots in shared memory: a chunk's slot
+ *    is refilled with chunk i + D as soon as chunk i is multiplied, so D loads stay in flight per warp
+ *    for the warp's whole life, independent of registers (NW * D * 512 bytes per block);
+ *  - the block's activations (M <= 16 rows x its K range, BF16, already permuted and padded by the
+ *    caller or read in place) and the scales of its rows and groups are copied once into shared memory
+ *    by cp.async in the same breath as the first weights, so the first multiply waits one latency;
+ *    activation rows keep their natural layout with a 16-byte pad per row, so lane (token l/4, l%4)
+ *    reads its B fragment words 8j + 4h + l%4 of a chunk without bank conflicts (row stride = 4 banks);
+ *  - each warp owns TN 16-row n-tiles over the block's K range (no cross-warp reduction); the B
+ *    fragments of a chunk are read once per warp and reused for its TN tiles; the weights are the A
+ *    operand of mma.m16n8k16 (dequantized in registers as in the kernels above: exact subtraction,
+ *    one rounding of the product);
+ *  - grid (ceil(NT / (NW * TN)), KS): KS = 1 when the n-tiles alone give enough blocks, else a
+ *    deterministic split-K (partials to ws, the last block of an n-block adds them in split order).
+ * Needs groups computable per 64-column chunk (gchunks > 0). Tokens of the 8-token mma tile beyond M
+ * read the last valid row (their outputs are never stored). */
+typedef struct i4t {
+    const uint4 *wq;
+    const uint32_t *sz;
+    const __nv_bfloat16 *x; /* bf16 [M, ldx], permuted column order, 16-byte aligned rows */
+    int64_t M, N, Np, KC, ldx, kvalid; /* columns >= kvalid read as zero */
+    int G, gchunks, KS, per, accumulate; /* per: chunks per split */
+    float *y, *ws;
+    unsigned *counters;
+} i4t;
+
+__device__ __forceinline__ void cp16(void *smem, const void *g, int bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp16s(unsigned s, const void *g) { /* shared address already converted */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+}
+__device__ __forceinline__ uint4 lds128(unsigned s) { /* volatile: stays after the cp.async wait before it */
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(s));
+    return v;
+}
+__device__ __forceinline__ uint32_t lds32(unsigned s) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(s));
+    return v;
+}
+__device__ __forceinline__ unsigned opq(unsigned v) { /* a value the compiler cannot rebuild in a loop */
+    asm volatile("mov.b32 %0, %0;" : "+r"(v));
+    return v;
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int n> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
+
+__device__ __forceinline__ int i4t_grp(const i4t &p, int64_t kc) {
+    const int64_t g = kc / p.gchunks;
+    return (int)(g < p.G - 1 ? g : p.G - 1);
+}
+
+/* dq2 with the mask and the exponent in one lop3 ((a & b) | c: LUT 0xEA); same value */
+__device__ __forceinline__ uint32_t dq2s(uint32_t word, int i, uint32_t bias2, uint32_t scale2) {
+    uint32_t t;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t) : "r"(word >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
+    __nv_bfloat162 tv = *(__nv_bfloat162 *)&t, bv = *(__nv_bfloat162 *)&bias2, sv = *(__nv_bfloat162 *)&scale2;
+    __nv_bfloat162 r = __hmul2(__hsub2(tv, bv), sv);
+    return *(uint32_t *)&r;
+}
+
+/* dynamic shared memory of k_i4_stream: ring, activation rows, scales */
+static __host__ __device__ inline size_t i4t_smem(int nw, int tn, int d, int64_t vt, int64_t per, int64_t ng) {
+    return (size_t)nw * d * 512 + (size_t)vt * (size_t)(per * 128 + 16) + (size_t)ng * nw * tn * 16 * 4;
+}
+
+template <int MT, int NW, int TN, int D>
+__global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
+    static_assert((D & (D - 1)) == 0 && D >= 2 && D % TN == 0, "D a power of two, a multiple of TN");
+    extern __shared__ __align__(16) unsigned char i4t_sm[];
+    constexpr int RB = NW * TN * 16; /* output rows of the block */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t NT = p.Np / 16;
+    const int64_t n0 = (int64_t)blockIdx.x * RB;
+    const int z = blockIdx.y;
+    const int64_t kc0 = (int64_t)z * p.per < p.KC ? (int64_t)z * p.per : p.KC;
+    const int64_t kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
+    const int nk = (int)(kc1 - kc0);
+    const int vt = (int)p.M; /* M <= MT * 8 (the launcher's rule) */
+    const int RSW = p.per * 32 + 4; /* activation row stride in u32 words: 4 banks past a multiple of 32 */
+    const int gA = i4t_grp(p, kc0), gB = nk > 0 ? i4t_grp(p, kc1 - 1) : gA, ng = gB - gA + 1;
+    uint4 *ring = (uint4 *)i4t_sm;                                   /* [NW][D][32] */
+    uint32_t *xs = (uint32_t *)(i4t_sm + (size_t)NW * D * 512);      /* [vt][RSW] */
+    uint32_t *ss = xs + (size_t)vt * RSW;                            /* [ng][RB] */
+
+    /* group 0 of every thread: activations (16-byte pieces of 8 columns) and scales */
+    const int xp = nk * 8;
+    for (int i = threadIdx.x; i < vt * xp; i += NW * 32) {
+        const int tok = i / xp, c = i - tok * xp;
+        const int64_t col = kc0 * 64 + (int64_t)c * 8;
+        const bool ok = col < p.kvalid; /* kvalid is a multiple of 8: a piece is all in or all out */
+        cp16(xs + (size_t)tok * RSW + c * 4, ok ? (const void *)(p.x + tok * p.ldx + col) : (const void *)p.x,
+             ok ? 16 : 0);
+    }
+    for (int i = threadIdx.x; i < ng * (RB / 4); i += NW * 32) {
+        const int g = i / (RB / 4), pc = i - g * (RB / 4);
+        const int64_t n = n0 + pc * 4;
+        const bool ok = n < p.Np; /* Np and n0 are multiples of 16 */
+        cp16(ss + g * RB + pc * 4, ok ? (const void *)(p.sz + (int64_t)(gA + g) * p.Np + n) : (const void *)p.sz,
+             ok ? 16 : 0);
+    }
+    cp_commit();
+
+    /* this warp's chunk i: k-chunk kc0 + i / TN of n-tile ntb + i % TN; one commit group per chunk.
+     * Shared addresses are 32-bit values computed once (opq) and the ring slot is carried by the loop: the
+     * compiler otherwise rebuilt them from the thread index in every iteration (137 instructions per chunk,
+     * ~30 of them address arithmetic; now ~107 at one token tile, 64 of them the dequantization). */
+    const int nchunks = nk * TN;
+    const int64_t ntb = n0 / 16 + (int64_t)warp * TN;
+    const unsigned rbase = opq((unsigned)__cvta_generic_to_shared(ring + (size_t)warp * D * 32 + lane));
+    const int64_t tstride = p.KC * 32; /* uint4 between this lane's words of consecutive n-tiles */
+    const uint4 *src = p.wq + (ntb * p.KC + kc0) * 32 + lane; /* tile 0 of the next chunk column to issue */
+    bool tact[TN];
+#pragma unroll
+    for (int t = 0; t < TN; t++) tact[t] = ntb + t < NT;
+    /* prologue: chunks 0 .. D-1 (D is a multiple of TN) */
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        const int t = s % TN;
+        if (s < nchunks && tact[t]) cp16s(rbase + (unsigned)s * 512u, src + t * tstride);
+        cp_commit();
+        if (t == TN - 1) src += 32;
+    }
+    cp_wait<D>(); /* this thread's group 0 */
+    __syncthreads(); /* everyone's */
+
+    const int q = lane & 3, r = lane >> 2;
+    unsigned xaddr[MT]; /* this lane's B words of chunk 0: row (token) * RSW + l%4 */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int row = mt * 8 + r < vt ? mt * 8 + r : vt - 1;
+        xaddr[mt] = opq((unsigned)__cvta_generic_to_shared(xs + (size_t)row * RSW + q));
+    }
+    const unsigned sbase = opq((unsigned)__cvta_generic_to_shared(ss + warp * TN * 16 + r));
+    float acc[TN][MT][4];
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
+
+    /* the group of chunk kc0 + ci, kept incrementally (no division in the loop), clamped at use */
+    int gq = (int)(kc0 / p.gchunks), gr = (int)(kc0 - (int64_t)gq * p.gchunks);
+    unsigned roff = 0, slot = rbase; /* ring offset and address of the chunk being multiplied: both carried
+                                      * by the loop, so the address is never rebuilt from the thread index */
+    int left = nchunks - D; /* chunks still to issue */
+    for (int ci = 0; ci < nk; ci++) {
+        uint32_t b[MT][8]; /* b[mt][2j + h]: columns 16j + 8h + 2(l%4) + {0, 1} of token mt*8 + l/4 */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int v = 0; v < 8; v++) b[mt][v] = lds32(xaddr[mt] + (unsigned)(ci * 128 + 16 * v));
+        const unsigned sg = sbase + (unsigned)(((gq < p.G - 1 ? gq : p.G - 1) - gA) * RB * 4);
+        if (++gr == p.gchunks) gr = 0, gq++;
+#pragma unroll
+        for (int t = 0; t < TN; t++) {
+            cp_wait<D - 1>(); /* this chunk has landed (this thread's copy; each lane reads only its own) */
+            if (tact[t]) {
+                const uint4 wv = lds128(slot);
+                const uint32_t s0 = lds32(sg + t * 64), s8 = lds32(sg + t * 64 + 32);
+                const uint32_t br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232);
+                const uint32_t br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
+                const uint32_t wd[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint32_t a0 = dq2s(wd[j], 0, br, sr), a1 = dq2s(wd[j], 1, br8, sr8);
+                    const uint32_t a2 = dq2s(wd[j], 2, br, sr), a3 = dq2s(wd[j], 3, br8, sr8);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) mma16816(acc[t][mt], a0, a1, a2, a3, b[mt][2 * j], b[mt][2 * j + 1]);
+                }
+                /* the slot's old contents are in registers and consumed: refill it with chunk i + D
+                 * (same tile t, since D is a multiple of TN) */
+                if (left > 0) cp16s(slot, src + t * tstride);
+            }
+            cp_commit();
+            roff = (roff + 512u) & (unsigned)(D * 512 - 1);
+            slot = roff ? slot + 512u : slot - (unsigned)((D - 1) * 512);
+            left--;
+            if (t == TN - 1) src += 32;
+        }
+    }
+    cp_wait<0>();
+
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t n = (ntb + t) * 16 + r + ((e & 2) ? 8 : 0);
+                const int64_t m = mt * 8 + q * 2 + (e & 1);
+                if (ntb + t >= NT || n >= p.N || m >= p.M) continue;
+                if (p.KS == 1)
+                    p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
+                else
+                    p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
+            }
+    if (p.KS == 1) return;
+    /* split K: the last block to arrive for this n-block adds the partials in split order */
+    __shared__ int last_flag;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_flag = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)p.KS - 1;
+    __syncthreads();
+    if (!last_flag) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < RB * vt; idx += NW * 32) {
+        const int64_t n = n0 + idx % RB, m = idx / RB;
+        if (n >= p.N) continue;
+        float s = 0.0f;
+        for (int zz = 0; zz < p.KS; zz++) s += __ldcg(p.ws + ((int64_t)zz * p.M + m) * p.N + n);
+        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + s : s;
+    }
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; /* ready for the next launch (stream-ordered) */
+}
+
+/* bf16 x [M, K] -> bf16 [M, Kp] (permuted, zero padded): act-order or unaligned input for the
+ * streaming kernel, and the unpack path's rows when the caller gives BF16 */
+__global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M, int64_t K,
+                                 const int32_t *__restrict__ perm, int64_t Kp, __nv_bfloat16 *__restrict__ out) {
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= M * Kp) return;
+    int64_t t = id / Kp, kp = id % Kp;
+    int64_t k = perm ? perm[kp] : (kp < K ? kp : -1);
+    out[id] = k >= 0 ? x[t * K + k] : __float2bfloat16_rn(0.0f);
+}
+
+/* bf16 -> FP32 (exact), for the previous fused kernels when the caller gives BF16 */
+__global__ void k_i4_widen(const __nv_bfloat16 *__restrict__ x, int64_t n, float *__restrict__ out) {
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id < n) out[id] = __bfloat162float(x[id]);
+}
+
 /* unpack tiles -> bf16 W [N, Kp] (permuted column order), per-column groups colgrp[Kp] (non-decreasing).
  * Second pass: one warp per 16 x 64 tile, read once (512 B, coalesced) into shared memory; each lane
  * then writes four 16-byte runs of 8 columns, 8 lanes covering one row's 128 bytes (sweep 1's
@@ -507,7 +754,8 @@ __global__ void __launch_bounds__(256) k_i4_unpack16(const uint4 *__restrict__ w
  * kind 1: k_i4_shared (activations shared in shared memory, one n-tile per warp), w = NW warps. */
 
 typedef struct i4_cfg {
-    int kind, mt, w, ks, u; /* u: kind 1's chunks per register group */
+    int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kind 2's n-tiles per warp (TN) */
+    int d;                  /* kind 2: ring slots per warp */
 } i4_cfg;
 
 typedef void (*i4_kern)(const uint4 *, const uint32_t *, const int4 *, const uint4 *, int64_t, int64_t, int64_t,
@@ -540,6 +788,23 @@ static const struct {
     {4, 4, 4, k_i4_shared<4, 4, 8, 4, 4>},  {4, 8, 4, k_i4_shared<4, 8, 8, 4, 2>},
     {8, 4, 4, k_i4_shared<8, 4, 4, 4, 1>},  {8, 8, 4, k_i4_shared<8, 8, 4, 4, 1>},
 };
+/* kind 2, the streaming kernel (M <= 16): MT token tiles, NW warps, TN n-tiles per warp, D ring slots */
+typedef void (*i4t_kern)(const i4t);
+static const struct {
+    int mt, nw, tn, d;
+    i4t_kern k;
+} I4T_TAB[] = {
+    {1, 4, 1, 16, k_i4_stream<1, 4, 1, 16>}, {1, 8, 1, 8, k_i4_stream<1, 8, 1, 8>}, {1, 4, 2, 16, k_i4_stream<1, 4, 2, 16>},
+    {1, 8, 2, 8, k_i4_stream<1, 8, 2, 8>},   {1, 4, 1, 32, k_i4_stream<1, 4, 1, 32>},
+    {2, 4, 1, 16, k_i4_stream<2, 4, 1, 16>}, {2, 8, 1, 8, k_i4_stream<2, 8, 1, 8>}, {2, 4, 2, 16, k_i4_stream<2, 4, 2, 16>},
+    {2, 8, 2, 8, k_i4_stream<2, 8, 2, 8>},   {2, 4, 1, 32, k_i4_stream<2, 4, 1, 32>},
+};
+static i4t_kern i4t_kernel_for(int mt, int nw, int tn, int d) {
+    for (size_t i = 0; i < sizeof I4T_TAB / sizeof I4T_TAB[0]; i++)
+        if (I4T_TAB[i].mt == mt && I4T_TAB[i].nw == nw && I4T_TAB[i].tn == tn && I4T_TAB[i].d == d) return I4T_TAB[i].k;
+    return NULL;
+}
+
 static i4s_kern i4s_kernel_for(int mt, int nw, int u) {
     for (size_t i = 0; i < sizeof I4S_TAB / sizeof I4S_TAB[0]; i++)
         if (I4S_TAB[i].mt == mt && I4S_TAB[i].nw == nw && I4S_TAB[i].u == u) return I4S_TAB[i].k;
@@ -552,6 +817,8 @@ typedef struct i4_run {
     const quant_wmeta *m;
     const float *x;   /* the caller's FP32 activations (kind 1 reads them directly) */
     const uint4 *xf;  /* staged fragments (kind 0), filled by i4_launch */
+    const __nv_bfloat16 *xb; /* kind 2: bf16 [M, ldx] in permuted order, columns >= kvalid read as zero */
+    int64_t ldx, kvalid;
     int64_t M, Mt;
     i4_cfg cand[I4_MAX_CAND];
     char names[I4_MAX_CAND][32];
@@ -561,7 +828,16 @@ typedef struct i4_run {
 
 static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
+    if (cfg.kind == 2) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
+}
+
+/* kind 2: shared memory of a configuration at vt rows (per: chunks per split) */
+static size_t i4t_cfg_smem(const quant_wmeta *m, i4_cfg cfg, int64_t vt) {
+    int64_t KC = m->Kp / 64, per = (KC + cfg.ks - 1) / cfg.ks;
+    int64_t ng = (per - 1) / m->gchunks + 2;
+    if (ng > m->G) ng = m->G;
+    return i4t_smem(cfg.w, cfg.u, cfg.d, vt, per, ng);
 }
 
 static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
@@ -593,6 +869,26 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         }
         ws = (float *)q->aux;
     }
+    if (cfg.kind == 2) {
+        i4t_kern k = i4t_kernel_for(cfg.mt, cfg.w, cfg.u, cfg.d);
+        if (!k || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no streaming kernel for mt=%d nw=%d tn=%d d=%d (M %lld)",
+                               cfg.mt, cfg.w, cfg.u, cfg.d, (long long)r->M);
+        const size_t smem = i4t_cfg_smem(m, cfg, r->M);
+        /* as much shared memory as the SM has (the weights bypass L1): several blocks per SM */
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
+                             "int4 streaming kernel: carveout", err)))
+            return st;
+        if (smem > 48 * 1024 &&
+            (st = cuda_check(c, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                             "int4 streaming kernel: shared memory attribute", err)))
+            return st;
+        i4t p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, r->M, N, m->Np, KC, r->ldx, r->kvalid,
+                 m->G, m->gchunks, cfg.ks, (int)((KC + cfg.ks - 1) / cfg.ks), accumulate, y, ws, q->counters};
+        dim3 grid((unsigned)((NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u)), (unsigned)cfg.ks);
+        k<<<grid, cfg.w * 32, smem, c->stream>>>(p);
+        return cuda_check_launch(c, "int4 fused (streaming)", err);
+    }
     if (cfg.kind == 1) {
         i4s_kern k = i4s_kernel_for(cfg.mt, cfg.w, cfg.u);
         if (!k)
@@ -620,7 +916,7 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
 
 static void i4_add(i4_run *r, int kind, int mt, int w, int ks, int u) {
     if (r->n >= I4_MAX_CAND) return;
-    r->cand[r->n] = (i4_cfg){kind, mt, w, ks, u};
+    r->cand[r->n] = (i4_cfg){kind, mt, w, ks, u, 0};
     if (kind)
         snprintf(r->names[r->n], sizeof r->names[0], "s-mt%d-nw%d-u%d-ks%d", mt, w, u, ks);
     else
@@ -665,6 +961,54 @@ static void i4_candidates(cuda_ctx *c, i4_run *r, int64_t bucket) {
                 i4_add(r, 0, mt, w, ks, 0);
             }
     }
+}
+
+/* kind 2's list for bucket 1 (<= 8 rows) or 2 (<= 16 rows): every table configuration of that MT, with
+ * the splits that fit shared memory at 8 * bucket rows; more splits only while the grid is short of
+ * 8 blocks per multiprocessor. Depends on the bucket and shape only. */
+static void i4_candidates_stream(cuda_ctx *c, i4_run *r, int64_t bucket) {
+    const quant_wmeta *m = r->m;
+    int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess || optin <= 0)
+        optin = 48 * 1024, cudaGetLastError();
+    r->n = 0;
+    for (size_t ti = 0; ti < sizeof I4T_TAB / sizeof I4T_TAB[0]; ti++) {
+        if (I4T_TAB[ti].mt != (int)bucket) continue;
+        const int nw = I4T_TAB[ti].nw, tn = I4T_TAB[ti].tn, d = I4T_TAB[ti].d;
+        const int64_t nb = (NT + nw * tn - 1) / (nw * tn);
+        int added = 0;
+        int64_t prev_blocks = 0;
+        for (int ks = 1; ks <= I4_MAX_KS; ks++) {
+            if (ks > 2 && (ks & (ks - 1)) && ks != 3 && ks != 6 && ks != 12) continue; /* 1,2,3,4,6,8,12,16 */
+            const int64_t per = (KC + ks - 1) / ks;
+            if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break; /* no empty split, >= 2 chunks each */
+            if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
+            if (added && prev_blocks >= 8 * c->sm_count) break;
+            i4_cfg g = {2, (int)bucket, nw, ks, tn, d};
+            if (i4t_cfg_smem(m, g, bucket * 8) > (size_t)optin) continue;
+            if (r->n >= I4_MAX_CAND) return;
+            r->cand[r->n] = g;
+            snprintf(r->names[r->n], sizeof r->names[0], "t-mt%d-nw%d-tn%d-d%d-ks%d", (int)bucket, nw, tn, d, ks);
+            r->name_ptr[r->n] = r->names[r->n];
+            r->n++;
+            added = 1, prev_blocks = nb * ks;
+        }
+    }
+}
+
+/* kind 2's default: 4 warps, one n-tile each, 16 slots; the smallest split giving >= 4 blocks per
+ * multiprocessor whose shared memory leaves room for 3 blocks per multiprocessor (~96 KB of weights in
+ * flight per SM); else the largest split listed */
+static int i4_default_stream(cuda_ctx *c, const i4_run *r) {
+    int best = -1;
+    for (int i = 0; i < r->n; i++) {
+        const i4_cfg *g = &r->cand[i];
+        if (g->w != 4 || g->u != 1 || g->d != 16) continue;
+        best = i;
+        if (i4_tiles(r, *g) >= 4 * c->sm_count && i4t_cfg_smem(r->m, *g, r->M) <= 72 * 1024) break;
+    }
+    return best < 0 ? 0 : best;
 }
 
 static int i4_default(cuda_ctx *c, const i4_run *r) {
@@ -813,8 +1157,9 @@ extern "C" vsr_status cuda_int4_upload(cuda_ctx *c, const vsr_weight_view *v, vs
     return VSR_OK;
 }
 
-extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
-                                       int accumulate, vsr_err *err) {
+/* y (+)= x W^T from FP32 x (xb NULL) or BF16 xb (x NULL), both [M, K] on the device. */
+static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16 *xb, int64_t M, const vsr_bweight *w,
+                                float *y, int accumulate, vsr_err *err) {
     if (M <= 0) return VSR_OK;
     const quant_wmeta *m = (const quant_wmeta *)w->q;
     if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: int4 weight was not uploaded", c->device, w->name);
@@ -831,6 +1176,16 @@ extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, c
                                I4_MAX_FUSED_ROWS, (long long)M, w->v.group);
         fused = 0;
     }
+    /* the streaming kernel (kind 2) at <= 16 rows, groups computable per chunk; VSR_CUDA_INT4_STREAM=0 or
+     * cuda_quant_force_int4_stream(0) keeps the previous fused kernels (their own candidate list and key) */
+    const int stream = fused && M <= 16 && m->gchunks > 0 && quant_int4_stream_on();
+    if (fused && !stream && !x) { /* the previous fused kernels read FP32: widen (exact) */
+        if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * K), "int4 FP32 activations", err)))
+            return st;
+        k_i4_widen<<<nblocks(M * K, 256), 256, 0, c->stream>>>(xb, M * K, (float *)q->wtmp);
+        if ((st = cuda_check_launch(c, "int4 widen", err))) return st;
+        x = (const float *)q->wtmp;
+    }
     if (fused) {
         int64_t Mt = (M + 7) / 8;
         i4_run r;
@@ -838,10 +1193,38 @@ extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, c
         r.w = w, r.m = m, r.x = x, r.M = M, r.Mt = Mt;
         int64_t bucket = 1;
         while (bucket < Mt) bucket *= 2;
-        i4_candidates(c, &r, bucket);
         char key[96];
-        /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
-        snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v2", (long long)N, (long long)K, w->v.group, (long long)bucket);
+        if (stream) {
+            /* BF16 rows in permuted order: the caller's in place when they are (no act-order, 16-byte
+             * aligned), else one staging pass (FP32 -> BF16, or a BF16 gather) into [M, Kp] */
+            if (xb && !w->g_idx && ((uintptr_t)xb & 15) == 0) {
+                r.xb = xb, r.ldx = K, r.kvalid = K;
+            } else {
+                if ((st = quant_grow(c, &q->act, &q->act_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Kp),
+                                     "int4 activations", err)))
+                    return st;
+                if (x)
+                    k_i4_stage_rows<<<nblocks(M * Kp, 256), 256, 0, c->stream>>>(x, M, K, w->g_idx, Kp,
+                                                                                (__nv_bfloat16 *)q->act);
+                else
+                    k_i4_gather_bf16<<<nblocks(M * Kp, 256), 256, 0, c->stream>>>(xb, M, K, w->g_idx, Kp,
+                                                                                  (__nv_bfloat16 *)q->act);
+                if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
+                r.xb = (const __nv_bfloat16 *)q->act, r.ldx = Kp, r.kvalid = Kp;
+            }
+            i4_candidates_stream(c, &r, bucket);
+            if (r.n == 0)
+                return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no streaming int4 configuration fits (N %lld K %lld)",
+                                   c->device, w->name, (long long)N, (long long)K);
+            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2") */
+            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v3s", (long long)N, (long long)K, w->v.group,
+                     (long long)bucket);
+        } else {
+            i4_candidates(c, &r, bucket);
+            /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
+            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v2", (long long)N, (long long)K, w->v.group,
+                     (long long)bucket);
+        }
         int choice = 0;
         const char *src = "default";
         int fc = quant_forced_int4_cfg();
@@ -850,7 +1233,8 @@ extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, c
                 return vsr_err_set(err, VSR_E_INVALID, "cuda:%d: %s: no int4 fused candidate %d (the list for %s has %d)",
                                    c->device, w->name, fc, key, r.n);
             choice = fc, src = "forced";
-        } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr, i4_default(c, &r), i4_time, &r, &choice,
+        } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr,
+                                         stream ? i4_default_stream(c, &r) : i4_default(c, &r), i4_time, &r, &choice,
                                          &src, err)))
             return st;
         i4_cfg cfg = r.cand[choice];
@@ -862,7 +1246,10 @@ extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, c
     if ((st = quant_grow(c, &q->act, &q->act_bytes, xb_bytes, "int4 activations", err)) ||
         (st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, wb_bytes, "int4 unpacked weight", err)))
         return st;
-    k_i4_stage_rows<<<nblocks(M * Kp, 256), 256, 0, c->stream>>>(x, M, K, w->g_idx, Kp, (__nv_bfloat16 *)q->act);
+    if (x)
+        k_i4_stage_rows<<<nblocks(M * Kp, 256), 256, 0, c->stream>>>(x, M, K, w->g_idx, Kp, (__nv_bfloat16 *)q->act);
+    else
+        k_i4_gather_bf16<<<nblocks(M * Kp, 256), 256, 0, c->stream>>>(xb, M, K, w->g_idx, Kp, (__nv_bfloat16 *)q->act);
     if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
     k_i4_unpack16<<<nblocks(Np / 16 * KC, 8), 256, 0, c->stream>>>(
         (const uint4 *)w->w, (const uint32_t *)w->scale, (const int32_t *)m->dev + Kp / 16, N, Np, KC,
@@ -870,4 +1257,27 @@ extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, c
     if ((st = cuda_check_launch(c, "int4 unpack", err))) return st;
     quant_set_last_path("int4:unpack+bf16");
     return cuda_gemm_bf16(c, (const __nv_bfloat16 *)q->act, M, (const __nv_bfloat16 *)q->wtmp, N, Kp, y, accumulate, err);
+}
+
+/* FP32 activations: the streaming kernel gets them rounded to BF16 (and permuted) by one staging pass
+ * (k_i4_stage_rows) and then runs exactly as from cuda_int4_linear_bf16; the other paths read FP32 as
+ * before (they would otherwise widen BF16 back). */
+extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
+                                       int accumulate, vsr_err *err) {
+    return i4_linear_any(c, x, NULL, M, w, y, accumulate, err);
+}
+
+/* BF16 activations [M, K] (row stride K): read in place by the streaming kernel when 16-byte aligned
+ * and not act-order; gathered into [M, Kp] otherwise; widened to FP32 for the previous fused kernels
+ * (17-256 rows, or groups not computable per chunk); gathered to BF16 rows for the unpack path. */
+extern "C" vsr_status cuda_int4_linear_bf16(cuda_ctx *c, const __nv_bfloat16 *xb, int64_t M, const vsr_bweight *w,
+                                            float *y, int accumulate, vsr_err *err) {
+    return i4_linear_any(c, NULL, xb, M, w, y, accumulate, err);
+}
+
+extern "C" vsr_status cuda_quant_int4_linear_bf16(void *ctx, const void *xb, int64_t M, const struct vsr_bweight *w,
+                                                  float *y, int accumulate, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (!c) return vsr_err_set(err, VSR_E_INVALID, "cuda: no backend context");
+    return cuda_int4_linear_bf16(c, (const __nv_bfloat16 *)xb, M, w, y, accumulate, err);
 }

@@ -11,7 +11,8 @@
  *             both scales, "unscaled" (the seed's Ada rule: capability 8.9, >= 256 rows,
  *             --dtype auto). Explicit --dtype keeps the scaled product.
  *  int4 W4A16 --dtype auto and M <= 256: a fused mma.sync kernel reading the packed nibbles
- *             (repacked once at upload into the tensor-core fragment order); otherwise the
+ *             (repacked once at upload into the tensor-core fragment order; at <= 16 rows the
+ *             weight-streaming kernel, BF16 activations); otherwise the
  *             weight is unpacked to BF16 once per call into a workspace and multiplied by the
  *             BF16 cuBLASLt GEMM. */
 #ifndef VSR_CUDA_QUANT_INTERNAL_H
@@ -38,6 +39,14 @@ int cuda_quant_force_int4_path(int mode);
  * the default or the cache (-1: off). A linear whose list is shorter fails with VSR_E_INVALID naming
  * the index ("no int4 fused candidate N"), so a test can walk every candidate. Returns the previous value. */
 int cuda_quant_force_int4_cfg(int idx);
+/* int4 streaming kernel (k_i4_stream, <= 16 rows): 1 allowed (the default, unless the environment has
+ * VSR_CUDA_INT4_STREAM=0), 0 the previous fused kernels only (their own autotune list and key), so one
+ * process can time old against new. Returns the previous value, or -1 for an unknown value. */
+int cuda_quant_force_int4_stream(int on);
+/* cuda_int4_linear_bf16 for C callers (tests, bench): xb device BF16 [M, K], ctx the backend's ctx. */
+struct vsr_bweight;
+vsr_status cuda_quant_int4_linear_bf16(void *ctx, const void *xb, int64_t M, const struct vsr_bweight *w, float *y,
+                                       int accumulate, vsr_err *err);
 /* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM) for the bench; default 0. */
 int cuda_quant_set_fp8_fast_accum(int on);
 /* The path the last quantized linear took, e.g. "fp8:scaled(outer-vec)", "fp8:unscaled+epilogue",
