@@ -961,6 +961,7 @@ extern "C" void vsr_cuda_profile_report(void) {
         if (live_ctx[i]) {
             prof *f = &priv(live_ctx[i])->pf;
             prof_print(live_ctx[i]);
+            memset(f->rows, 0, sizeof f->rows);
             f->n_rows = 0;
         }
 }
@@ -1352,6 +1353,9 @@ static vsr_status cu_conv1d_silu(void *ctx, const float *x, const vsr_segs *seg,
                                  float *y, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
+    PROF(c, "conv1d_silu");
+    int64_t rows = seg->n > 0 ? seg->start[seg->n - 1] + seg->len[seg->n - 1] : 0;
+    twin_clobber(c, y, sizeof(float) * (size_t)(rows > 0 ? rows * C : 0));
     return cuda_conv1d_silu(c, x, seg, C, w, Kc, y, err); /* conv1d.cu */
 }
 
