@@ -319,6 +319,7 @@ TEST(op_conv_rope_elementwise) {
 }
 
 static int dn_pad = 3; /* qkv row padding: 3 = odd stride (4-byte copies); 0 = 16-byte copies */
+static int dn_repeat = 0; /* 1: also check that a second GPU run is bit-identical */
 static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk, int dv, double tol) {
     vsr_err e;
     segset s = mkseg(nseq, lens);
@@ -333,6 +334,13 @@ static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk,
     char what[96];
     snprintf(what, sizeof what, "deltanet %d seqs T%lld Hk%d Hv%d dk%d dv%d", nseq, (long long)T, Hk, Hv, dk, dv);
     cmp(po, what, tol);
+    if (dn_repeat) { /* run to run: bit-identical (no float atomics in any path) */
+        float *o1 = down(&GB, po.g, po.n);
+        CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
+        float *o2 = down(&GB, po.g, po.n);
+        CHECK_MSG(!memcmp(o1, o2, sizeof(float) * (size_t)po.n), "%s: second run differs", what);
+        free(o1), free(o2);
+    }
     pfree(pq), pfree(pb), pfree(pa), pfree(pA), pfree(pd), pfree(pst), pfree(po);
     free(qkv), free(b), free(a), free(Al), free(dt);
 }
@@ -362,6 +370,16 @@ TEST(op_deltanet) {
     deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
     deltanet_case(2, (int64_t[]){33, 17}, 1, 2, 24, 40, DN_CHUNK_TOL); /* dk, dv not multiples of 8 */
     deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL); /* many short */
+    /* the default (v3) run twice; then the kept older paths (VSR_CUDA_DN_V2, VSR_CUDA_DN_OLD) */
+    dn_repeat = 1;
+    deltanet_case(3, (int64_t[]){300, 64, 1}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    dn_repeat = 0;
+    setenv("VSR_CUDA_DN_V2", "1", 1);
+    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    unsetenv("VSR_CUDA_DN_V2");
+    setenv("VSR_CUDA_DN_OLD", "1", 1);
+    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    unsetenv("VSR_CUDA_DN_OLD");
     dn_pad = 3;
     vsr_err e;
     int64_t l1 = 1;

@@ -12,7 +12,9 @@
  * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
  *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
  *
- * Three kernels:
+ * Three generations, selected at each call: v3 (the default: only T crosses device memory; see
+ * "==== v3" below), v2 (VSR_CUDA_DN_V2=1) and the first one (VSR_CUDA_DN_OLD=1), whose three
+ * kernels are:
  *   k_dnc_prep  : q, k l2-normalised into scratch [rows, Hk, dk] (one warp per row, head, q|k).
  *   k_dnc_intra : one block per (chunk, value head), fully parallel: L, P, the solve, W, U
  *                 into scratch (plus gc per row). The solve: 4 lanes per column of T (columns
@@ -413,7 +415,7 @@ __global__ void __launch_bounds__(256) k_dnc_state(const float *__restrict__ qn,
     }
 }
 
-/* ==== v2 (the default; VSR_CUDA_DN_OLD=1 runs the three kernels above) ====
+/* ==== v2 (VSR_CUDA_DN_V2=1; VSR_CUDA_DN_OLD=1 runs the three kernels above) ====
  * Two kernels, no prep pass, no q/k copies, and a state kernel that stages nothing but S and Vn:
  *   k_dn2_intra : k_dnc_intra reading raw q, k from qkv (16-byte copies when the rows allow)
  *                 and l2-normalising them in shared memory; it writes, next to gc, the per-(row,
@@ -790,6 +792,386 @@ __global__ void __launch_bounds__(256, 3) k_dn2_state(const float *__restrict__ 
     }
 }
 
+/* ==== v3 (the default; VSR_CUDA_DN_V2=1 runs v2 above, VSR_CUDA_DN_OLD=1 the first kernels) ====
+ * No W, U or P through device memory. With U = T diag(beta) V and W = T diag(beta exp(gc)) K,
+ *   Vn = U - W S = T (beta (V - exp(gc) K S)),
+ * so the intra-chunk kernel only has to hand the state kernel T (16 KB per chunk and value
+ * head, with gc and beta per row); the state kernel stages raw K, Q, the V slice and T, and
+ * computes K S and Q S in one pass over S, P = mask(q k^T exp(gc_i - gc_j)) itself, Vn = T Y,
+ * O = exp(gc) q S + P Vn and the update. Device-memory traffic at 8x512 drops from ~500 MB
+ * (W, U, P written and read back) to ~50 MB of T each way; q, k rows are read from qkv (L2).
+ *   k_dn3_intra : per (chunk, value head), 256 threads, ~70 KB (3 blocks per SM): raw k staged,
+ *                 l2-normalised, K K^T, L, the blocked 16x16 solve of v2; writes T [ch][64][64].
+ *   k_dn3_state : per (sequence, value head, 64 value columns), 512 threads (16 warps), ~174 KB;
+ *                 q, T and the V slice of chunk c+1 are copied (cp.async) while chunk c's
+ *                 P Vn and state update run (their buffers are dead by then); k after. */
+
+/* Rows [0, 64) x columns [0, npad) of a tile into shared memory (row stride ld, npad a
+ * multiple of 4): source row i at src + i*stride; zero where i >= nrow or c >= ncol. vec: the
+ * source rows are 16-byte aligned (stride, base) and ncol % 4 == 0. */
+__device__ __forceinline__ void stage_tile(float *dst, int ld, const float *src, int64_t stride, int nrow, int ncol,
+                                           int npad, int vec, const float *dummy, int tid, int nthr) {
+    if (vec) {
+        const int q4 = npad / 4;
+        for (int e = tid; e < DNC_C * q4; e += nthr) {
+            int i = e / q4, c = (e % q4) * 4;
+            bool ok = i < nrow && c < ncol;
+            cp16(dst + i * ld + c, ok ? src + i * stride + c : dummy, ok);
+        }
+    } else {
+        for (int e = tid; e < DNC_C * npad; e += nthr) {
+            int i = e / npad, c = e % npad;
+            bool ok = i < nrow && c < ncol;
+            cp4(dst + i * ld + c, ok ? src + i * stride + c : dummy, ok);
+        }
+    }
+}
+
+/* Shared memory of k_dn3_intra (floats): K [64][LDK]; Am, T [64][LD64]; gc, beta [64]. */
+#define INTRA3_SMEM (sizeof(float) * (DNC_C * LDK + 2 * DNC_C * LD64 + 2 * DNC_C))
+
+/* Outputs per chunk ci and value head h (ch = ci*Hv + h): Tg [ch][64][64] (rows past the
+ * chunk's length are unit rows), gcg, btg [row][Hv] (cumulative log decay, beta). */
+__global__ void __launch_bounds__(256) k_dn3_intra(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                   const float *__restrict__ b, const float *__restrict__ a,
+                                                   const float *__restrict__ A_log, const float *__restrict__ dt_bias,
+                                                   const dnc_tab tb, int Hk, int Hv, int dk,
+                                                   float *__restrict__ Tg, float *__restrict__ gcg,
+                                                   float *__restrict__ btg) {
+    extern __shared__ __align__(16) float smem[];
+    float *Ks = smem, *Am = Ks + DNC_C * LDK, *Ts = Am + DNC_C * LD64, *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C;
+    const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
+    const int sg = last_le_d(tb.cfirst, tb.n, ci);
+    const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
+    const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t ch = (int64_t)ci * Hv + h;
+    const float *ksrc = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
+
+    stage_tile(Ks, LDK, ksrc + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, 256);
+    if (tid < DNC_C) {
+        float be = 0.0f, gg = 0.0f;
+        if (tid < Lc) {
+            int64_t bi = (r0 + tid) * Hv + h;
+            be = sigmoid_d(b[bi]);
+            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
+        }
+        bt[tid] = be, gc[tid] = gg;
+    }
+    cp_wait_all();
+    __syncthreads();
+    if (w == 0) { /* inclusive cumsum (rows past Lc add 0: their gc is gc[Lc-1]) */
+        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        float ex = s - (x0 + x1);
+        gc[2 * lane] = ex + x0;
+        gc[2 * lane + 1] = ex + x0 + x1;
+    }
+    /* l2-normalise the 64 k rows in place: warp w takes rows 8w..8w+7 */
+    for (int rr = 0; rr < 8; rr++) {
+        float *row = Ks + (8 * w + rr) * LDK;
+        float ss = 0.0f;
+        for (int c = lane; c < dk; c += 32) ss += row[c] * row[c];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float inv = 1.0f / sqrtf(ss + 1e-6f);
+        for (int c = lane; c < dk; c += 32) row[c] *= inv;
+    }
+    for (int e = tid; e < DNC_C * LD64; e += 256) Ts[e] = 0.0f;
+    __syncthreads();
+    if (tid < Lc) {
+        const int64_t gi = (r0 + tid) * Hv + h;
+        gcg[gi] = gc[tid], btg[gi] = bt[tid];
+    }
+    /* K K^T: warp w takes row tile w%4 and column tiles 4*(w/4)..+3 (tiles above the diagonal
+     * skipped); Am = -beta_i k_i.k_j exp(gc_i - gc_j) below the diagonal, 0 elsewhere */
+    {
+        const int mt = w & 3, nb = (w >> 2) * 4;
+        float s1[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) s1[n][r] = 0.0f;
+        const int ks_n = (dk + 7) / 8;
+        for (int ks = 0; ks < ks_n; ks++) {
+            uint32_t ak[4];
+            load_a(ak, Ks + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                if (8 * (nb + n) > 16 * mt + 15) continue;
+                uint32_t b0, b1;
+                load_b(b0, b1, Ks + (nb + n) * 8 * LDK + ks * 8, 1, LDK, g, t);
+                mma_tf32(s1[n], ak, b0, b1);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), j = (nb + n) * 8 + 2 * t + (r & 1);
+                Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * expf(gc[i] - gc[j]) : 0.0f;
+            }
+    }
+    __syncthreads();
+    /* T = (I - Am)^-1, blocked by 16, exactly as k_dn2_intra */
+    if (tid < DNC_C) {
+        const int B = tid >> 4, jj = tid & 15;
+        const float *Ab = Am + 16 * B * LD64 + 16 * B;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
+            x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
+        }
+        float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
+#pragma unroll
+        for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
+    }
+    __syncthreads();
+    {
+        const int r = tid >> 4, cc = tid & 15;
+        for (int I = 1; I < 4; I++) {
+            float xv[3] = {0.0f, 0.0f, 0.0f};
+            const float *arow = Am + (16 * I + r) * LD64;
+#pragma unroll
+            for (int J = 0; J < 3; J++) {
+                if (J >= I) break;
+                float s = 0.0f;
+                for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
+                xv[J] = s;
+            }
+#pragma unroll
+            for (int J = 0; J < 3; J++)
+                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
+            __syncthreads();
+            float yv[3] = {0.0f, 0.0f, 0.0f};
+            const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
+#pragma unroll
+            for (int J = 0; J < 3; J++) {
+                if (J >= I) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
+                yv[J] = s;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int J = 0; J < 3; J++)
+                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
+            __syncthreads();
+        }
+    }
+    /* T to device memory as 16-byte rows */
+    float *T = Tg + ch * DNC_C * DNC_C;
+    for (int e = tid; e < DNC_C * DNC_C / 4; e += 256) {
+        int i = e / (DNC_C / 4), c = (e % (DNC_C / 4)) * 4;
+        *(float4 *)(T + i * DNC_C + c) = *(const float4 *)(Ts + i * LD64 + c);
+    }
+}
+
+#define DN3_T 512 /* threads of k_dn3_state */
+#define LDT 68    /* T, P: read only as row-major A operands (68 = 4 mod 32: conflict-free) */
+/* Shared memory of k_dn3_state (floats): K, Q [64][LDK]; S [128][LD64]; T, P [64][LDT];
+ * Y (the V slice, then beta (V - exp(gc) K S)), Vn [64][LD64]; 7 row vectors [64]. */
+#define STATE3_SMEM \
+    (sizeof(float) * (2 * DNC_C * LDK + DNC_DK * LD64 + 2 * DNC_C * LDT + 2 * DNC_C * LD64 + 8 * DNC_C))
+
+/* One block (512 threads, 16 warps) per (sequence, value head, 64 value columns). Warp w: for
+ * the chunk's rows, row tile mt = w%4 and column tiles 2*(w/4), +1 (16 of the 64 columns); for
+ * the update, state rows 16*(w%8)..+15 and columns 32*(w/8)..+31 (S in registers, mirrored in
+ * shared memory as the B operand of K S and Q S). */
+__global__ void __launch_bounds__(DN3_T, 1) k_dn3_state(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                       const float *__restrict__ Tg, const float *__restrict__ gcg,
+                                                       const float *__restrict__ btg, const dnc_tab tb, int Hk,
+                                                       int Hv, int dk, int dv, int nsl, float *__restrict__ out) {
+    extern __shared__ __align__(16) float smem[];
+    float *Ks = smem, *Qs = Ks + DNC_C * LDK, *Ss = Qs + DNC_C * LDK, *Ts = Ss + DNC_DK * LD64;
+    float *Ps = Ts + DNC_C * LDT, *Ys = Ps + DNC_C * LDT, *Vn = Ys + DNC_C * LD64;
+    float *gcs = Vn + DNC_C * LD64, *bts = gcs + DNC_C, *sqr = bts + DNC_C, *skr = sqr + DNC_C;
+    float *eq = skr + DNC_C, *ekx = eq + DNC_C, *ek = ekx + DNC_C;
+    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
+    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS, ncv = min(DNC_DVS, dv - c0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int mt = w & 3, nb = (w >> 2) * 2, ks_dk = (dk + 7) / 8;
+    const int sr = 16 * (w & 7), cb = (w >> 3) * 4;
+    const float *Qr = qkv + (int64_t)hk * dk, *Kr = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
+    const float *Vr = qkv + 2LL * Hk * dk + (int64_t)h * dv + c0;
+    const float qsc = 1.0f / sqrtf((float)dk);
+    const int cf = tb.cfirst[sg], cl = tb.cfirst[sg + 1];
+    const int64_t send = tb.start[sg] + tb.len[sg];
+    for (int e = tid; e < DNC_DK * LD64; e += DN3_T) Ss[e] = 0.0f;
+    float S[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) S[n][r] = 0.0f;
+    { /* q, V slice, T of the first chunk */
+        const int64_t r0 = tb.start[sg];
+        const int Lc = (int)min((int64_t)DNC_C, send - r0);
+        stage_tile(Qs, LDK, Qr + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
+        stage_tile(Ys, LD64, Vr + r0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
+        stage_tile(Ts, LDT, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
+                   DN3_T);
+        asm volatile("cp.async.commit_group;" ::);
+    }
+    for (int ci = cf; ci < cl; ci++) {
+        const int64_t r0 = tb.start[sg] + (int64_t)(ci - cf) * DNC_C;
+        const int Lc = (int)min((int64_t)DNC_C, send - r0);
+        const float gL = gcg[(r0 + Lc - 1) * Hv + h], eL = expf(gL);
+        __syncthreads(); /* the previous chunk is done with K, P, Vn and the row vectors */
+        stage_tile(Ks, LDK, Kr + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
+        if (tid < DNC_C) { /* rows past Lc: gc = gL (so exp(gc_i - gc_j) stays <= 1), beta = 0 */
+            gcs[tid] = tid < Lc ? gcg[(r0 + tid) * Hv + h] : gL;
+            bts[tid] = tid < Lc ? btg[(r0 + tid) * Hv + h] : 0.0f;
+        }
+        cp_wait_all();
+        __syncthreads();
+        { /* row norms of raw k (tasks 0..63) and q (64..127): 4 lanes per row */
+            const int task = tid >> 2, p = tid & 3, i = task & (DNC_C - 1);
+            const float *row = (task < DNC_C ? Ks : Qs) + i * LDK;
+            float ss = 0.0f;
+#pragma unroll 8
+            for (int m = 0; m < DNC_DK / 4; m++) {
+                const float x = row[p + 4 * m];
+                ss = fmaf(x, x, ss);
+            }
+            ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+            ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+            if (p == 0) {
+                const float inv = 1.0f / sqrtf(ss + 1e-6f);
+                const bool ok = i < Lc;
+                const float e = ok ? expf(gcs[i]) : 0.0f;
+                if (task < DNC_C) {
+                    skr[i] = inv;
+                    ekx[i] = e * inv;
+                    ek[i] = ok ? expf(gL - gcs[i]) * inv : 0.0f;
+                } else {
+                    sqr[i] = inv * qsc;
+                    eq[i] = e * inv * qsc;
+                }
+            }
+        }
+        __syncthreads();
+        /* K S, Q S (raw rows) and Q K^T over this warp's 16 rows x 16 columns */
+        float xk[2][4], xq[2][4], pp[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) xk[n][r] = xq[n][r] = pp[n][r] = 0.0f;
+        for (int ks = 0; ks < ks_dk; ks++) {
+            uint32_t ak[4], aq[4];
+            load_a(ak, Ks + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+            load_a(aq, Qs + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                uint32_t b0, b1;
+                load_b(b0, b1, Ss + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
+                mma_tf32(xk[n], ak, b0, b1);
+                mma_tf32(xq[n], aq, b0, b1);
+                if (8 * (nb + n) <= 16 * mt + 15) {
+                    load_b(b0, b1, Ks + (nb + n) * 8 * LDK + ks * 8, 1, LDK, g, t);
+                    mma_tf32(pp[n], aq, b0, b1);
+                }
+            }
+        }
+        /* Y = beta (V - exp(gc) sk K S); O = exp(gc) sq Q S (kept); P = q_i.k_j sq_i sk_j
+         * exp(gc_i - gc_j) for j <= i < Lc */
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                Ys[i * LD64 + c] = bts[i] * (Ys[i * LD64 + c] - ekx[i] * xk[n][r]);
+                xq[n][r] *= eq[i];
+                Ps[i * LDT + c] = (c <= i && i < Lc) ? pp[n][r] * sqr[i] * skr[c] * expf(gcs[i] - gcs[c]) : 0.0f;
+            }
+        __syncthreads();
+        /* Vn = T Y (T unit lower triangular: row tile mt needs k rows < 16*(mt+1)) */
+        {
+            float vn[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) vn[n][r] = 0.0f;
+            for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+                uint32_t at[4];
+                load_a(at, Ts + mt * 16 * LDT + ks * 8, LDT, 1, nullptr, g, t);
+#pragma unroll
+                for (int n = 0; n < 2; n++) {
+                    uint32_t b0, b1;
+                    load_b(b0, b1, Ys + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
+                    mma_tf32(vn[n], at, b0, b1);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                    Vn[i * LD64 + c] = vn[n][r];
+                }
+        }
+        __syncthreads(); /* Vn complete; Q, T and Y are dead for this chunk */
+        if (ci + 1 < cl) { /* next chunk's q, V slice and T, in flight during P Vn and the update */
+            const int64_t rn = r0 + DNC_C;
+            const int Ln = (int)min((int64_t)DNC_C, send - rn);
+            stage_tile(Qs, LDK, Qr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv, tid, DN3_T);
+            stage_tile(Ys, LD64, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
+            stage_tile(Ts, LDT, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg,
+                       tid, DN3_T);
+            asm volatile("cp.async.commit_group;" ::);
+        }
+        /* O += P Vn (P lower triangular) */
+        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+            uint32_t ap[4];
+            load_a(ap, Ps + mt * 16 * LDT + ks * 8, LDT, 1, nullptr, g, t);
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                uint32_t b0, b1;
+                load_b(b0, b1, Vn + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
+                mma_tf32(xq[n], ap, b0, b1);
+            }
+        }
+        {
+            const int64_t ostride = (int64_t)Hv * dv;
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                    if (i < Lc && c < ncv) out[(r0 + i) * ostride + (int64_t)h * dv + c0 + c] = xq[n][r];
+                }
+        }
+        /* S = exp(gL) S + (k exp(gL - gc) sk)^T Vn over state rows sr..sr+15, columns 8cb..8cb+31 */
+        if (sr < dk) {
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) S[n][r] *= eL;
+            const int ks_c = (Lc + 7) / 8;
+            for (int ks = 0; ks < ks_c; ks++) {
+                uint32_t ak[4];
+                load_a(ak, Ks + ks * 8 * LDK + sr, 1, LDK, ek + ks * 8, g, t);
+#pragma unroll
+                for (int n = 0; n < 4; n++) {
+                    uint32_t b0, b1;
+                    load_b(b0, b1, Vn + ks * 8 * LD64 + (cb + n) * 8, LD64, 1, g, t);
+                    mma_tf32(S[n], ak, b0, b1);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    Ss[(sr + g + ((r >> 1) << 3)) * LD64 + (cb + n) * 8 + 2 * t + (r & 1)] = S[n][r];
+        }
+    }
+}
+
 /* Called by the deltanet entry of ops.cu first. *taken = 0 (and VSR_OK) for shapes this
  * path does not take; the caller then runs the recurrent scan. */
 extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
@@ -813,12 +1195,18 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     if (maxlen < DNC_MIN_LEN || chunks > 0x7fffffff / 2) return VSR_OK;
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
-    const char *env_old = getenv("VSR_CUDA_DN_OLD"), *env_stage = getenv("VSR_CUDA_DN_STAGE");
-    const bool v2 = !(env_old && env_old[0] == '1');
+    const char *env_old = getenv("VSR_CUDA_DN_OLD"), *env_v2 = getenv("VSR_CUDA_DN_V2"),
+               *env_stage = getenv("VSR_CUDA_DN_STAGE");
+    /* 1: the first three kernels (VSR_CUDA_DN_OLD=1); 2: v2 (VSR_CUDA_DN_V2=1); 3: v3 (default) */
+    const int ver = env_old && env_old[0] == '1' ? 1 : env_v2 && env_v2[0] == '1' ? 2 : 3;
+    const bool v2 = ver == 2;
     /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
     const bool intra_only = env_stage && !strcmp(env_stage, "intra");
-    /* shared memory: the old state kernel's ~190 KB needs Hopper (A100: 163 KB); v2 ~106 KB */
-    const size_t need = v2 ? (INTRA2_SMEM > STATE2_SMEM ? INTRA2_SMEM : STATE2_SMEM) : STATE_SMEM;
+    /* shared memory: the old state kernel's ~190 KB and v3's ~174 KB need Hopper (A100: 163 KB);
+     * v2 ~106 KB */
+    const size_t need = ver == 3   ? STATE3_SMEM
+                        : v2       ? (INTRA2_SMEM > STATE2_SMEM ? INTRA2_SMEM : STATE2_SMEM)
+                                   : STATE_SMEM;
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess ||
         (size_t)optin < need) {
@@ -834,11 +1222,35 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     const int nsl = (dv + DNC_DVS - 1) / DNC_DVS;
     vsr_status st;
     void *scr;
+    const int vec = qkv_stride % 4 == 0 && ((uintptr_t)qkv & 15) == 0;
+    if (ver == 3) {
+        /* T [ch][64][64] first (16-byte aligned rows), then gc, beta [rows][Hv] */
+        if ((st = cuda_scratch(c, sizeof(float) * (nP + 2 * ng), &scr, err))) return st;
+        float *Tg = (float *)scr, *gcg = Tg + nP, *btg = gcg + ng;
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)INTRA3_SMEM),
+                             "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
+            return st;
+        dim3 gi((unsigned)chunks, (unsigned)Hv);
+        k_dn3_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv, dk,
+                                                         Tg, gcg, btg);
+        if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
+        if (!intra_only) {
+            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         (int)STATE3_SMEM),
+                                 "deltanet (chunked): shared memory of the state kernel", err)))
+                return st;
+            k_dn3_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE3_SMEM, c->stream>>>(
+                qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
+            if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+        }
+        *taken = 1;
+        return VSR_OK;
+    }
     if (v2) {
         /* gc, sq, sk [rows][Hv]; W [ch][64][dk]; U [ch][64][dv]; P [ch][64][64] */
         if ((st = cuda_scratch(c, sizeof(float) * (3 * ng + nW + nU + nP), &scr, err))) return st;
         float *gcg = (float *)scr, *sqg = gcg + ng, *skg = sqg + ng, *Wg = skg + ng, *Ug = Wg + nW, *Pg = Ug + nU;
-        const int vec = qkv_stride % 4 == 0 && ((uintptr_t)qkv & 15) == 0;
         if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn2_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      (int)INTRA2_SMEM),
                              "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
