@@ -449,7 +449,7 @@ TEST(mul_sigmoid_paths_agree) {
 
 typedef struct sw_case {
     const float *g, *u;
-    int64_t M, N;
+    int64_t M, N, gs; /* gs: row stride of g and u (2N: the halves of a stacked gate|up row) */
     int alias;
 } sw_case;
 
@@ -458,9 +458,9 @@ static void run_swiglu(const void *cv, float *out) {
     vsr_err err = {0};
     if (c->alias) { /* y aliases g */
         memcpy(out, c->g, sizeof(float) * (size_t)(c->M * c->N));
-        CHECK_OK(g_be->ops->swiglu(g_be->ctx, out, c->u, c->M, c->N, out, &err), err);
+        CHECK_OK(g_be->ops->swiglu(g_be->ctx, out, c->u, c->N, c->M, c->N, out, &err), err);
     } else {
-        CHECK_OK(g_be->ops->swiglu(g_be->ctx, c->g, c->u, c->M, c->N, out, &err), err);
+        CHECK_OK(g_be->ops->swiglu(g_be->ctx, c->g, c->u, c->gs, c->M, c->N, out, &err), err);
     }
 }
 
@@ -470,15 +470,35 @@ TEST(swiglu_paths_agree) {
     static const int64_t Ms[] = {1, 9, 33};
     for (size_t ni = 0; ni < COUNT(Ns); ni++)
         for (size_t mi = 0; mi < COUNT(Ms); mi++)
-            for (int v = 0; v < 4; v++) {
-                sw_case c = {.M = Ms[mi], .N = Ns[ni], .alias = v & 1};
-                float *g = rand_f32(c.M * c.N, 6.0f), *u = rand_f32(c.M * c.N, 2.0f);
-                if (v & 2) sprinkle_large(g, c.M * c.N);
+            for (int v = 0; v < 6; v++) {
+                /* v & 4: g and u the two halves of one [M, 2N] buffer (stride 2N), y contiguous */
+                sw_case c = {.M = Ms[mi], .N = Ns[ni], .alias = v == 1 || v == 3};
+                c.gs = v & 4 ? 2 * c.N : c.N;
+                float *g = rand_f32(c.M * c.gs, 6.0f), *u = v & 4 ? g + c.N : rand_f32(c.M * c.N, 2.0f);
+                if (v & 2) sprinkle_large(g, c.M * c.gs);
                 c.g = g, c.u = u;
                 compare(&t, "swiglu", run_swiglu, &c, c.M * c.N, TOL_EW, &REF, ALTS, 2);
-                free(g), free(u);
+                if (v & 4) { /* against the formula, row by row */
+                    float *y = malloc(sizeof(float) * (size_t)(c.M * c.N));
+                    vsr_err err = {0};
+                    CHECK_OK(g_be3.ops->swiglu(g_be3.ctx, g, u, c.gs, c.M, c.N, y, &err), err);
+                    double worst = 0;
+                    for (int64_t r = 0; r < c.M; r++)
+                        for (int64_t i = 0; i < c.N; i++) {
+                            double a = g[r * c.gs + i], b = u[r * c.gs + i], want = a / (1.0 + exp(-a)) * b;
+                            worst = fmax(worst, fabs(y[r * c.N + i] - want) / fmax(1.0, fabs(want)));
+                        }
+                    CHECK_MSG(worst <= 1e-5, "strided swiglu M %lld N %lld: %.3g", (long long)c.M, (long long)c.N, worst);
+                    free(y);
+                }
+                free(g);
+                if (!(v & 4)) free((float *)u);
             }
     report(&t, &REF, 2, TOL_EW);
+    vsr_err err = {0};
+    float z[4] = {0};
+    CHECK_ERR(g_be3.ops->swiglu(g_be3.ctx, z, z, 1, 1, 2, z, &err), err, VSR_E_INVALID,
+              "swiglu: row stride 1 is less than the width 2");
 }
 
 int main(void) {

@@ -129,10 +129,10 @@ TEST(twin_other_producers) {
     float *hg = hrand(M * I, 2.0f), *hu = hrand(M * I, 2.0f);
     void *g1 = up(hg, M * I), *g2 = up(hg, M * I), *u = up(hu, M * I), *y1 = up(NULL, M * N), *y2 = up(NULL, M * N);
     int64_t hits0 = vsr_cuda_stat_twin_hits;
-    CHECK_OK(GB.ops->swiglu(GB.ctx, g1, u, M, I, g1, &e), e);
+    CHECK_OK(GB.ops->swiglu(GB.ctx, g1, u, I, M, I, g1, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, g1, M, Wd, y1, 0, &e), e);
     GB.ops->feed_linears(GB.ctx, g2, M, I);
-    CHECK_OK(GB.ops->swiglu(GB.ctx, g2, u, M, I, g2, &e), e);
+    CHECK_OK(GB.ops->swiglu(GB.ctx, g2, u, I, M, I, g2, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, g2, M, Wd, y2, 0, &e), e);
     CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "swiglu twin not used");
     CHECK_MSG(same(g1, g2, M * I) && same(y1, y2, M * N), "swiglu twin changes the result");
@@ -205,6 +205,120 @@ TEST(twin_fp8) {
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
         free(hx), free(hw), free(wb), free(wq);
     }
+}
+
+/* ---- stacked weights (gate|up) and the strided SwiGLU that reads their product ---- */
+
+static double nerr(const float *a, const float *ref, int64_t n) {
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(ref[i])) return INFINITY;
+        md = fmax(md, fabs((double)a[i] - ref[i]));
+        mr = fmax(mr, fabs((double)ref[i]));
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+/* A linear on [A; B] stacked must give, row by row, A's outputs then B's: the same products as
+ * the two linears apart (the GEMM may pick another tiling for the wider N: allow the FP32
+ * accumulation-order difference only). */
+static void stacked_case(const char *what, vsr_weight_view *parts, int64_t M) {
+    vsr_err e;
+    const int64_t K = parts[0].K, N0 = parts[0].N, N1 = parts[1].N, N = N0 + N1;
+    vsr_bweight *W0 = NULL, *W1 = NULL, *WS = NULL;
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &parts[0], &W0, &e), e);
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &parts[1], &W1, &e), e);
+    CHECK_OK(GB.ops->weight_upload_cat(GB.ctx, parts, 2, &WS, &e), e);
+    if (!W0 || !W1 || !WS) return;
+    CHECK_MSG(GB.ops->weight_bytes(GB.ctx, WS) >= GB.ops->weight_bytes(GB.ctx, W0) + GB.ops->weight_bytes(GB.ctx, W1) ||
+                  parts[0].kind == VSR_WK_INT4,
+              "%s: stacked weight holds fewer bytes than its parts", what);
+    float *hx = hrand(M * K, 1.0f);
+    void *x = up(hx, M * K), *y0 = up(NULL, M * N0), *y1 = up(NULL, M * N1), *ys = up(NULL, M * N);
+    CHECK_OK(GB.ops->linear(GB.ctx, x, M, W0, y0, 0, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, x, M, W1, y1, 0, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, x, M, WS, ys, 0, &e), e);
+    float *a = down(y0, M * N0), *b = down(y1, M * N1), *c = down(ys, M * N);
+    float *ref = malloc(sizeof(float) * (size_t)(M * N));
+    for (int64_t r = 0; r < M; r++) {
+        memcpy(ref + r * N, a + r * N0, sizeof(float) * (size_t)N0);
+        memcpy(ref + r * N + N0, b + r * N1, sizeof(float) * (size_t)N1);
+    }
+    double d = nerr(c, ref, M * N);
+    printf("  stacked %s M=%lld: normalised difference %.3g\n", what, (long long)M, d);
+    CHECK_MSG(d <= 1e-5, "%s M %lld: stacked linear differs from its parts by %.3g", what, (long long)M, d);
+    free(a), free(b), free(c), free(ref), free(hx);
+    GB.ops->weight_free(GB.ctx, W0), GB.ops->weight_free(GB.ctx, W1), GB.ops->weight_free(GB.ctx, WS);
+    GB.ops->buf_free(GB.ctx, x), GB.ops->buf_free(GB.ctx, y0), GB.ops->buf_free(GB.ctx, y1), GB.ops->buf_free(GB.ctx, ys);
+}
+
+TEST(stacked_weights) {
+    const int64_t K = 256, N0 = 96, N1 = 160;
+    uint16_t *w0 = malloc(2 * (size_t)(N0 * K)), *w1 = malloc(2 * (size_t)(N1 * K));
+    for (int64_t i = 0; i < N0 * K; i++) w0[i] = vsr_f32_to_bf16(test_rndf() * 0.05f);
+    for (int64_t i = 0; i < N1 * K; i++) w1[i] = vsr_f32_to_bf16(test_rndf() * 0.05f);
+    vsr_weight_view bf[2] = {{.kind = VSR_WK_BF16, .N = N0, .K = K, .w = w0, .name = "gate"},
+                             {.kind = VSR_WK_BF16, .N = N1, .K = K, .w = w1, .name = "up"}};
+    stacked_case("bf16", bf, 1);
+    stacked_case("bf16", bf, 37);
+    /* int4, asymmetric group 64 (zero points stacked 8 rows to a word) */
+    const int group = 64, G = (int)(K / group);
+    uint32_t *p0 = malloc(4 * (size_t)(N0 * K / 8)), *p1 = malloc(4 * (size_t)(N1 * K / 8));
+    uint16_t *s0 = malloc(2 * (size_t)(N0 * G)), *s1 = malloc(2 * (size_t)(N1 * G));
+    uint32_t *z0 = malloc(4 * (size_t)(N0 / 8 * G)), *z1 = malloc(4 * (size_t)(N1 / 8 * G));
+    vsr_quantize_int4_rtn(w0, N0, K, group, false, NULL, p0, s0, z0);
+    vsr_quantize_int4_rtn(w1, N1, K, group, false, NULL, p1, s1, z1);
+    vsr_weight_view i4[2] = {{.kind = VSR_WK_INT4, .N = N0, .K = K, .w = p0, .scale = s0, .zp = z0, .group = group, .name = "gate"},
+                             {.kind = VSR_WK_INT4, .N = N1, .K = K, .w = p1, .scale = s1, .zp = z1, .group = group, .name = "up"}};
+    stacked_case("int4", i4, 3);
+    stacked_case("int4", i4, 300);
+    /* refusals: parts the backend cannot stack are refused as unsupported (the model keeps them apart) */
+    vsr_err e;
+    vsr_bweight *W = NULL;
+    int32_t *gi0 = malloc(4 * (size_t)K), *gi1 = malloc(4 * (size_t)K);
+    for (int64_t k = 0; k < K; k++) gi0[k] = (int32_t)(k / group), gi1[k] = (int32_t)((K - 1 - k) / group);
+    vsr_weight_view act[2] = {i4[0], i4[1]};
+    act[0].g_idx = gi0, act[1].g_idx = gi1;
+    CHECK_ERR(GB.ops->weight_upload_cat(GB.ctx, act, 2, &W, &e), e, VSR_E_UNSUPPORTED, "g_idx cannot be stacked");
+    vsr_weight_view mixed[2] = {bf[0], i4[1]};
+    CHECK_ERR(GB.ops->weight_upload_cat(GB.ctx, mixed, 2, &W, &e), e, VSR_E_UNSUPPORTED, "cannot be stacked");
+    CHECK(W == NULL);
+    if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89) {
+        uint8_t *q0 = malloc((size_t)(N0 * K)), *q1 = malloc((size_t)(N1 * K));
+        uint16_t *f0 = malloc(2 * (size_t)N0), *f1 = malloc(2 * (size_t)N1);
+        vsr_quantize_fp8_rtn(w0, N0, K, q0, f0);
+        vsr_quantize_fp8_rtn(w1, N1, K, q1, f1);
+        vsr_weight_view f8[2] = {{.kind = VSR_WK_FP8, .N = N0, .K = K, .w = q0, .scale = f0, .name = "gate"},
+                                 {.kind = VSR_WK_FP8, .N = N1, .K = K, .w = q1, .scale = f1, .name = "up"}};
+        stacked_case("fp8", f8, 5);
+        stacked_case("fp8", f8, 300);
+        free(q0), free(q1), free(f0), free(f1);
+    }
+    free(w0), free(w1), free(p0), free(p1), free(s0), free(s1), free(z0), free(z1), free(gi0), free(gi1);
+}
+
+/* swiglu reading the two halves of a [M, 2N] row (stride 2N) into a contiguous y, with its twin */
+TEST(swiglu_strided) {
+    vsr_err e;
+    vsr_backend cb;
+    CHECK_OK(vsr_backend_cpu_new(1, &cb, &e), e);
+    static const int64_t Ns[] = {1000, 37};
+    for (size_t i = 0; i < 2; i++) {
+        const int64_t M = 21, N = Ns[i];
+        float *hgu = hrand(M * 2 * N, 3.0f), *yc = malloc(sizeof(float) * (size_t)(M * N));
+        CHECK_OK(cb.ops->swiglu(cb.ctx, hgu, hgu + N, 2 * N, M, N, yc, &e), e);
+        void *gu = up(hgu, M * 2 * N), *y = up(NULL, M * N);
+        GB.ops->feed_linears(GB.ctx, y, M, N);
+        CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + N, 2 * N, M, N, y, &e), e);
+        float *yg = down(y, M * N);
+        double d = nerr(yg, yc, M * N);
+        printf("  swiglu stride %lld N %lld: GPU vs CPU %.3g\n", (long long)(2 * N), (long long)N, d);
+        CHECK_MSG(d <= 1e-6, "strided swiglu N %lld: %.3g", (long long)N, d);
+        CHECK_ERR(GB.ops->swiglu(GB.ctx, gu, gu, N - 1, M, N, y, &e), e, VSR_E_INVALID, "row stride");
+        free(hgu), free(yc), free(yg);
+        GB.ops->buf_free(GB.ctx, gu), GB.ops->buf_free(GB.ctx, y);
+    }
+    vsr_backend_destroy(&cb);
 }
 
 /* ---- recorded forwards ---- */
@@ -317,6 +431,8 @@ int main(void) {
     RUN(twin_rmsnorm_bf16);
     RUN(twin_other_producers);
     RUN(twin_fp8);
+    RUN(stacked_weights);
+    RUN(swiglu_strided);
     RUN(graphs_replay_bit_identical);
     vsr_backend_destroy(&GB);
 #else

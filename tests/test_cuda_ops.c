@@ -302,8 +302,8 @@ TEST(op_conv_rope_elementwise) {
     int64_t n = 1001;
     float *a = hrand(n, 4.0f), *b = hrand(n, 1.0f);
     pair pa = both(a, n), pb = both(b, n);
-    CHECK_OK(GB.ops->swiglu(GB.ctx, pa.g, pb.g, 7, 143, pa.g, &e), e);
-    CHECK_OK(CB.ops->swiglu(CB.ctx, pa.c, pb.c, 7, 143, pa.c, &e), e);
+    CHECK_OK(GB.ops->swiglu(GB.ctx, pa.g, pb.g, 143, 7, 143, pa.g, &e), e);
+    CHECK_OK(CB.ops->swiglu(CB.ctx, pa.c, pb.c, 143, 7, 143, pa.c, &e), e);
     cmp(pa, "swiglu 7x143 in place", 1e-5);
     CHECK_OK(GB.ops->add(GB.ctx, pa.g, pb.g, n, &e), e);
     CHECK_OK(CB.ops->add(CB.ctx, pa.c, pb.c, n, &e), e);

@@ -135,9 +135,10 @@ typedef struct vsr_backend_ops {
      * Used for the attention output gate; y may alias x. */
     vsr_status (*mul_sigmoid)(void *ctx, float *x, int64_t M, int H, int hd, const float *g,
                               int64_t g_stride, int64_t g_head_stride, vsr_err *err);
-    /* y[M, N] = silu(g[M, N]) * u[M, N] (SwiGLU); y may alias g. */
-    vsr_status (*swiglu)(void *ctx, const float *g, const float *u, int64_t M, int64_t N, float *y,
-                         vsr_err *err);
+    /* y[M, N] = silu(g[M, N]) * u[M, N] (SwiGLU). g and u rows at stride gu_stride >= N (2N for the
+     * two halves of a fused gate|up product), y contiguous; y may alias g when gu_stride == N. */
+    vsr_status (*swiglu)(void *ctx, const float *g, const float *u, int64_t gu_stride, int64_t M, int64_t N,
+                         float *y, vsr_err *err);
     /* y[i] += x[i], n elements. */
     vsr_status (*add)(void *ctx, float *y, const float *x, int64_t n, vsr_err *err);
     /* dst row r = src row rows[r] (host indices), D floats each. */
@@ -169,6 +170,11 @@ typedef struct vsr_backend_ops {
     vsr_status (*graph_begin)(void *ctx, uint64_t key, const int32_t *ids, int64_t n_ids, int *replayed,
                               vsr_err *err);
     vsr_status (*graph_end)(void *ctx, vsr_status ops_status, int *rerun, vsr_err *err);
+    /* One weight of n stored weights of one kind and K, stacked along N (the fused gate|up
+     * projection; a linear on it writes each part's outputs side by side in a row). Parts it cannot
+     * stack are refused with VSR_E_UNSUPPORTED; the model then keeps them apart. */
+    vsr_status (*weight_upload_cat)(void *ctx, const vsr_weight_view *parts, int n, vsr_bweight **out,
+                                    vsr_err *err);
 } vsr_backend_ops;
 
 typedef struct vsr_backend {

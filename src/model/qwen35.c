@@ -42,6 +42,7 @@ typedef struct layer {
     vsr_bweight *q, *k, *v, *o;                   /* self_attn */
     float *q_norm, *k_norm;                       /* [d] */
     vsr_bweight *gate, *up, *down;                /* mlp */
+    vsr_bweight *gate_up;                         /* gate|up stacked [2I, D] (then gate, up are NULL) */
 } layer;
 
 struct vsr_model {
@@ -62,6 +63,7 @@ struct vsr_model {
     vsr_bweight **ws;
     int n_ws, cap_ws;
     uint64_t weight_bytes;
+    int mlp_stacked; /* some layer has gate|up stacked: the arena's mg holds [chunk, 2I] */
     /* rotary tables [max_pos, rot/2] */
     float *cos_t, *sin_t;
     int64_t max_pos;
@@ -177,9 +179,9 @@ static vsr_status need_dtype(const vsr_tensor *t, vsr_dtype dt, vsr_err *err) {
 }
 
 /* One linear [N, K] in whichever stored form the package has: `.weight` (BF16, or FP8 with
- * `.weight_scale`), or `.weight_packed` (int4 I32 or NVFP4 U8) with its scales. The backend
- * decides whether it can run that form. */
-static vsr_status load_linear(vsr_model *m, const char *mod, int64_t N, int64_t K, vsr_bweight **out,
+ * `.weight_scale`), or `.weight_packed` (int4 I32 or NVFP4 U8) with its scales, checked and viewed
+ * in place in the mapping. The backend decides whether it can run that form. */
+static vsr_status linear_view(vsr_model *m, const char *mod, int64_t N, int64_t K, vsr_weight_view *out,
                               vsr_err *err) {
     vsr_weight_view v = {.N = N, .K = K};
     const vsr_tensor *w = find(m, mod, "weight"), *p = find(m, mod, "weight_packed");
@@ -263,8 +265,39 @@ static vsr_status load_linear(vsr_model *m, const char *mod, int64_t N, int64_t 
                            "tensor %s%s.weight (or .weight_packed) is missing from the package",
                            m->pkg->text_prefix, mod);
     }
-    if ((st = m->be.ops->weight_upload(m->be.ctx, &v, out, err))) return st;
+    *out = v;
+    return VSR_OK;
+}
+
+static vsr_status load_linear(vsr_model *m, const char *mod, int64_t N, int64_t K, vsr_bweight **out,
+                              vsr_err *err) {
+    vsr_weight_view v;
+    vsr_status st;
+    if ((st = linear_view(m, mod, N, K, &v, err)) || (st = m->be.ops->weight_upload(m->be.ctx, &v, out, err))) return st;
     return track_w(m, *out, err);
+}
+
+/* gate_proj and up_proj as one [2I, D] weight where the backend stacks them (one GEMM reads the
+ * MLP input once; swiglu reads the two halves of its output row), else apart. */
+static vsr_status load_mlp_in(vsr_model *m, layer *L, int l, vsr_err *err) {
+    char g[128], u[128];
+    snprintf(g, sizeof g, "layers.%d.mlp.gate_proj", l);
+    snprintf(u, sizeof u, "layers.%d.mlp.up_proj", l);
+    vsr_weight_view parts[2];
+    vsr_status st;
+    if ((st = linear_view(m, g, m->I, m->D, &parts[0], err)) || (st = linear_view(m, u, m->I, m->D, &parts[1], err)))
+        return st;
+    vsr_wkind k = parts[0].kind;
+    if (m->be.ops->weight_upload_cat && k == parts[1].kind && (k == VSR_WK_BF16 || k == VSR_WK_FP8 || k == VSR_WK_INT4)) {
+        st = m->be.ops->weight_upload_cat(m->be.ctx, parts, 2, &L->gate_up, err);
+        if (!st) return track_w(m, L->gate_up, err);
+        if (st != VSR_E_UNSUPPORTED) return st;
+        L->gate_up = NULL; /* not stackable (e.g. act-order parts with their own g_idx): apart */
+    }
+    if ((st = m->be.ops->weight_upload(m->be.ctx, &parts[0], &L->gate, err)) || (st = track_w(m, L->gate, err)) ||
+        (st = m->be.ops->weight_upload(m->be.ctx, &parts[1], &L->up, err)))
+        return st;
+    return track_w(m, L->up, err);
 }
 
 /* ---- rotary tables ---- */
@@ -328,7 +361,7 @@ static size_t arena_layout(const vsr_model *m, int64_t T, int64_t R, arena *a, f
     int64_t w2 = max3(m->Vd, (int64_t)m->Hkv * m->hd, 0), w4 = (int64_t)m->H * m->hd;
     int64_t wl = max3(max3(m->D, m->Vd, w4), VSR_D3_CODES, 0), ch = T < mlp_chunk(m) ? T : mlp_chunk(m);
     int64_t sizes[] = {T * m->D, T * m->D, T * w0, T * w1, T * w2, T * w2, T * w4, T * m->Hv, T * m->Hv,
-                       ch * m->I, ch * m->I, R * wl, R * wl, R * m->Hv * m->dk * m->dv};
+                       ch * m->I * (m->mlp_stacked ? 2 : 1), ch * m->I, R * wl, R * wl, R * m->Hv * m->dk * m->dv};
     float **slots[] = {&a->x, &a->h, &a->t0, &a->t1, &a->t2, &a->t3, &a->t4, &a->tb, &a->ta,
                        &a->mg, &a->mu, &a->xl, &a->cl, &a->st};
     _Static_assert(sizeof sizes / sizeof *sizes == sizeof slots / sizeof *slots, "one size per slot");
@@ -408,10 +441,9 @@ static vsr_status load_layer(vsr_model *m, int l, vsr_err *err) {
             return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s.bias: attention biases are not supported (attention_bias "
                                "is false in qwen3_5)", mod);
     }
-    if ((st = load_linear(m, P("mlp.gate_proj"), m->I, D, &L->gate, err)) ||
-        (st = load_linear(m, P("mlp.up_proj"), m->I, D, &L->up, err)) ||
-        (st = load_linear(m, P("mlp.down_proj"), D, m->I, &L->down, err)))
+    if ((st = load_mlp_in(m, L, l, err)) || (st = load_linear(m, P("mlp.down_proj"), D, m->I, &L->down, err)))
         return st;
+    if (L->gate_up) m->mlp_stacked = 1;
 #undef P
     return VSR_OK;
 }
@@ -589,8 +621,15 @@ static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, fl
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         int64_t n = T - t0 < chunk ? T - t0 : chunk;
         const float *hc = h + t0 * m->D;
+        if (L->gate_up) { /* [n, 2I]: gate | up per row */
+            if ((st = B->linear(X, hc, n, L->gate_up, a->mg, 0, err)) || (feed(m, a->mu, n, m->I), 0) ||
+                (st = B->swiglu(X, a->mg, a->mg + m->I, 2 * m->I, n, m->I, a->mu, err)) ||
+                (st = B->linear(X, a->mu, n, L->down, x + t0 * m->D, 1, err)))
+                return st;
+            continue;
+        }
         if ((st = B->linear(X, hc, n, L->gate, a->mg, 0, err)) || (st = B->linear(X, hc, n, L->up, a->mu, 0, err)) ||
-            (feed(m, a->mg, n, m->I), 0) || (st = B->swiglu(X, a->mg, a->mu, n, m->I, a->mg, err)) ||
+            (feed(m, a->mg, n, m->I), 0) || (st = B->swiglu(X, a->mg, a->mu, m->I, n, m->I, a->mg, err)) ||
             (st = B->linear(X, a->mg, n, L->down, x + t0 * m->D, 1, err)))
             return st;
     }

@@ -104,7 +104,7 @@ static void run_shape(int R, int L) {
     TIME("rmsnorm (post)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));
     LIN("linear gate", Wg, I, D, h, mg, 0);
     LIN("linear up", Wu, I, D, h, mu, 0);
-    TIME("swiglu", 12.0 * T * I, 0, o->swiglu(c, mg, mu, T, I, mg, &E));
+    TIME("swiglu", 12.0 * T * I, 0, o->swiglu(c, mg, mu, I, T, I, mg, &E));
     LIN("linear down (+=)", Wd, D, I, mg, x, 1);
     double dn_total = total_us;
     /* attention layer (its MLP is the same as above) */

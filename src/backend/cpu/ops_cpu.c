@@ -860,6 +860,20 @@ static vsr_status cpu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd,
 static void swiglu_fn(void *p, int64_t b, int64_t e, int worker) {
     (void)worker;
     ew_job *j = p;
+    if (j->gs != j->N) { /* strided halves: row by row */
+        for (int64_t r = b; r < e; r++) {
+            const float *g = j->g + r * j->gs, *u = j->u + r * j->gs;
+            float *y = j->y + r * j->N;
+#ifdef VSR_OPS_AVX512
+            if (have_avx512()) {
+                silu_mul_avx512(g, u, y, j->N);
+                continue;
+            }
+#endif
+            for (int64_t i = 0; i < j->N; i++) y[i] = silu(g[i]) * u[i];
+        }
+        return;
+    }
 #ifdef VSR_OPS_AVX512
     if (have_avx512()) {
         silu_mul_avx512(j->g + b * j->N, j->u + b * j->N, j->y + b * j->N, (e - b) * j->N);
@@ -869,11 +883,13 @@ static void swiglu_fn(void *p, int64_t b, int64_t e, int worker) {
     for (int64_t i = b * j->N; i < e * j->N; i++) j->y[i] = silu(j->g[i]) * j->u[i];
 }
 
-static vsr_status cpu_swiglu(void *ctx, const float *g, const float *u, int64_t M, int64_t N, float *y,
-                             vsr_err *err) {
-    (void)err;
+static vsr_status cpu_swiglu(void *ctx, const float *g, const float *u, int64_t gu_stride, int64_t M, int64_t N,
+                             float *y, vsr_err *err) {
+    if (gu_stride < N)
+        return vsr_err_set(err, VSR_E_INVALID, "swiglu: row stride %lld is less than the width %lld",
+                           (long long)gu_stride, (long long)N);
     cpu_ctx *c = ctx;
-    ew_job j = {.g = g, .u = u, .N = N, .y = y};
+    ew_job j = {.g = g, .u = u, .gs = gu_stride, .N = N, .y = y};
     vsr_pool_for(c->pool, M, 8, swiglu_fn, &j);
     return VSR_OK;
 }

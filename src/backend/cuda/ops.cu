@@ -467,9 +467,11 @@ __global__ void k_mul_sigmoid(float *x, int64_t M, int H, int hd, const float *_
     }
 }
 
-__global__ void k_swiglu(const float *g, const float *__restrict__ u, int64_t n, float *y) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = silu_d(g[i]) * u[i];
+__global__ void k_swiglu(const float *g, const float *__restrict__ u, int64_t gs, int64_t N, int64_t n, float *y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / N, c = i % N;
+        y[i] = silu_d(g[r * gs + c]) * u[r * gs + c];
+    }
 }
 
 __global__ void k_add(float *y, const float *__restrict__ x, int64_t n) {
@@ -779,27 +781,27 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
     twin_row<TW, RN_VEC>(v, D4, D, r, tw, twld, tsx, sh);
 }
 
-/* SwiGLU, FP32 out plus an optional BF16 twin; 4 elements per thread where aligned */
-__global__ void k_swiglu4(const float *g, const float *__restrict__ u, int64_t n, float *y, __nv_bfloat16 *yb) {
-    const int64_t n4 = n / 4;
+/* SwiGLU, FP32 out plus an optional BF16 twin, 4 columns per thread (N, gs multiples of 4, 16-byte
+ * aligned): g, u rows at stride gs, y and yb contiguous [M, N] */
+__global__ void k_swiglu4(const float *g, const float *__restrict__ u, int64_t gs, int64_t M, int64_t N, float *y,
+                          __nv_bfloat16 *yb) {
+    const int64_t N4 = N / 4, n4 = M * N4;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-        float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
+        const int64_t r = i / N4, c = (i % N4) * 4;
+        float4 a = *(const float4 *)(g + r * gs + c), b = *(const float4 *)(u + r * gs + c);
         float4 o = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
-        ((float4 *)y)[i] = o;
-        if (yb) store_bf16x4(yb + 4 * i, o);
-    }
-    for (int64_t i = n4 * 4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        y[i] = silu_d(g[i]) * u[i];
-        if (yb) yb[i] = __float2bfloat16_rn(y[i]);
+        *(float4 *)(y + r * N + c) = o;
+        if (yb) store_bf16x4(yb + r * N + c, o);
     }
 }
 
 /* SwiGLU with an FP8 twin: one block per row of N (N % 4 == 0, N <= 256 * 4 * SW_VEC) */
-__global__ void __launch_bounds__(256) k_swiglu_row_fp8(const float *g, const float *__restrict__ u, int N, float *y,
-                                                        uint8_t *__restrict__ tw, int64_t twld, float *__restrict__ tsx) {
+__global__ void __launch_bounds__(256) k_swiglu_row_fp8(const float *g, const float *__restrict__ u, int64_t gs, int N,
+                                                        float *y, uint8_t *__restrict__ tw, int64_t twld,
+                                                        float *__restrict__ tsx) {
     __shared__ float sh[33];
     const int64_t r = blockIdx.x;
-    const float4 *gr = (const float4 *)(g + r * N), *ur = (const float4 *)(u + r * N);
+    const float4 *gr = (const float4 *)(g + r * gs), *ur = (const float4 *)(u + r * gs);
     float4 *yr = (float4 *)(y + r * N);
     const int N4 = N >> 2;
     float4 v[SW_VEC];
@@ -1199,6 +1201,78 @@ static vsr_status cu_weight_upload(void *ctx, const vsr_weight_view *v, vsr_bwei
     return VSR_OK;
 }
 
+/* Parts of one kind and K stacked along N into one weight (the fused gate|up projection). BF16 and
+ * F32 are copied part by part into one device allocation; FP8 and int4 are stacked on the host
+ * (weights, scales, zero points: int4 zero points are packed 8 rows to a word, so each part's N
+ * must be a multiple of 8, and act-order parts must share g_idx) and uploaded by their hook. */
+static vsr_status cu_weight_upload_cat(void *ctx, const vsr_weight_view *parts, int n, vsr_bweight **out,
+                                       vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (n < 1) return vsr_err_set(err, VSR_E_INVALID, "weight_upload_cat: no parts");
+    const vsr_weight_view *p0 = &parts[0];
+    vsr_weight_view v = *p0;
+    char name[256];
+    snprintf(name, sizeof name, "%s", p0->name ? p0->name : "(weight)");
+    v.N = 0;
+    for (int i = 0; i < n; i++) {
+        const vsr_weight_view *p = &parts[i];
+        if (p->kind != p0->kind || p->K != p0->K || p->N <= 0 || !p->w)
+            return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: parts of different kinds or widths cannot be stacked", name);
+        if (p->kind == VSR_WK_INT4 &&
+            (p->group != p0->group || !p->zp != !p0->zp || (p->zp && p->N % 8) || !p->g_idx != !p0->g_idx ||
+             (p->g_idx && memcmp(p->g_idx, p0->g_idx, sizeof(int32_t) * (size_t)p->K))))
+            return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: int4 parts with different groups, zero points or g_idx "
+                               "cannot be stacked", name);
+        if (i) snprintf(name + strlen(name), sizeof name - strlen(name), "+%s", p->name ? p->name : "?");
+        v.N += p->N;
+    }
+    v.name = name;
+    const int64_t K = v.K;
+    if (v.kind == VSR_WK_BF16 || v.kind == VSR_WK_F32) {
+        size_t es = v.kind == VSR_WK_BF16 ? 2 : 4;
+        vsr_bweight *b = (vsr_bweight *)calloc(1, sizeof *b);
+        if (!b) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", name);
+        b->v = v;
+        snprintf(b->name, sizeof b->name, "%s", name);
+        b->v.name = b->name;
+        b->bytes = (uint64_t)v.N * (uint64_t)K * es;
+        vsr_status st = cuda_check(c, cudaMalloc(&b->w, b->bytes), "cudaMalloc", err);
+        for (int64_t i = 0, row = 0; !st && i < n; row += parts[i].N, i++)
+            st = cuda_check(c, cudaMemcpy((char *)b->w + (size_t)row * (size_t)K * es, parts[i].w,
+                                          (size_t)parts[i].N * (size_t)K * es, cudaMemcpyHostToDevice),
+                            "weight upload", err);
+        b->v.w = NULL;
+        if (st) {
+            cudaFree(b->w);
+            free(b);
+            return vsr_err_prefix(err, "%s", name);
+        }
+        *out = b;
+        return VSR_OK;
+    }
+    if (v.kind != VSR_WK_FP8 && v.kind != VSR_WK_INT4)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: %s parts are not stacked", name, wkind_names_cuda[v.kind]);
+    /* host stacks: [rows, row bytes] for weights, scales and zero points */
+    int64_t G = v.kind == VSR_WK_INT4 ? (v.group > 0 ? (K + v.group - 1) / v.group : 1) : 1;
+    size_t wrow = v.kind == VSR_WK_FP8 ? (size_t)K : (size_t)(K / 8) * 4, srow = 2 * (size_t)G, zrow = 4 * (size_t)G;
+    uint8_t *w = (uint8_t *)malloc(wrow * (size_t)v.N), *sc = (uint8_t *)malloc(srow * (size_t)v.N);
+    uint8_t *zp = v.zp ? (uint8_t *)malloc(zrow * (size_t)(v.N / 8)) : NULL;
+    if (!w || !sc || (v.zp && !zp)) {
+        free(w), free(sc), free(zp);
+        return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory stacking", name);
+    }
+    for (int64_t i = 0, row = 0; i < n; row += parts[i].N, i++) {
+        memcpy(w + wrow * (size_t)row, parts[i].w, wrow * (size_t)parts[i].N);
+        memcpy(sc + srow * (size_t)row, parts[i].scale, srow * (size_t)parts[i].N);
+        if (zp) memcpy(zp + zrow * (size_t)(row / 8), parts[i].zp, zrow * (size_t)(parts[i].N / 8));
+    }
+    v.w = w, v.scale = sc, v.zp = zp;
+    vsr_status st = cu_weight_upload(ctx, &v, out, err);
+    free(w), free(sc), free(zp);
+    return st;
+}
+
 static void cu_weight_free(void *ctx, vsr_bweight *w) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     if (!w) return;
@@ -1473,24 +1547,29 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
     return VSR_OK;
 }
 
-static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t M, int64_t N, float *y, vsr_err *err) {
+static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t gs, int64_t M, int64_t N, float *y,
+                           vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
     int64_t n = M * N;
     if (n <= 0) return VSR_OK;
+    if (gs < N)
+        return vsr_err_set(err, VSR_E_INVALID, "swiglu: row stride %lld is less than the width %lld", (long long)gs,
+                           (long long)N);
     PROF(c, "swiglu");
-    int aligned = ((uintptr_t)g & 15) == 0 && ((uintptr_t)u & 15) == 0 && ((uintptr_t)y & 15) == 0;
-    int rowk = aligned && N % 4 == 0 && N <= 256 * 4 * SW_VEC && M <= 0x7fffffff;
+    int vec = ((uintptr_t)g & 15) == 0 && ((uintptr_t)u & 15) == 0 && ((uintptr_t)y & 15) == 0 && N % 4 == 0 &&
+              gs % 4 == 0;
+    int rowk = vec && N <= 256 * 4 * SW_VEC && M <= 0x7fffffff;
     twin t;
-    vsr_status st = twin_start(c, y, n, rowk, aligned, &t, err);
+    vsr_status st = twin_start(c, y, n, rowk, vec, &t, err);
     if (st) return st;
     if (t.kind == TW_FP8)
-        k_swiglu_row_fp8<<<(unsigned)M, 256, 0, c->stream>>>(g, u, (int)N, y, (uint8_t *)t.data, t.Kp, t.sx);
-    else if (aligned)
-        k_swiglu4<<<blocks_for((n + 3) / 4, 256) > 8192 ? 8192 : blocks_for((n + 3) / 4, 256), 256, 0, c->stream>>>(
-            g, u, n, y, (__nv_bfloat16 *)t.data);
+        k_swiglu_row_fp8<<<(unsigned)M, 256, 0, c->stream>>>(g, u, gs, (int)N, y, (uint8_t *)t.data, t.Kp, t.sx);
+    else if (vec)
+        k_swiglu4<<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
+            g, u, gs, M, N, y, (__nv_bfloat16 *)t.data);
     else
-        k_swiglu<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, n, y);
+        k_swiglu<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, gs, N, n, y);
     if ((st = cuda_check_launch(c, "swiglu", err))) return st;
     twin_commit(c, &t);
     return VSR_OK;
@@ -1580,6 +1659,7 @@ static const vsr_backend_ops cuda_ops = {
     /* .feed_linears = */ cu_feed_linears,
     /* .graph_begin = */ cu_graph_begin,
     /* .graph_end = */ cu_graph_end,
+    /* .weight_upload_cat = */ cu_weight_upload_cat,
 };
 
 extern "C" vsr_status vsr_backend_cuda_new(int device_index, vsr_backend *out, vsr_err *err) {
