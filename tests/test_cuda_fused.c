@@ -321,6 +321,37 @@ TEST(swiglu_strided) {
     vsr_backend_destroy(&cb);
 }
 
+/* mul_sigmoid and rmsnorm_gated on their 4-wide and scalar paths against the CPU backend */
+TEST(vector_and_scalar_paths) {
+    vsr_err e;
+    vsr_backend cb;
+    CHECK_OK(vsr_backend_cpu_new(1, &cb, &e), e);
+    static const int hds[] = {6, 16, 128};
+    for (size_t i = 0; i < 3; i++) {
+        const int64_t M = 19, H = 3, hd = hds[i];
+        float *hx = hrand(M * H * hd, 1.0f), *hg = hrand(M * 2 * H * hd, 3.0f), *hz = hrand(M * H * hd, 2.0f),
+              *hw = hrand(hd, 1.0f), *yc = malloc(sizeof(float) * (size_t)(M * H * hd));
+        void *x = up(hx, M * H * hd), *g = up(hg, M * 2 * H * hd), *z = up(hz, M * H * hd), *w = up(hw, hd),
+             *y = up(NULL, M * H * hd);
+        CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, M * H, hd, w, 1e-6f, y, &e), e);
+        CHECK_OK(cb.ops->rmsnorm_gated(cb.ctx, hx, hz, M * H, hd, hw, 1e-6f, yc, &e), e);
+        float *yg = down(y, M * H * hd);
+        double d = nerr(yg, yc, M * H * hd);
+        CHECK_MSG(d <= 1e-5, "rmsnorm_gated D %lld: %.3g", (long long)hd, d);
+        free(yg);
+        CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, x, M, (int)H, (int)hd, (float *)g + hd, 2 * H * hd, 2 * hd, &e), e);
+        CHECK_OK(cb.ops->mul_sigmoid(cb.ctx, hx, M, (int)H, (int)hd, hg + hd, 2 * H * hd, 2 * hd, &e), e);
+        yg = down(x, M * H * hd);
+        double d2 = nerr(yg, hx, M * H * hd);
+        printf("  hd %lld: rmsnorm_gated %.3g, mul_sigmoid %.3g (GPU vs CPU)\n", (long long)hd, d, d2);
+        CHECK_MSG(d2 <= 1e-5, "mul_sigmoid hd %lld: %.3g", (long long)hd, d2);
+        free(yg), free(hx), free(hg), free(hz), free(hw), free(yc);
+        void *bufs[] = {x, g, z, w, y};
+        for (size_t j = 0; j < 5; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    }
+    vsr_backend_destroy(&cb);
+}
+
 /* ---- recorded forwards ---- */
 
 static vsr_status load(vsr_package *p, vsr_model **m, vsr_err *e) {
@@ -433,6 +464,7 @@ int main(void) {
     RUN(twin_fp8);
     RUN(stacked_weights);
     RUN(swiglu_strided);
+    RUN(vector_and_scalar_paths);
     RUN(graphs_replay_bit_identical);
     vsr_backend_destroy(&GB);
 #else

@@ -819,6 +819,54 @@ __global__ void __launch_bounds__(256) k_swiglu_row_fp8(const float *g, const fl
     twin_row<TW_FP8, SW_VEC>(v, N4, N, r, tw, twld, tsx, sh);
 }
 
+/* DeltaNet output norm, one warp per row, 4 columns per lane (D % 4 == 0, D <= 32 * 4 * 4, x, z, w,
+ * y 16-byte aligned): the same formula as k_rmsnorm_gated, the sum of squares in another order */
+__global__ void k_rmsnorm_gated4(const float *__restrict__ x, const float *__restrict__ z, int64_t M, int D,
+                                 const float *__restrict__ w, float eps, float *__restrict__ y,
+                                 __nv_bfloat16 *__restrict__ yb) {
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31, D4 = D / 4;
+    if (r >= M) return;
+    const float4 *xr = (const float4 *)(x + r * D), *zr = (const float4 *)(z + r * D), *wr = (const float4 *)w;
+    float4 v[4];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane + 32 * j;
+        v[j] = i < D4 ? xr[i] : make_float4(0, 0, 0, 0);
+        ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+    ss = warp_sum(ss);
+    const float inv = rsqrtf(ss / (float)D + eps);
+    float4 *yr = (float4 *)(y + r * D);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int i = lane + 32 * j;
+        if (i < D4) {
+            float4 g = wr[i], a = zr[i];
+            float4 o = make_float4(g.x * (v[j].x * inv) * silu_d(a.x), g.y * (v[j].y * inv) * silu_d(a.y),
+                                   g.z * (v[j].z * inv) * silu_d(a.z), g.w * (v[j].w * inv) * silu_d(a.w));
+            yr[i] = o;
+            if (yb) store_bf16x4(yb + r * D + 4 * i, o);
+        }
+    }
+}
+
+/* attention output gate, 4 columns per thread (hd, gs, ghs multiples of 4, x and g 16-byte aligned) */
+__global__ void k_mul_sigmoid4(float *x, int64_t M, int H, int hd, const float *__restrict__ g, int64_t gs, int64_t ghs,
+                               __nv_bfloat16 *xb) {
+    const int hd4 = hd / 4;
+    const int64_t row4 = (int64_t)H * hd4, n4 = M * row4;
+    for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n4; u += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = u / row4;
+        const int rem = (int)(u - r * row4), h = rem / hd4, i = (rem - h * hd4) * 4;
+        float4 a = ((float4 *)x)[u], b = *(const float4 *)(g + r * gs + h * ghs + i);
+        float4 o = make_float4(a.x * sigmoid_d(b.x), a.y * sigmoid_d(b.y), a.z * sigmoid_d(b.z), a.w * sigmoid_d(b.w));
+        ((float4 *)x)[u] = o;
+        if (xb) store_bf16x4(xb + 4 * u, o);
+    }
+}
+
 static inline int64_t rup16(int64_t k) { return (k + 15) / 16 * 16; }
 
 /* Drops the twin and the pending declaration when [ptr, ptr + bytes) overlaps their source. */
@@ -1417,7 +1465,12 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
     twin t;
     vsr_status st = twin_start(c, y, M * D, 0, 1, &t, err);
     if (st) return st;
-    k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, D, w, eps, y, (__nv_bfloat16 *)t.data);
+    int vec = D % 4 == 0 && D <= 32 * 4 * 4 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)z & 15) == 0 &&
+              ((uintptr_t)w & 15) == 0 && ((uintptr_t)y & 15) == 0;
+    if (vec)
+        k_rmsnorm_gated4<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, (int)D, w, eps, y, (__nv_bfloat16 *)t.data);
+    else
+        k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, D, w, eps, y, (__nv_bfloat16 *)t.data);
     if ((st = cuda_check_launch(c, "rmsnorm_gated", err))) return st;
     twin_commit(c, &t);
     return VSR_OK;
@@ -1540,8 +1593,12 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
     twin t;
     vsr_status st = twin_start(c, x, n, 0, 1, &t, err);
     if (st) return st;
-    k_mul_sigmoid<<<blocks_for(n, 256) > 4096 ? 4096 : blocks_for(n, 256), 256, 0, c->stream>>>(
-        x, M, H, hd, g, gs, ghs, (__nv_bfloat16 *)t.data);
+    if (hd % 4 == 0 && gs % 4 == 0 && ghs % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)g & 15) == 0)
+        k_mul_sigmoid4<<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
+            x, M, H, hd, g, gs, ghs, (__nv_bfloat16 *)t.data);
+    else
+        k_mul_sigmoid<<<blocks_for(n, 256) > 4096 ? 4096 : blocks_for(n, 256), 256, 0, c->stream>>>(
+            x, M, H, hd, g, gs, ghs, (__nv_bfloat16 *)t.data);
     if ((st = cuda_check_launch(c, "mul_sigmoid", err))) return st;
     twin_commit(c, &t);
     return VSR_OK;
