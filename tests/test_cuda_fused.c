@@ -26,7 +26,7 @@
 
 #ifdef VSR_HAVE_CUDA
 extern int64_t vsr_cuda_stat_twin_hits, vsr_cuda_stat_graph_records, vsr_cuda_stat_graph_replays;
-extern int vsr_cuda_graphs_off, vsr_cuda_profile_on; /* ops.cu: switches read at every op */
+extern int vsr_cuda_graphs_off, vsr_cuda_profile_on, vsr_cuda_sole_twins_off; /* ops.cu switches */
 
 static vsr_backend GB;
 static vsr_device cuda_dev;
@@ -86,7 +86,7 @@ TEST(twin_rmsnorm_bf16) {
         CHECK_OK(GB.ops->linear(GB.ctx, h1, M, W, y1, 0, &e), e);
         CHECK_OK(GB.ops->linear(GB.ctx, (float *)h1 + 5 * D, 10, W, s1, 0, &e), e);
         CHECK(vsr_cuda_stat_twin_hits == hits0); /* nothing declared: no twin */
-        GB.ops->feed_linears(GB.ctx, h2, M, D);
+        GB.ops->feed_linears(GB.ctx, h2, M, D, NULL, 0);
         CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, h2, D, &e), e);
         CHECK_OK(GB.ops->linear(GB.ctx, h2, M, W, y2, 0, &e), e);
         CHECK_OK(GB.ops->linear(GB.ctx, (float *)h2 + 5 * D, 10, W, s2, 0, &e), e); /* rows 5..14 */
@@ -108,7 +108,7 @@ TEST(twin_rmsnorm_bf16) {
         CHECK_MSG(vsr_cuda_stat_twin_hits == hits0, "a twin was read after its source was overwritten");
         CHECK_MSG(same(y1, y2, M * N), "D %lld: linear after overwrite", (long long)D);
         /* a declaration another op's output clobbers is dropped */
-        GB.ops->feed_linears(GB.ctx, h2, M, D);
+        GB.ops->feed_linears(GB.ctx, h2, M, D, NULL, 0);
         CHECK_OK(GB.ops->add(GB.ctx, h2, x, M * D, &e), e);
         CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, h1, D, &e), e);
         hits0 = vsr_cuda_stat_twin_hits;
@@ -131,7 +131,7 @@ TEST(twin_other_producers) {
     int64_t hits0 = vsr_cuda_stat_twin_hits;
     CHECK_OK(GB.ops->swiglu(GB.ctx, g1, u, I, M, I, g1, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, g1, M, Wd, y1, 0, &e), e);
-    GB.ops->feed_linears(GB.ctx, g2, M, I);
+    GB.ops->feed_linears(GB.ctx, g2, M, I, NULL, 0);
     CHECK_OK(GB.ops->swiglu(GB.ctx, g2, u, I, M, I, g2, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, g2, M, Wd, y2, 0, &e), e);
     CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "swiglu twin not used");
@@ -143,7 +143,7 @@ TEST(twin_other_producers) {
     hits0 = vsr_cuda_stat_twin_hits;
     CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, M * Hv, dv, w, 1e-6f, o1, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, o1, M, Wo, y1, 0, &e), e);
-    GB.ops->feed_linears(GB.ctx, o2, M, Hv * dv);
+    GB.ops->feed_linears(GB.ctx, o2, M, Hv * dv, NULL, 0);
     CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, M * Hv, dv, w, 1e-6f, o2, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, o2, M, Wo, y2, 0, &e), e);
     CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "rmsnorm_gated twin not used");
@@ -154,7 +154,7 @@ TEST(twin_other_producers) {
     hits0 = vsr_cuda_stat_twin_hits;
     CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, a1, M, H, hd, (float *)gt + hd, 2 * H * hd, 2 * hd, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, a1, M, Wa, y1, 0, &e), e);
-    GB.ops->feed_linears(GB.ctx, a2, M, H * hd);
+    GB.ops->feed_linears(GB.ctx, a2, M, H * hd, NULL, 0);
     CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, a2, M, H, hd, (float *)gt + hd, 2 * H * hd, 2 * hd, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, a2, M, Wa, y2, 0, &e), e);
     CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "mul_sigmoid twin not used");
@@ -193,7 +193,7 @@ TEST(twin_fp8) {
         CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, K, M, K, w, 1.0f, 1e-6f, h1, K, &e), e);
         CHECK_OK(GB.ops->linear(GB.ctx, h1, M, W, y1, 0, &e), e);
         int64_t hits0 = vsr_cuda_stat_twin_hits;
-        GB.ops->feed_linears(GB.ctx, h2, M, K);
+        GB.ops->feed_linears(GB.ctx, h2, M, K, NULL, 0);
         CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, K, M, K, w, 1.0f, 1e-6f, h2, K, &e), e);
         CHECK_OK(GB.ops->linear(GB.ctx, h2, M, W, y2, 0, &e), e);
         int64_t hits = vsr_cuda_stat_twin_hits - hits0;
@@ -205,6 +205,58 @@ TEST(twin_fp8) {
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
         free(hx), free(hw), free(wb), free(wq);
     }
+}
+
+/* Declared readers: when every one of them reads the twin, the FP32 output is not written (the
+ * buffer keeps what it held) and the readers still get the same answer; a reader that cannot read
+ * the twin (an F32 weight) keeps the FP32 output; a linear the model did not declare, on a sole
+ * twin it cannot read, is an error rather than a read of stale memory. */
+TEST(sole_twins) {
+    vsr_err e;
+    const int64_t M = 23, D = 1024, N = 64, I = 512;
+    vsr_bweight *W = bf16_weight(N, D), *Wd = bf16_weight(N, I);
+    float *hf = hrand(N * D, 0.05f);
+    vsr_weight_view fv = {.kind = VSR_WK_F32, .N = N, .K = D, .w = hf, .name = "test.f32"};
+    vsr_bweight *WF = NULL;
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &fv, &WF, &e), e);
+    float *hx = hrand(M * D, 3.0f), *hw = hrand(D, 0.5f);
+    void *x = up(hx, M * D), *w = up(hw, D), *h1 = up(NULL, M * D), *h2 = up(NULL, M * D), *y1 = up(NULL, M * N),
+         *y2 = up(NULL, M * N);
+    CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, h1, D, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, h1, M, W, y1, 0, &e), e);
+    const vsr_bweight *rd[2] = {W, W};
+    GB.ops->feed_linears(GB.ctx, h2, M, D, rd, 2);
+    CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, h2, D, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, h2, M, W, y2, 0, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, (float *)h2 + 3 * D, 5, W, (float *)y2 + 3 * N, 0, &e), e);
+    CHECK_MSG(same(y1, y2, M * N), "a sole twin changes the linear's answer");
+    float *z = down(h2, M * D);
+    int untouched = 1;
+    for (int64_t i = 0; i < M * D; i++) untouched &= z[i] == 0.0f;
+    CHECK_MSG(untouched, "the FP32 output was written although every declared reader reads the twin");
+    free(z);
+    /* an undeclared reader that cannot read it: refused, naming the weight */
+    CHECK_ERR(GB.ops->linear(GB.ctx, h2, M, WF, y2, 0, &e), e, VSR_E_INTERNAL, "test.f32: its input exists only as");
+    /* a declared reader that cannot read the twin: the FP32 output is written */
+    const vsr_bweight *rd2[2] = {W, WF};
+    GB.ops->feed_linears(GB.ctx, h2, M, D, rd2, 2);
+    CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, h2, D, &e), e);
+    CHECK_MSG(same(h1, h2, M * D), "FP32 output missing with an F32 reader declared");
+    CHECK_OK(GB.ops->linear(GB.ctx, h2, M, WF, y2, 0, &e), e);
+    /* swiglu's sole twin feeding the down projection */
+    float *hg = hrand(M * I, 2.0f), *hu = hrand(M * I, 2.0f);
+    void *g = up(hg, M * I), *u = up(hu, M * I), *o1 = up(NULL, M * I), *o2 = up(NULL, M * I);
+    CHECK_OK(GB.ops->swiglu(GB.ctx, g, u, I, M, I, o1, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, o1, M, Wd, y1, 0, &e), e);
+    const vsr_bweight *rd3[1] = {Wd};
+    GB.ops->feed_linears(GB.ctx, o2, M, I, rd3, 1);
+    CHECK_OK(GB.ops->swiglu(GB.ctx, g, u, I, M, I, o2, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, o2, M, Wd, y2, 0, &e), e);
+    CHECK_MSG(same(y1, y2, M * N), "swiglu's sole twin changes the down projection");
+    GB.ops->weight_free(GB.ctx, W), GB.ops->weight_free(GB.ctx, Wd), GB.ops->weight_free(GB.ctx, WF);
+    void *bufs[] = {x, w, h1, h2, y1, y2, g, u, o1, o2};
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    free(hf), free(hx), free(hw), free(hg), free(hu);
 }
 
 /* ---- stacked weights (gate|up) and the strided SwiGLU that reads their product ---- */
@@ -308,7 +360,7 @@ TEST(swiglu_strided) {
         float *hgu = hrand(M * 2 * N, 3.0f), *yc = malloc(sizeof(float) * (size_t)(M * N));
         CHECK_OK(cb.ops->swiglu(cb.ctx, hgu, hgu + N, 2 * N, M, N, yc, &e), e);
         void *gu = up(hgu, M * 2 * N), *y = up(NULL, M * N);
-        GB.ops->feed_linears(GB.ctx, y, M, N);
+        GB.ops->feed_linears(GB.ctx, y, M, N, NULL, 0);
         CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + N, 2 * N, M, N, y, &e), e);
         float *yg = down(y, M * N);
         double d = nerr(yg, yc, M * N);
@@ -375,7 +427,7 @@ static void graphs_on_package(const char *scheme) {
     }
     vsr_model *mg = NULL, *mp = NULL, *mo = NULL;
     CHECK_OK(load(p, &mg, &e), e);
-    CHECK_OK(load(p, &mo, &e), e); /* run with graphs off */
+    CHECK_OK(load(p, &mo, &e), e); /* run with graphs off and every FP32 output written */
     CHECK_OK(load(p, &mp, &e), e); /* run with the profile on */
     if (!mg || !mo || !mp) goto out;
     {
@@ -394,9 +446,9 @@ static void graphs_on_package(const char *scheme) {
             float hg[R * 256], ho[R * 256], hp[R * 256], lg[R * 255], lo[R * 255], lp[R * 255];
             CHECK(D <= 256);
             CHECK_OK(vsr_model_forward_last(mg, R, (const int32_t *const *)ids, lens, hg, lg, &e), e);
-            vsr_cuda_graphs_off = 1;
+            vsr_cuda_graphs_off = 1, vsr_cuda_sole_twins_off = 1; /* op by op, every FP32 output written */
             CHECK_OK(vsr_model_forward_last(mo, R, (const int32_t *const *)ids, lens, ho, lo, &e), e);
-            vsr_cuda_graphs_off = 0, vsr_cuda_profile_on = 1;
+            vsr_cuda_graphs_off = 0, vsr_cuda_sole_twins_off = 0, vsr_cuda_profile_on = 1;
             CHECK_OK(vsr_model_forward_last(mp, R, (const int32_t *const *)ids, lens, hp, lp, &e), e);
             vsr_cuda_profile_on = 0;
             CHECK_MSG(!memcmp(hg, ho, sizeof(float) * (size_t)(R * D)) && !memcmp(lg, lo, sizeof lg),
@@ -462,6 +514,7 @@ int main(void) {
     RUN(twin_rmsnorm_bf16);
     RUN(twin_other_producers);
     RUN(twin_fp8);
+    RUN(sole_twins);
     RUN(stacked_weights);
     RUN(swiglu_strided);
     RUN(vector_and_scalar_paths);

@@ -157,9 +157,12 @@ typedef struct vsr_backend_ops {
     int64_t mlp_rows;
     /* Declares that the next op writing x[rows, K] (row-major, contiguous) makes the input of
      * linears. The backend may keep, made in that op's own pass, a copy in the precision its
-     * linears read (BF16, or FP8 with per-row scales) and let linears on rows of x use it.
-     * The FP32 x is written as usual; results are the same as without the hint. */
-    void (*feed_linears)(void *ctx, const float *x, int64_t rows, int64_t K);
+     * linears read (BF16, or FP8 with per-row scales) and let linears on rows of x use it;
+     * results are the same as without the hint. `readers` (n_readers, may be 0) are the weights
+     * of every linear that will read x, when nothing else ever will (all rows, before any other
+     * declared op): then, if each of them can read the copy, the FP32 x may be left unwritten. */
+    void (*feed_linears)(void *ctx, const float *x, int64_t rows, int64_t K, const vsr_bweight *const *readers,
+                         int n_readers);
     /* Replay of a forward whose shape repeats (CUDA graphs). `key` names everything the op
      * sequence depends on except the token ids. graph_begin either replays a recording of key
      * with these ids (*replayed = 1: the model skips its op calls and reads the outputs), or

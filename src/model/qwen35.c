@@ -568,14 +568,21 @@ uint64_t vsr_model_memory_bytes(const vsr_model *m) { return m ? m->weight_bytes
 #define B m->be.ops
 #define X m->be.ctx
 
-/* The next op writes x [rows, K], the input of linears only (see feed_linears in backend.h). */
-static void feed(vsr_model *m, const float *x, int64_t rows, int64_t K) {
-    if (B->feed_linears) B->feed_linears(X, x, rows, K);
+/* The next op writes x [rows, K], the input of linears (see feed_linears in backend.h); when
+ * `readers` (NULL-terminated, up to 4) are all that will ever read x, the backend may skip x's
+ * FP32 copy. */
+static void feed(vsr_model *m, const float *x, int64_t rows, int64_t K, const vsr_bweight *r0, const vsr_bweight *r1,
+                 const vsr_bweight *r2, const vsr_bweight *r3) {
+    const vsr_bweight *rd[4] = {r0, r1, r2, r3};
+    int n = 0;
+    while (n < 4 && rd[n]) n++;
+    if (B->feed_linears) B->feed_linears(X, x, rows, K, rd, n);
 }
+#define NONE NULL, NULL, NULL, NULL
 
 /* Gated DeltaNet over h [T, D]; leaves the out_proj input in *core [T, Vd]. */
 static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, int64_t T, const vsr_segs *sg,
-                                 float **core, vsr_err *err) {
+                                 int last, float **core, vsr_err *err) {
     vsr_status st;
     if ((st = B->linear(X, a->h, T, L->qkv, a->t0, 0, err)) ||
         (st = B->conv1d_silu(X, a->t0, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
@@ -583,7 +590,7 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
         (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)) ||
         (st = B->deltanet(X, a->t1, m->C, a->tb, a->ta, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv,
                           a->st, a->t3, err)) ||
-        (feed(m, a->t0, T, m->Vd), 0) ||
+        (feed(m, a->t0, T, m->Vd, last ? NULL : L->out, NULL, NULL, NULL), 0) ||
         (st = B->rmsnorm_gated(X, a->t3, a->t2, T * m->Hv, m->dv, L->gnorm, m->eps, a->t0, err)))
         return st;
     *core = a->t0;
@@ -592,7 +599,7 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
 
 /* Gated full attention over h [T, D]; leaves the o_proj input in *core [T, H*d]. */
 static vsr_status attention_layer(vsr_model *m, const layer *L, const arena *a, int64_t T, const vsr_segs *sg,
-                                  float **core, vsr_err *err) {
+                                  int last, float **core, vsr_err *err) {
     const int H = m->H, Hkv = m->Hkv, d = m->hd;
     vsr_status st;
     /* q_proj rows hold per head [q (d) | gate (d)]: (token, head) pairs are rows of 2d. */
@@ -605,7 +612,7 @@ static vsr_status attention_layer(vsr_model *m, const layer *L, const arena *a, 
         (st = B->rope(X, a->t2, (int64_t)Hkv * d, sg, Hkv, d, m->rot, m->cos_t, m->sin_t, m->max_pos, err)) ||
         (st = B->attention(X, a->t1, (int64_t)H * d, a->t2, a->t3, sg, H, Hkv, d, 1.0f / sqrtf((float)d),
                            m->causal, a->t4, err)) ||
-        (feed(m, a->t4, T, (int64_t)H * d), 0) ||
+        (feed(m, a->t4, T, (int64_t)H * d, last ? NULL : L->o, NULL, NULL, NULL), 0) ||
         (st = B->mul_sigmoid(X, a->t4, T, H, d, a->t0 + d, 2LL * H * d, 2LL * d, err)))
         return st;
     *core = a->t4;
@@ -615,21 +622,23 @@ static vsr_status attention_layer(vsr_model *m, const layer *L, const arena *a, 
 /* x [T, D] += down(silu(gate(h)) * up(h)), h = RMSNorm(x), in chunks of MLP_CHUNK tokens. */
 static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, float *h, int64_t T, vsr_err *err) {
     vsr_status st;
-    feed(m, h, T, m->D);
+    /* one step reads all of h: the gate/up linears are its only readers */
+    if (T <= mlp_chunk(m)) feed(m, h, T, m->D, L->gate_up ? L->gate_up : L->gate, L->gate_up ? NULL : L->up, NULL, NULL);
+    else feed(m, h, T, m->D, NONE);
     if ((st = B->rmsnorm(X, x, m->D, T, m->D, L->post_norm, 1.0f, m->eps, h, m->D, err))) return st;
     const int64_t chunk = mlp_chunk(m);
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         int64_t n = T - t0 < chunk ? T - t0 : chunk;
         const float *hc = h + t0 * m->D;
         if (L->gate_up) { /* [n, 2I]: gate | up per row */
-            if ((st = B->linear(X, hc, n, L->gate_up, a->mg, 0, err)) || (feed(m, a->mu, n, m->I), 0) ||
+            if ((st = B->linear(X, hc, n, L->gate_up, a->mg, 0, err)) || (feed(m, a->mu, n, m->I, L->down, NULL, NULL, NULL), 0) ||
                 (st = B->swiglu(X, a->mg, a->mg + m->I, 2 * m->I, n, m->I, a->mu, err)) ||
                 (st = B->linear(X, a->mu, n, L->down, x + t0 * m->D, 1, err)))
                 return st;
             continue;
         }
         if ((st = B->linear(X, hc, n, L->gate, a->mg, 0, err)) || (st = B->linear(X, hc, n, L->up, a->mu, 0, err)) ||
-            (feed(m, a->mg, n, m->I), 0) || (st = B->swiglu(X, a->mg, a->mu, m->I, n, m->I, a->mg, err)) ||
+            (feed(m, a->mg, n, m->I, L->down, NULL, NULL, NULL), 0) || (st = B->swiglu(X, a->mg, a->mu, m->I, n, m->I, a->mg, err)) ||
             (st = B->linear(X, a->mg, n, L->down, x + t0 * m->D, 1, err)))
             return st;
     }
@@ -646,10 +655,12 @@ static vsr_status run_ops(vsr_model *m, const arena *a, int R, int64_t T, const 
     for (int l = 0; l < nl; l++) {
         const layer *L = &m->layers[l];
         float *core;
-        feed(m, a->h, T, m->D);
+        if (L->type == VSR_LAYER_LINEAR_ATTENTION) feed(m, a->h, T, m->D, L->qkv, L->z, L->b, L->a);
+        else feed(m, a->h, T, m->D, L->q, L->k, L->v, NULL);
         if ((st = B->rmsnorm(X, a->x, m->D, T, m->D, L->in_norm, 1.0f, m->eps, a->h, m->D, err))) return st;
-        st = L->type == VSR_LAYER_LINEAR_ATTENTION ? deltanet_layer(m, L, a, T, sg, &core, err)
-                                                   : attention_layer(m, L, a, T, sg, &core, err);
+        /* the last layer gathers its core rows in FP32: their linear is not the only reader */
+        st = L->type == VSR_LAYER_LINEAR_ATTENTION ? deltanet_layer(m, L, a, T, sg, l + 1 == nl, &core, err)
+                                                   : attention_layer(m, L, a, T, sg, l + 1 == nl, &core, err);
         if (st) return st;
         const vsr_bweight *Wout = L->type == VSR_LAYER_LINEAR_ATTENTION ? L->out : L->o;
         int64_t cw = L->type == VSR_LAYER_LINEAR_ATTENTION ? m->Vd : (int64_t)m->H * m->hd;

@@ -182,6 +182,7 @@ typedef struct twin {
     int kind;
     void *data; /* BF16 [rows, K] or e4m3 [rows, Kp], in tw_buf */
     float *sx;  /* FP8: per-row scales [rows] */
+    int sole;   /* the FP32 source was not written: the twin is the only copy (feed_linears readers) */
 } twin;
 
 /* Per-op timing (VSR_CUDA_PROFILE=1): an event pair around every table call, summed by name,
@@ -218,6 +219,7 @@ typedef struct cuda_ctx_priv {
     twin tw;
     const float *req_x; /* feed_linears: the declared next producer output */
     int64_t req_rows, req_K;
+    int req_sole_bf16, req_sole_fp8; /* its readers all read a BF16 (BF16, int4) / an FP8 twin */
     void *tw_buf;
     size_t tw_bytes;
     int n_fp8_w; /* FP8 linear weights held: producers make FP8 twins */
@@ -245,6 +247,8 @@ int64_t vsr_cuda_stat_twin_hits, vsr_cuda_stat_graph_records, vsr_cuda_stat_grap
 /* Switches for benchmarks and tests, read at every op: graphs off (VSR_CUDA_GRAPHS=0 sets it at
  * the first backend creation), per-op timing on (VSR_CUDA_PROFILE=1 likewise). */
 int vsr_cuda_graphs_off = -1, vsr_cuda_profile_on = -1;
+/* 1: always write the FP32 output of a declared producer (A/B timing and tests) */
+int vsr_cuda_sole_twins_off = 0;
 void vsr_cuda_profile_report(void);
 }
 /* live contexts, for vsr_cuda_profile_report */
@@ -432,10 +436,9 @@ __global__ void k_rmsnorm_gated(const float *__restrict__ x, const float *__rest
     for (int64_t i = lane; i < D; i += 32) ss += xr[i] * xr[i];
     ss = warp_sum(ss);
     float inv = rsqrtf(ss / (float)D + eps);
-    float *yr = y + r * D;
     for (int64_t i = lane; i < D; i += 32) {
         float o = w[i] * (xr[i] * inv) * silu_d(zr[i]);
-        yr[i] = o;
+        if (y) y[r * D + i] = o;
         if (yb) yb[r * D + i] = __float2bfloat16_rn(o);
     }
 }
@@ -456,13 +459,13 @@ __global__ void k_rope(float *x, int64_t xs, const dsegs s, int H, int64_t hs, i
 }
 
 __global__ void k_mul_sigmoid(float *x, int64_t M, int H, int hd, const float *__restrict__ g, int64_t gs, int64_t ghs,
-                              __nv_bfloat16 *xb) {
+                              __nv_bfloat16 *xb, int write_x) {
     int64_t n = M * H * (int64_t)hd;
     for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = u / ((int64_t)H * hd);
         int rem = (int)(u % ((int64_t)H * hd)), h = rem / hd, i = rem % hd;
         float o = x[u] * sigmoid_d(g[r * gs + h * ghs + i]);
-        x[u] = o;
+        if (write_x) x[u] = o;
         if (xb) xb[u] = __float2bfloat16_rn(o);
     }
 }
@@ -767,7 +770,7 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
     }
     ss = block_reduce(ss, sh, false);
     const float inv = rsqrtf(ss / (float)D + eps);
-    float4 *yr = (float4 *)(y + r * ys);
+    float4 *yr = y ? (float4 *)(y + r * ys) : NULL;
 #pragma unroll
     for (int j = 0; j < RN_VEC; j++) {
         int i = threadIdx.x + j * blockDim.x;
@@ -775,7 +778,7 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
             float4 g = wr[i];
             v[j] = make_float4((v[j].x * inv) * (off + g.x), (v[j].y * inv) * (off + g.y), (v[j].z * inv) * (off + g.z),
                                (v[j].w * inv) * (off + g.w));
-            yr[i] = v[j];
+            if (y) yr[i] = v[j]; /* NULL: the twin is the only copy */
         }
     }
     twin_row<TW, RN_VEC>(v, D4, D, r, tw, twld, tsx, sh);
@@ -790,7 +793,7 @@ __global__ void k_swiglu4(const float *g, const float *__restrict__ u, int64_t g
         const int64_t r = i / N4, c = (i % N4) * 4;
         float4 a = *(const float4 *)(g + r * gs + c), b = *(const float4 *)(u + r * gs + c);
         float4 o = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
-        *(float4 *)(y + r * N + c) = o;
+        if (y) *(float4 *)(y + r * N + c) = o;
         if (yb) store_bf16x4(yb + r * N + c, o);
     }
 }
@@ -802,7 +805,7 @@ __global__ void __launch_bounds__(256) k_swiglu_row_fp8(const float *g, const fl
     __shared__ float sh[33];
     const int64_t r = blockIdx.x;
     const float4 *gr = (const float4 *)(g + r * gs), *ur = (const float4 *)(u + r * gs);
-    float4 *yr = (float4 *)(y + r * N);
+    float4 *yr = y ? (float4 *)(y + r * N) : NULL;
     const int N4 = N >> 2;
     float4 v[SW_VEC];
 #pragma unroll
@@ -811,7 +814,7 @@ __global__ void __launch_bounds__(256) k_swiglu_row_fp8(const float *g, const fl
         if (i < N4) {
             float4 a = gr[i], b = ur[i];
             v[j] = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
-            yr[i] = v[j];
+            if (yr) yr[i] = v[j];
         } else {
             v[j] = make_float4(0, 0, 0, 0);
         }
@@ -838,7 +841,7 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const float *__res
     }
     ss = warp_sum(ss);
     const float inv = rsqrtf(ss / (float)D + eps);
-    float4 *yr = (float4 *)(y + r * D);
+    float4 *yr = y ? (float4 *)(y + r * D) : NULL;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int i = lane + 32 * j;
@@ -846,7 +849,7 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const float *__res
             float4 g = wr[i], a = zr[i];
             float4 o = make_float4(g.x * (v[j].x * inv) * silu_d(a.x), g.y * (v[j].y * inv) * silu_d(a.y),
                                    g.z * (v[j].z * inv) * silu_d(a.z), g.w * (v[j].w * inv) * silu_d(a.w));
-            yr[i] = o;
+            if (yr) yr[i] = o;
             if (yb) store_bf16x4(yb + r * D + 4 * i, o);
         }
     }
@@ -854,7 +857,7 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const float *__res
 
 /* attention output gate, 4 columns per thread (hd, gs, ghs multiples of 4, x and g 16-byte aligned) */
 __global__ void k_mul_sigmoid4(float *x, int64_t M, int H, int hd, const float *__restrict__ g, int64_t gs, int64_t ghs,
-                               __nv_bfloat16 *xb) {
+                               __nv_bfloat16 *xb, int write_x) {
     const int hd4 = hd / 4;
     const int64_t row4 = (int64_t)H * hd4, n4 = M * row4;
     for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n4; u += (int64_t)gridDim.x * blockDim.x) {
@@ -862,7 +865,7 @@ __global__ void k_mul_sigmoid4(float *x, int64_t M, int H, int hd, const float *
         const int rem = (int)(u - r * row4), h = rem / hd4, i = (rem - h * hd4) * 4;
         float4 a = ((float4 *)x)[u], b = *(const float4 *)(g + r * gs + h * ghs + i);
         float4 o = make_float4(a.x * sigmoid_d(b.x), a.y * sigmoid_d(b.y), a.z * sigmoid_d(b.z), a.w * sigmoid_d(b.w));
-        ((float4 *)x)[u] = o;
+        if (write_x) ((float4 *)x)[u] = o;
         if (xb) store_bf16x4(xb + 4 * u, o);
     }
 }
@@ -890,6 +893,7 @@ static vsr_status twin_start(cuda_ctx *c, const float *y, int64_t n, int fp8_ok,
     memset(t, 0, sizeof *t);
     int declared = p->req_x == y && p->req_rows * p->req_K == n;
     int64_t rows = p->req_rows, K = p->req_K;
+    if (vsr_cuda_sole_twins_off > 0) p->req_sole_bf16 = p->req_sole_fp8 = 0;
     twin_clobber(c, y, sizeof(float) * (size_t)n);
     p->req_x = NULL;
     if (!declared) return VSR_OK;
@@ -900,7 +904,7 @@ static vsr_status twin_start(cuda_ctx *c, const float *y, int64_t n, int fp8_ok,
                                   : sizeof(__nv_bfloat16) * (size_t)(rows * K);
     vsr_status st = grow(c, &p->tw_buf, &p->tw_bytes, bytes, err);
     if (st) return vsr_err_prefix(err, "activation twin");
-    *t = (twin){y, rows, K, Kp, kind, p->tw_buf, NULL};
+    *t = (twin){y, rows, K, Kp, kind, p->tw_buf, NULL, kind == TW_FP8 ? p->req_sole_fp8 : p->req_sole_bf16};
     if (kind == TW_FP8) t->sx = (float *)(((uintptr_t)p->tw_buf + (size_t)(rows * Kp) + 15) & ~(uintptr_t)15);
     return VSR_OK;
 }
@@ -911,12 +915,18 @@ static void twin_commit(cuda_ctx *c, const twin *t) {
 }
 
 /* Rows [r0, r0 + M) of the twin when x is row r0 of its source with the same K and kind. */
+static int64_t twin_rows_of(cuda_ctx *c, const float *x, int64_t M, int64_t K, int kind) {
+    const twin *t = &priv(c)->tw;
+    if (t->kind != kind || t->K != K || (uintptr_t)x < (uintptr_t)t->src) return -1;
+    int64_t off = (int64_t)(((uintptr_t)x - (uintptr_t)t->src) / sizeof(float));
+    if (off % K || off / K + M > t->rows) return -1;
+    return off / K;
+}
+
 static const void *twin_find(cuda_ctx *c, const float *x, int64_t M, int64_t K, int kind, const float **sx) {
     const twin *t = &priv(c)->tw;
-    if (t->kind != kind || t->K != K || (uintptr_t)x < (uintptr_t)t->src) return NULL;
-    int64_t off = (int64_t)(((uintptr_t)x - (uintptr_t)t->src) / sizeof(float));
-    if (off % K || off / K + M > t->rows) return NULL;
-    int64_t r0 = off / K;
+    int64_t r0 = twin_rows_of(c, x, M, K, kind);
+    if (r0 < 0) return NULL;
     vsr_cuda_stat_twin_hits++;
     if (kind == TW_FP8) {
         *sx = t->sx + r0;
@@ -925,10 +935,25 @@ static const void *twin_find(cuda_ctx *c, const float *x, int64_t M, int64_t K, 
     return (const __nv_bfloat16 *)t->data + r0 * K;
 }
 
-static void cu_feed_linears(void *ctx, const float *x, int64_t rows, int64_t K) {
+static void cu_feed_linears(void *ctx, const float *x, int64_t rows, int64_t K, const vsr_bweight *const *readers,
+                            int n_readers) {
     cuda_ctx_priv *p = priv((cuda_ctx *)ctx);
     if (!x || rows <= 0 || K <= 0) return;
     p->req_x = x, p->req_rows = rows, p->req_K = K;
+    int bf = n_readers > 0, f8 = n_readers > 0;
+    for (int i = 0; i < n_readers; i++) {
+        vsr_wkind k = readers[i] ? readers[i]->v.kind : VSR_WK_COUNT;
+        bf &= k == VSR_WK_BF16 || k == VSR_WK_INT4;
+        f8 &= k == VSR_WK_FP8;
+    }
+    p->req_sole_bf16 = bf, p->req_sole_fp8 = f8;
+}
+
+/* x lies in the source of a twin that is the only copy of it. */
+static int twin_sole_covers(cuda_ctx *c, const float *x) {
+    const twin *t = &priv(c)->tw;
+    return t->kind && t->sole && (uintptr_t)x >= (uintptr_t)t->src &&
+           (uintptr_t)x < (uintptr_t)(t->src + t->rows * t->K);
 }
 
 /* ---- per-op timing ---- */
@@ -1386,6 +1411,13 @@ static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bwei
                  (long long)w->v.N, (long long)M, accumulate ? " +=" : "");
     PROF(c, pname);
     vsr_status st;
+    if (twin_sole_covers(c, x)) {
+        int tk = priv(c)->tw.kind, wk = w->v.kind;
+        int readable = tk == TW_FP8 ? wk == VSR_WK_FP8 : (wk == VSR_WK_BF16 || wk == VSR_WK_INT4);
+        if (!readable || twin_rows_of(c, x, M, w->v.K, tk) < 0)
+            return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: its input exists only as an activation copy this "
+                               "linear cannot read (a reader the model did not declare)", c->device, w->name);
+    }
     switch (w->v.kind) {
     case VSR_WK_BF16: {
         const void *xb = twin_find(c, x, M, w->v.K, TW_BF16, NULL);
@@ -1444,10 +1476,11 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
     if ((int64_t)thr * 4 * RN_VEC < D) thr = 256;
     void *tw = t.data;
     int64_t twld = t.kind == TW_FP8 ? t.Kp : D;
+    float *yo = t.sole ? NULL : y; /* the twin alone when its readers are all that read y */
     if (t.kind == TW_FP8)
-        k_rmsnorm_row<TW_FP8><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, y, ys, tw, twld, t.sx);
+        k_rmsnorm_row<TW_FP8><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, yo, ys, tw, twld, t.sx);
     else if (t.kind == TW_BF16)
-        k_rmsnorm_row<TW_BF16><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, y, ys, tw, twld, NULL);
+        k_rmsnorm_row<TW_BF16><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, yo, ys, tw, twld, NULL);
     else
         k_rmsnorm_row<TW_NONE><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, y, ys, NULL, 0, NULL);
     if ((st = cuda_check_launch(c, "rmsnorm", err))) return st;
@@ -1467,10 +1500,11 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
     if (st) return st;
     int vec = D % 4 == 0 && D <= 32 * 4 * 4 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)z & 15) == 0 &&
               ((uintptr_t)w & 15) == 0 && ((uintptr_t)y & 15) == 0;
+    float *yo = t.sole ? NULL : y;
     if (vec)
-        k_rmsnorm_gated4<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, (int)D, w, eps, y, (__nv_bfloat16 *)t.data);
+        k_rmsnorm_gated4<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, (int)D, w, eps, yo, (__nv_bfloat16 *)t.data);
     else
-        k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, D, w, eps, y, (__nv_bfloat16 *)t.data);
+        k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, D, w, eps, yo, (__nv_bfloat16 *)t.data);
     if ((st = cuda_check_launch(c, "rmsnorm_gated", err))) return st;
     twin_commit(c, &t);
     return VSR_OK;
@@ -1595,10 +1629,10 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
     if (st) return st;
     if (hd % 4 == 0 && gs % 4 == 0 && ghs % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)g & 15) == 0)
         k_mul_sigmoid4<<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
-            x, M, H, hd, g, gs, ghs, (__nv_bfloat16 *)t.data);
+            x, M, H, hd, g, gs, ghs, (__nv_bfloat16 *)t.data, !t.sole);
     else
         k_mul_sigmoid<<<blocks_for(n, 256) > 4096 ? 4096 : blocks_for(n, 256), 256, 0, c->stream>>>(
-            x, M, H, hd, g, gs, ghs, (__nv_bfloat16 *)t.data);
+            x, M, H, hd, g, gs, ghs, (__nv_bfloat16 *)t.data, !t.sole);
     if ((st = cuda_check_launch(c, "mul_sigmoid", err))) return st;
     twin_commit(c, &t);
     return VSR_OK;
@@ -1620,11 +1654,12 @@ static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t g
     twin t;
     vsr_status st = twin_start(c, y, n, rowk, vec, &t, err);
     if (st) return st;
+    float *yo = t.sole ? NULL : y;
     if (t.kind == TW_FP8)
-        k_swiglu_row_fp8<<<(unsigned)M, 256, 0, c->stream>>>(g, u, gs, (int)N, y, (uint8_t *)t.data, t.Kp, t.sx);
+        k_swiglu_row_fp8<<<(unsigned)M, 256, 0, c->stream>>>(g, u, gs, (int)N, yo, (uint8_t *)t.data, t.Kp, t.sx);
     else if (vec)
         k_swiglu4<<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
-            g, u, gs, M, N, y, (__nv_bfloat16 *)t.data);
+            g, u, gs, M, N, yo, (__nv_bfloat16 *)t.data);
     else
         k_swiglu<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, gs, N, n, y);
     if ((st = cuda_check_launch(c, "swiglu", err))) return st;
