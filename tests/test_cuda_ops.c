@@ -238,9 +238,10 @@ TEST(op_norms) {
     }
 }
 
-/* conv1d.cu's float4 path (Kc 4, C % 4 == 0): runs of 8 tokens (< 2048 rows) and of 16
- * (>= 2048 rows), sequences of 1, 2, 3 tokens, lengths off the run size, channel quads past one
- * block of 128; Kc 3 with C % 4 == 0 takes the generic kernel. */
+/* conv1d.cu's float4 path (Kc 4, C % 4 == 0): runs of 8 tokens, channel blocks fastest (the
+ * default), and under VSR_CUDA_CONV_RUNS=1 the previous run-fastest order with runs of 16 tokens
+ * from 2048 rows on; sequences of 1, 2, 3 tokens, lengths off the run size, channel quads past
+ * one block of 128; Kc 3 with C % 4 == 0 takes the generic kernel. */
 static void conv_fast_cases(void) {
     static const struct { int n; int64_t lens[8]; int64_t C; int Kc; } cs[] = {
         {6, {1, 2, 3, 17, 40, 9}, 516, 4},
@@ -261,6 +262,13 @@ static void conv_fast_cases(void) {
         char what[96];
         snprintf(what, sizeof what, "conv1d_silu %d seqs T%lld C%lld Kc%d", cs[k].n, (long long)T, (long long)C, Kc);
         cmp(py, what, 1e-4);
+        float *y1 = down(&GB, py.g, py.n); /* the run-fastest order: the same FMAs, so bit-identical */
+        setenv("VSR_CUDA_CONV_RUNS", "1", 1);
+        CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, &sg, C, pw.g, Kc, py.g, &e), e);
+        unsetenv("VSR_CUDA_CONV_RUNS");
+        float *y2 = down(&GB, py.g, py.n);
+        CHECK_MSG(!memcmp(y1, y2, sizeof(float) * (size_t)py.n), "%s: run-fastest order differs", what);
+        free(y1), free(y2);
         pfree(px), pfree(pw), pfree(py);
         free(x), free(w);
     }
@@ -370,10 +378,17 @@ TEST(op_deltanet) {
     deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
     deltanet_case(2, (int64_t[]){33, 17}, 1, 2, 24, 40, DN_CHUNK_TOL); /* dk, dv not multiples of 8 */
     deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL); /* many short */
-    /* the default (v3) run twice; then the kept older paths (VSR_CUDA_DN_V2, VSR_CUDA_DN_OLD) */
+    /* the default (v4) run twice; then the kept older paths (VSR_CUDA_DN_V3, _V2, _OLD) */
     dn_repeat = 1;
     deltanet_case(3, (int64_t[]){300, 64, 1}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    deltanet_case(3, (int64_t[]){128, 128, 128}, 16, 48, 128, 128, DN_CHUNK_TOL); /* the 27B layer */
     dn_repeat = 0;
+    setenv("VSR_CUDA_DN_V3", "1", 1);
+    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    dn_pad = 3;
+    deltanet_case(2, (int64_t[]){129, 16}, 1, 2, 128, 96, DN_CHUNK_TOL);
+    dn_pad = 0;
+    unsetenv("VSR_CUDA_DN_V3");
     setenv("VSR_CUDA_DN_V2", "1", 1);
     deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
     unsetenv("VSR_CUDA_DN_V2");

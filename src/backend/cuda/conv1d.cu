@@ -10,6 +10,8 @@
  * from memory (the 3 halo rows of a run are the previous run's last rows, read by the block
  * beside it at the same time). Runs never cross a sequence: the per-sequence run counts are
  * in the by-value table, the run -> sequence lookup is a binary search per block.
+ * Grid order: channel blocks fastest (see k_conv1d_silu_v4; VSR_CUDA_CONV_RUNS=1 keeps the
+ * previous run-fastest order for timing).
  * Anything else (other Kc, C not a multiple of 4, unaligned buffers), and VSR_CUDA_CONV_OLD=1
  * (kept so one binary can time both), runs the generic kernel: one thread per (row, channel).
  * Numerics: FP32 FMAs in tap order, silu as the CPU op (device_math.cuh). */
@@ -43,13 +45,17 @@ __global__ void k_conv1d_silu_gen(const float *__restrict__ x, const cv_tab tb, 
     }
 }
 
-/* Fast path: block (run of R tokens, 128 channel quads); thread = 4 channels x R tokens. */
-template <int R>
+/* Fast path: block (run of R tokens, 128 channel quads); thread = 4 channels x R tokens.
+ * CF (the default): grid (channel blocks, runs), channel blocks fastest, so the blocks resident
+ * at one time read whole consecutive rows (a run's R + 3 rows, 40 KB each at the 27B shape) and
+ * write whole rows; !CF (VSR_CUDA_CONV_RUNS=1, the previous order): grid (runs, channel blocks),
+ * so resident blocks read 2 KB pieces of rows ~R rows apart. */
+template <int R, bool CF>
 __global__ void __launch_bounds__(128) k_conv1d_silu_v4(const float *__restrict__ x, const cv_tab tb, int64_t C,
                                                         const float *__restrict__ w, float *__restrict__ y) {
-    const int64_t q = (int64_t)blockIdx.y * 128 + threadIdx.x; /* channel quad */
+    const int64_t q = (int64_t)(CF ? blockIdx.x : blockIdx.y) * 128 + threadIdx.x; /* channel quad */
     if (4 * q >= C) return;
-    const int run = blockIdx.x;
+    const int run = CF ? blockIdx.y : blockIdx.x;
     const int sg = last_le_d(tb.rfirst, tb.n, run);
     const int64_t t0 = (int64_t)(run - tb.rfirst[sg]) * R;
     const int n = (int)min((int64_t)R, tb.len[sg] - t0); /* tokens of this run, 1..R */
@@ -95,9 +101,12 @@ extern "C" vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const vsr_se
     const char *old = getenv("VSR_CUDA_CONV_OLD");
     const bool fast = Kc == 4 && C % 4 == 0 && !(old && old[0] == '1') &&
                       (((uintptr_t)x | (uintptr_t)y | (uintptr_t)w) & 15) == 0;
+    const char *runs_env = getenv("VSR_CUDA_CONV_RUNS");
+    const bool runs_first = runs_env && runs_env[0] == '1';
     if (fast) {
-        /* 16-token runs where there are enough of them to fill the chip, else 8 */
-        const int R = rows >= 2048 ? 16 : 8;
+        /* channel-fastest grid: 8-token runs (80 registers, 6 blocks per SM, not 4); the previous
+         * run-fastest order took 16-token runs where there are enough of them to fill the chip */
+        const int R = runs_first && rows >= 2048 ? 16 : 8;
         int64_t runs = 0;
         for (int i = 0; i < seg->n; i++) {
             tb.rfirst[i] = (int)runs;
@@ -107,9 +116,14 @@ extern "C" vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const vsr_se
         const int64_t quads = C / 4, qblocks = (quads + 127) / 128;
         if (qblocks > 65535)
             return vsr_err_set(err, VSR_E_UNSUPPORTED, "conv1d_silu: %lld channels", (long long)C);
-        dim3 grid((unsigned)runs, (unsigned)qblocks);
-        if (R == 16) k_conv1d_silu_v4<16><<<grid, 128, 0, c->stream>>>(x, tb, C, w, y);
-        else k_conv1d_silu_v4<8><<<grid, 128, 0, c->stream>>>(x, tb, C, w, y);
+        if (!runs_first && runs <= 65535) { /* gridDim.y limit; longer batches take the run order */
+            dim3 grid((unsigned)qblocks, (unsigned)runs);
+            k_conv1d_silu_v4<8, true><<<grid, 128, 0, c->stream>>>(x, tb, C, w, y);
+        } else {
+            dim3 grid((unsigned)runs, (unsigned)qblocks);
+            if (R == 16) k_conv1d_silu_v4<16, false><<<grid, 128, 0, c->stream>>>(x, tb, C, w, y);
+            else k_conv1d_silu_v4<8, false><<<grid, 128, 0, c->stream>>>(x, tb, C, w, y);
+        }
         return cuda_check_launch(c, "conv1d_silu", err);
     }
     const int64_t cb = (C + 255) / 256;

@@ -12,7 +12,8 @@
  * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
  *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
  *
- * Three generations, selected at each call: v3 (the default: only T crosses device memory; see
+ * Four generations, selected at each call: v4 (the default: v3 with ldmatrix operands and a
+ * double-buffered k; see "==== v4"), v3 (VSR_CUDA_DN_V3=1: only T crosses device memory; see
  * "==== v3" below), v2 (VSR_CUDA_DN_V2=1) and the first one (VSR_CUDA_DN_OLD=1), whose three
  * kernels are:
  *   k_dnc_prep  : q, k l2-normalised into scratch [rows, Hk, dk] (one warp per row, head, q|k).
@@ -792,7 +793,7 @@ __global__ void __launch_bounds__(256, 3) k_dn2_state(const float *__restrict__ 
     }
 }
 
-/* ==== v3 (the default; VSR_CUDA_DN_V2=1 runs v2 above, VSR_CUDA_DN_OLD=1 the first kernels) ====
+/* ==== v3 (VSR_CUDA_DN_V3=1; VSR_CUDA_DN_V2=1 runs v2 above, VSR_CUDA_DN_OLD=1 the first kernels) ====
  * No W, U or P through device memory. With U = T diag(beta) V and W = T diag(beta exp(gc)) K,
  *   Vn = U - W S = T (beta (V - exp(gc) K S)),
  * so the intra-chunk kernel only has to hand the state kernel T (16 KB per chunk and value
@@ -837,7 +838,7 @@ __global__ void __launch_bounds__(256) k_dn3_intra(const float *__restrict__ qkv
                                                    const float *__restrict__ A_log, const float *__restrict__ dt_bias,
                                                    const dnc_tab tb, int Hk, int Hv, int dk,
                                                    float *__restrict__ Tg, float *__restrict__ gcg,
-                                                   float *__restrict__ btg) {
+                                                   float *__restrict__ btg, int rnd) {
     extern __shared__ __align__(16) float smem[];
     float *Ks = smem, *Am = Ks + DNC_C * LDK, *Ts = Am + DNC_C * LD64, *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C;
     const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
@@ -969,7 +970,12 @@ __global__ void __launch_bounds__(256) k_dn3_intra(const float *__restrict__ qkv
     float *T = Tg + ch * DNC_C * DNC_C;
     for (int e = tid; e < DNC_C * DNC_C / 4; e += 256) {
         int i = e / (DNC_C / 4), c = (e % (DNC_C / 4)) * 4;
-        *(float4 *)(T + i * DNC_C + c) = *(const float4 *)(Ts + i * LD64 + c);
+        float4 v = *(const float4 *)(Ts + i * LD64 + c);
+        if (rnd) { /* v4: T is read by ldmatrix, so it must already be TF32 (cvt.rna, as v3's load_a) */
+            v.x = __uint_as_float(to_tf32(v.x)), v.y = __uint_as_float(to_tf32(v.y));
+            v.z = __uint_as_float(to_tf32(v.z)), v.w = __uint_as_float(to_tf32(v.w));
+        }
+        *(float4 *)(T + i * DNC_C + c) = v;
     }
 }
 
@@ -1172,6 +1178,221 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn3_state(const float *__restrict_
     }
 }
 
+/* ==== v4 (the default; VSR_CUDA_DN_V3=1 runs v3 above) ====
+ * v3's intra kernel (T written already rounded to TF32) and a state kernel with v3's math and
+ * block shape (sequence, value head, 64 value columns; 512 threads), changed where v3 lost time:
+ *  - every mma operand but one is read by ldmatrix (one .x4 gives a whole 16x8 TF32 A fragment,
+ *    or the B fragments of two 8-column tiles, from rows that are k-contiguous) instead of 4-8
+ *    scalar shared loads plus cvt each. That needs the operands TF32 already and k-contiguous:
+ *    the norm pass writes q, k back l2-normalised (q times 1/sqrt(dk)) and rounded; S is mirrored
+ *    transposed (St [c][d]); Y and Vn are stored transposed (Yt, Vt [c][row]); P and T rounded.
+ *    Only the update's A = (k exp(gL - gc))^T keeps scalar loads (it is k transposed, scaled).
+ *  - k is double-buffered: chunk c+1's k is copied with its q, V slice and T while chunk c's
+ *    P Vn and update run, so no copy is exposed at the top of a chunk.
+ * Shared memory 218 KB (Hopper's 227 KB opt-in). Numerics: the same TF32 roundings as v3 except
+ * that q, k are rounded after normalisation instead of before (P, K S, Q S scale nothing after). */
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const float *p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+__device__ __forceinline__ float tf32f(float x) { return __uint_as_float(to_tf32(x)); }
+
+#define LDV 68 /* T, P, V slice, Yt, Vt: 68 = 4 mod 32, so 8 rows of 16 bytes hit 32 banks */
+/* Shared memory of k_dn4_state (floats): K [2][64][LDK], Q [64][LDK], St [64][LDK]; T, P, V,
+ * Yt, Vt [64][LDV]; gc, beta, exp(gc), exp(gL - gc) [64]. */
+#define STATE4_SMEM (sizeof(float) * (4 * DNC_C * LDK + 5 * DNC_C * LDV + 4 * DNC_C))
+
+/* Warp w: for the chunk's rows, row tile mt = w%4 and column tiles nb = 2*(w/4), +1; for the
+ * update, state rows 16*(w%8)..+15 and value columns 32*(w/8)..+31 (S in registers).
+ * ldmatrix lane addresses: an A fragment (16 rows x 8 k) at row (lane&7) + 8*((lane>>3)&1),
+ * k 4*(lane>>4); two B tiles (8 columns n x 8 k each, stored [n][k]) at n (lane&7) + 8*(lane>>4),
+ * k 4*((lane>>3)&1); regs 0,1 = b0,b1 of the first tile, 2,3 of the second. */
+__global__ void __launch_bounds__(DN3_T, 1) k_dn4_state(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                       const float *__restrict__ Tg, const float *__restrict__ gcg,
+                                                       const float *__restrict__ btg, const dnc_tab tb, int Hk,
+                                                       int Hv, int dk, int dv, int nsl, float *__restrict__ out) {
+    extern __shared__ __align__(16) float smem[];
+    float *Kb = smem, *Qs = Kb + 2 * DNC_C * LDK, *St = Qs + DNC_C * LDK, *Ts = St + DNC_C * LDK;
+    float *Ps = Ts + DNC_C * LDV, *Vs = Ps + DNC_C * LDV, *Yt = Vs + DNC_C * LDV, *Vt = Yt + DNC_C * LDV;
+    float *gcs = Vt + DNC_C * LDV, *bts = gcs + DNC_C, *eg = bts + DNC_C, *ek = eg + DNC_C;
+    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
+    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS, ncv = min(DNC_DVS, dv - c0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int mt = w & 3, nb = (w >> 2) * 2, ks_dk = (dk + 7) / 8;
+    const int sr = 16 * (w & 7), cb = (w >> 3) * 4;
+    const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 4 * (lane >> 4);
+    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 4 * ((lane >> 3) & 1);
+    const float *Qr = qkv + (int64_t)hk * dk, *Kr = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
+    const float *Vr = qkv + 2LL * Hk * dk + (int64_t)h * dv + c0;
+    const float qsc = 1.0f / sqrtf((float)dk);
+    const int cf = tb.cfirst[sg], cl = tb.cfirst[sg + 1];
+    const int64_t send = tb.start[sg] + tb.len[sg];
+    for (int e = tid; e < DNC_C * LDK; e += DN3_T) St[e] = 0.0f;
+    float S[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) S[n][r] = 0.0f;
+    { /* k, q, V slice, T of the first chunk */
+        const int64_t r0 = tb.start[sg];
+        const int Lc = (int)min((int64_t)DNC_C, send - r0);
+        stage_tile(Kb, LDK, Kr + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
+        stage_tile(Qs, LDK, Qr + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
+        stage_tile(Vs, LDV, Vr + r0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
+        stage_tile(Ts, LDV, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
+                   DN3_T);
+        asm volatile("cp.async.commit_group;" ::);
+    }
+    for (int ci = cf; ci < cl; ci++) {
+        const int64_t r0 = tb.start[sg] + (int64_t)(ci - cf) * DNC_C;
+        const int Lc = (int)min((int64_t)DNC_C, send - r0);
+        const float gL = gcg[(r0 + Lc - 1) * Hv + h], eL = expf(gL);
+        float *Ks = Kb + ((ci - cf) & 1) * DNC_C * LDK;
+        __syncthreads(); /* the previous chunk is done with P, Vt, St and the row vectors */
+        if (tid < DNC_C) { /* rows past Lc: gc = gL (so exp(gc_i - gc_j) stays <= 1), beta = 0 */
+            gcs[tid] = tid < Lc ? gcg[(r0 + tid) * Hv + h] : gL;
+            bts[tid] = tid < Lc ? btg[(r0 + tid) * Hv + h] : 0.0f;
+        }
+        cp_wait_all();
+        __syncthreads();
+        { /* k rows (tasks 0..63) and q rows (64..127), 4 lanes per row: l2-normalised in place
+           * (q times 1/sqrt(dk)), rounded to TF32 */
+            const int task = tid >> 2, p = tid & 3, i = task & (DNC_C - 1);
+            float *row = (task < DNC_C ? Ks : Qs) + i * LDK;
+            float x[DNC_DK / 4], ss = 0.0f;
+#pragma unroll
+            for (int m = 0; m < DNC_DK / 4; m++) {
+                x[m] = row[p + 4 * m];
+                ss = fmaf(x[m], x[m], ss);
+            }
+            ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+            ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+            const float sc = (1.0f / sqrtf(ss + 1e-6f)) * (task < DNC_C ? 1.0f : qsc);
+#pragma unroll
+            for (int m = 0; m < DNC_DK / 4; m++) row[p + 4 * m] = tf32f(x[m] * sc);
+            if (p == 0 && task < DNC_C) {
+                const bool ok = i < Lc;
+                eg[i] = ok ? expf(gcs[i]) : 0.0f;
+                ek[i] = ok ? expf(gL - gcs[i]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        /* K S, Q S and Q K^T over this warp's 16 rows x 16 columns */
+        float xk[2][4], xq[2][4], pp[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) xk[n][r] = xq[n][r] = pp[n][r] = 0.0f;
+        const bool qk = nb / 2 <= mt; /* column tiles nb, nb+1 touch the lower triangle */
+        for (int ks = 0; ks < ks_dk; ks++) {
+            uint32_t ak[4], aq[4], bs[4];
+            ldsm4(ak, Ks + (mt * 16 + arow) * LDK + ks * 8 + acol);
+            ldsm4(aq, Qs + (mt * 16 + arow) * LDK + ks * 8 + acol);
+            ldsm4(bs, St + (nb * 8 + brow) * LDK + ks * 8 + bcol);
+            mma_tf32(xk[0], ak, bs[0], bs[1]);
+            mma_tf32(xk[1], ak, bs[2], bs[3]);
+            mma_tf32(xq[0], aq, bs[0], bs[1]);
+            mma_tf32(xq[1], aq, bs[2], bs[3]);
+            if (qk) {
+                uint32_t bk[4];
+                ldsm4(bk, Ks + (nb * 8 + brow) * LDK + ks * 8 + bcol);
+                mma_tf32(pp[0], aq, bk[0], bk[1]);
+                mma_tf32(pp[1], aq, bk[2], bk[3]);
+            }
+        }
+        /* Y = beta (V - exp(gc) K S) into Yt; O = exp(gc) Q S (kept); P = q_i.k_j exp(gc_i - gc_j)
+         * for j <= i < Lc */
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                Yt[c * LDV + i] = tf32f(bts[i] * (Vs[i * LDV + c] - eg[i] * xk[n][r]));
+                xq[n][r] *= eg[i];
+                Ps[i * LDV + c] = (c <= i && i < Lc) ? tf32f(pp[n][r] * expf(gcs[i] - gcs[c])) : 0.0f;
+            }
+        __syncthreads();
+        /* Vn = T Y (T unit lower triangular: row tile mt needs k rows < 16*(mt+1)), into Vt */
+        {
+            float vn[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) vn[n][r] = 0.0f;
+            for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+                uint32_t at[4], by[4];
+                ldsm4(at, Ts + (mt * 16 + arow) * LDV + ks * 8 + acol);
+                ldsm4(by, Yt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
+                mma_tf32(vn[0], at, by[0], by[1]);
+                mma_tf32(vn[1], at, by[2], by[3]);
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                    Vt[c * LDV + i] = tf32f(vn[n][r]);
+                }
+        }
+        __syncthreads(); /* Vt complete; Q, T, V, Yt and the other k buffer are dead */
+        if (ci + 1 < cl) { /* next chunk's k, q, V slice and T, in flight during P Vn and the update */
+            const int64_t rn = r0 + DNC_C;
+            const int Ln = (int)min((int64_t)DNC_C, send - rn);
+            float *Kn = Kb + ((ci + 1 - cf) & 1) * DNC_C * LDK;
+            stage_tile(Kn, LDK, Kr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv, tid, DN3_T);
+            stage_tile(Qs, LDK, Qr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv, tid, DN3_T);
+            stage_tile(Vs, LDV, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
+            stage_tile(Ts, LDV, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg,
+                       tid, DN3_T);
+            asm volatile("cp.async.commit_group;" ::);
+        }
+        /* O += P Vn (P lower triangular) */
+        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+            uint32_t ap[4], bv[4];
+            ldsm4(ap, Ps + (mt * 16 + arow) * LDV + ks * 8 + acol);
+            ldsm4(bv, Vt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
+            mma_tf32(xq[0], ap, bv[0], bv[1]);
+            mma_tf32(xq[1], ap, bv[2], bv[3]);
+        }
+        {
+            const int64_t ostride = (int64_t)Hv * dv;
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                    if (i < Lc && c < ncv) out[(r0 + i) * ostride + (int64_t)h * dv + c0 + c] = xq[n][r];
+                }
+        }
+        /* S = exp(gL) S + (k exp(gL - gc))^T Vn over state rows sr..sr+15, columns 8cb..8cb+31 */
+        if (sr < dk) {
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) S[n][r] *= eL;
+            const int ks_c = (Lc + 7) / 8;
+            for (int ks = 0; ks < ks_c; ks++) {
+                uint32_t ak[4], b01[4], b23[4];
+                load_a(ak, Ks + ks * 8 * LDK + sr, 1, LDK, ek + ks * 8, g, t);
+                ldsm4(b01, Vt + (cb * 8 + brow) * LDV + ks * 8 + bcol);
+                ldsm4(b23, Vt + ((cb + 2) * 8 + brow) * LDV + ks * 8 + bcol);
+                mma_tf32(S[0], ak, b01[0], b01[1]);
+                mma_tf32(S[1], ak, b01[2], b01[3]);
+                mma_tf32(S[2], ak, b23[0], b23[1]);
+                mma_tf32(S[3], ak, b23[2], b23[3]);
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    St[((cb + n) * 8 + 2 * t + (r & 1)) * LDK + sr + g + ((r >> 1) << 3)] = tf32f(S[n][r]);
+        }
+    }
+}
+
 /* Called by the deltanet entry of ops.cu first. *taken = 0 (and VSR_OK) for shapes this
  * path does not take; the caller then runs the recurrent scan. */
 extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
@@ -1196,15 +1417,20 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
     const char *env_old = getenv("VSR_CUDA_DN_OLD"), *env_v2 = getenv("VSR_CUDA_DN_V2"),
-               *env_stage = getenv("VSR_CUDA_DN_STAGE");
-    /* 1: the first three kernels (VSR_CUDA_DN_OLD=1); 2: v2 (VSR_CUDA_DN_V2=1); 3: v3 (default) */
-    const int ver = env_old && env_old[0] == '1' ? 1 : env_v2 && env_v2[0] == '1' ? 2 : 3;
+               *env_v3 = getenv("VSR_CUDA_DN_V3"), *env_stage = getenv("VSR_CUDA_DN_STAGE");
+    /* 1: the first three kernels (VSR_CUDA_DN_OLD=1); 2: v2 (VSR_CUDA_DN_V2=1); 3: v3
+     * (VSR_CUDA_DN_V3=1); 4: v4 (default) */
+    const int ver = env_old && env_old[0] == '1'  ? 1
+                    : env_v2 && env_v2[0] == '1' ? 2
+                    : env_v3 && env_v3[0] == '1' ? 3
+                                                 : 4;
     const bool v2 = ver == 2;
     /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
     const bool intra_only = env_stage && !strcmp(env_stage, "intra");
-    /* shared memory: the old state kernel's ~190 KB and v3's ~174 KB need Hopper (A100: 163 KB);
-     * v2 ~106 KB */
-    const size_t need = ver == 3   ? STATE3_SMEM
+    /* shared memory: the old state kernel's ~190 KB, v3's ~174 KB and v4's ~218 KB need Hopper
+     * (A100: 163 KB); v2 ~106 KB */
+    const size_t need = ver == 4   ? STATE4_SMEM
+                        : ver == 3 ? STATE3_SMEM
                         : v2       ? (INTRA2_SMEM > STATE2_SMEM ? INTRA2_SMEM : STATE2_SMEM)
                                    : STATE_SMEM;
     int optin = 0;
@@ -1223,7 +1449,7 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     vsr_status st;
     void *scr;
     const int vec = qkv_stride % 4 == 0 && ((uintptr_t)qkv & 15) == 0;
-    if (ver == 3) {
+    if (ver >= 3) {
         /* T [ch][64][64] first (16-byte aligned rows), then gc, beta [rows][Hv] */
         if ((st = cuda_scratch(c, sizeof(float) * (nP + 2 * ng), &scr, err))) return st;
         float *Tg = (float *)scr, *gcg = Tg + nP, *btg = gcg + ng;
@@ -1233,9 +1459,17 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
             return st;
         dim3 gi((unsigned)chunks, (unsigned)Hv);
         k_dn3_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv, dk,
-                                                         Tg, gcg, btg);
+                                                         Tg, gcg, btg, ver == 4);
         if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
-        if (!intra_only) {
+        if (!intra_only && ver == 4) {
+            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn4_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         (int)STATE4_SMEM),
+                                 "deltanet (chunked): shared memory of the state kernel", err)))
+                return st;
+            k_dn4_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE4_SMEM, c->stream>>>(
+                qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
+            if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+        } else if (!intra_only) {
             if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                          (int)STATE3_SMEM),
                                  "deltanet (chunked): shared memory of the state kernel", err)))
