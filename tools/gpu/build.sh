@@ -25,6 +25,6 @@ cc $CFLAGS -o $G/bench_cuda tools/gpu/bench_cuda.c $G/libvsr.a $LIBS
 cc $CFLAGS -o $G/mkfixture tools/gpu/mkfixture.c $G/libvsr.a $LIBS
 rm $G/libvsr.a
 cp tools/gpu/run_tests.sh $G/
-grep -qx "/$G/" .git/info/exclude 2>/dev/null || echo "/$G/" >> .git/info/exclude
+[ -d .git ] && { grep -qx "/$G/" .git/info/exclude 2>/dev/null || echo "/$G/" >> .git/info/exclude; }
 strip $G/test_cuda_* $G/bench_cuda $G/mkfixture
 ls -la $G
