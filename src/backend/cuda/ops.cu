@@ -680,7 +680,7 @@ __global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restric
 /* ---- activation twins (see twin) ---- */
 
 #define RN_VEC 8  /* float4 per thread held in registers by the row kernels: rows up to 8192 wide */
-#define SW_VEC 20 /* the FP8 swiglu row kernel: rows up to 20480 wide (the 27B MLP is 17408) */
+#define SW_VEC 8 /* the FP8 swiglu row kernel: rows up to 1024 * 4 * 8 = 32768 wide (the 27B MLP is 17408) */
 #define TW_FP8_MAX 448.0f
 
 __device__ __forceinline__ float block_reduce(float v, float *sh, bool is_max) {
@@ -798,18 +798,21 @@ __global__ void k_swiglu4(const float *g, const float *__restrict__ u, int64_t g
     }
 }
 
-/* SwiGLU with an FP8 twin: one block per row of N (N % 4 == 0, N <= 256 * 4 * SW_VEC) */
-__global__ void __launch_bounds__(256) k_swiglu_row_fp8(const float *g, const float *__restrict__ u, int64_t gs, int N,
-                                                        float *y, uint8_t *__restrict__ tw, int64_t twld,
-                                                        float *__restrict__ tsx) {
+/* SwiGLU with an FP8 twin: one block per row of N (N % 4 == 0, N <= blockDim * 4 * VEC), up to 1024
+ * threads so the row's loads of many blocks stay in flight (the first version, 256 threads x 20
+ * float4 at 104 registers, ran 2 blocks per SM and took twice the BF16 kernel's time at 27B shape) */
+template <int VEC>
+__global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const float *g, const float *__restrict__ u, int64_t gs, int N,
+                                                         float *y, uint8_t *__restrict__ tw, int64_t twld,
+                                                         float *__restrict__ tsx) {
     __shared__ float sh[33];
     const int64_t r = blockIdx.x;
     const float4 *gr = (const float4 *)(g + r * gs), *ur = (const float4 *)(u + r * gs);
     float4 *yr = y ? (float4 *)(y + r * N) : NULL;
     const int N4 = N >> 2;
-    float4 v[SW_VEC];
+    float4 v[VEC];
 #pragma unroll
-    for (int j = 0; j < SW_VEC; j++) {
+    for (int j = 0; j < VEC; j++) {
         int i = threadIdx.x + j * blockDim.x;
         if (i < N4) {
             float4 a = gr[i], b = ur[i];
@@ -819,7 +822,7 @@ __global__ void __launch_bounds__(256) k_swiglu_row_fp8(const float *g, const fl
             v[j] = make_float4(0, 0, 0, 0);
         }
     }
-    twin_row<TW_FP8, SW_VEC>(v, N4, N, r, tw, twld, tsx, sh);
+    twin_row<TW_FP8, VEC>(v, N4, N, r, tw, twld, tsx, sh);
 }
 
 /* DeltaNet output norm, one warp per row, 4 columns per lane (D % 4 == 0, D <= 32 * 4 * 4, x, z, w,
@@ -1650,13 +1653,21 @@ static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t g
     PROF(c, "swiglu");
     int vec = ((uintptr_t)g & 15) == 0 && ((uintptr_t)u & 15) == 0 && ((uintptr_t)y & 15) == 0 && N % 4 == 0 &&
               gs % 4 == 0;
-    int rowk = vec && N <= 256 * 4 * SW_VEC && M <= 0x7fffffff;
+    int rowk = vec && N <= 1024 * 4 * SW_VEC && M <= 0x7fffffff;
     twin t;
     vsr_status st = twin_start(c, y, n, rowk, vec, &t, err);
     if (st) return st;
     float *yo = t.sole ? NULL : y;
-    if (t.kind == TW_FP8)
-        k_swiglu_row_fp8<<<(unsigned)M, 256, 0, c->stream>>>(g, u, gs, (int)N, yo, (uint8_t *)t.data, t.Kp, t.sx);
+    if (t.kind == TW_FP8) {
+        int64_t n4 = N / 4, thr = (n4 + 31) / 32 * 32;
+        thr = thr > 1024 ? 1024 : thr;
+        if (thr * 4 >= n4) /* up to 4 float4 per thread */
+            k_swiglu_row_fp8<4><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo, (uint8_t *)t.data,
+                                                                            t.Kp, t.sx);
+        else
+            k_swiglu_row_fp8<SW_VEC><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
+                                                                                 (uint8_t *)t.data, t.Kp, t.sx);
+    }
     else if (vec)
         k_swiglu4<<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
             g, u, gs, M, N, yo, (__nv_bfloat16 *)t.data);
