@@ -205,6 +205,37 @@ TEST(twin_fp8) {
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
         free(hx), free(hw), free(wb), free(wq);
     }
+    /* swiglu's FP8 twin (one block per row, up to 1024 threads) feeding an FP8 down projection, from
+     * the two halves of a stacked gate|up row, and as the only copy (declared reader) */
+    static const int64_t Is[] = {17408, 1000, 64};
+    for (size_t i = 0; i < sizeof Is / sizeof *Is; i++) {
+        const int64_t M = 9, I = Is[i], N = 48;
+        uint16_t *wb = malloc(2 * (size_t)(N * I));
+        for (int64_t j = 0; j < N * I; j++) wb[j] = vsr_f32_to_bf16(test_rndf() * 0.02f);
+        uint8_t *wq = malloc((size_t)(N * I));
+        uint16_t ws[48];
+        vsr_quantize_fp8_rtn(wb, N, I, wq, ws);
+        vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = I, .w = wq, .scale = ws, .name = "test.down"};
+        vsr_bweight *W = NULL;
+        CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &W, &e), e);
+        float *hgu = hrand(M * 2 * I, 3.0f);
+        void *gu = up(hgu, M * 2 * I), *o1 = up(NULL, M * I), *o2 = up(NULL, M * I), *y1 = up(NULL, M * N),
+             *y2 = up(NULL, M * N);
+        CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + I, 2 * I, M, I, o1, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, o1, M, W, y1, 0, &e), e);
+        const vsr_bweight *rd[1] = {W};
+        int64_t hits0 = vsr_cuda_stat_twin_hits;
+        GB.ops->feed_linears(GB.ctx, o2, M, I, rd, 1);
+        CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + I, 2 * I, M, I, o2, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, o2, M, W, y2, 0, &e), e);
+        printf("  fp8 swiglu twin I=%lld: used by %lld linears\n", (long long)I, (long long)(vsr_cuda_stat_twin_hits - hits0));
+        CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "I %lld: the FP8 swiglu twin was not used", (long long)I);
+        CHECK_MSG(same(y1, y2, M * N), "I %lld: FP8 down projection differs reading swiglu's FP8 twin", (long long)I);
+        GB.ops->weight_free(GB.ctx, W);
+        void *bufs[] = {gu, o1, o2, y1, y2};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        free(hgu), free(wb), free(wq);
+    }
 }
 
 /* Declared readers: when every one of them reads the twin, the FP32 output is not written (the
