@@ -137,7 +137,7 @@ __device__ __forceinline__ int seg_of_row_d(const dsegs &s, int64_t r) { return 
 
 /* ---- cuBLASLt GEMM: y[M, N] (+)= A[M, K] . W[N, K]^T (row-major), plans cached per shape ---- */
 
-#define LT_ALGOS 8 /* heuristic candidates kept per shape; timed once with --autotune-cache */
+#define LT_ALGOS 16 /* heuristic candidates kept per shape; timed once with --autotune-cache */
 typedef struct lt_plan {
     cudaDataType_t ty;
     int64_t M, N, K;
@@ -834,12 +834,13 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const float *__res
     const int lane = threadIdx.x & 31, D4 = D / 4;
     if (r >= M) return;
     const float4 *xr = (const float4 *)(x + r * D), *zr = (const float4 *)(z + r * D), *wr = (const float4 *)w;
-    float4 v[4];
+    float4 v[4], zv[4];
     float ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < 4; j++) { /* x and z loaded together: one memory latency per row, not two */
         int i = lane + 32 * j;
         v[j] = i < D4 ? xr[i] : make_float4(0, 0, 0, 0);
+        zv[j] = i < D4 ? zr[i] : make_float4(0, 0, 0, 0);
         ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
     ss = warp_sum(ss);
@@ -849,7 +850,7 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const float *__res
     for (int j = 0; j < 4; j++) {
         int i = lane + 32 * j;
         if (i < D4) {
-            float4 g = wr[i], a = zr[i];
+            float4 g = wr[i], a = zv[j];
             float4 o = make_float4(g.x * (v[j].x * inv) * silu_d(a.x), g.y * (v[j].y * inv) * silu_d(a.y),
                                    g.z * (v[j].z * inv) * silu_d(a.z), g.w * (v[j].w * inv) * silu_d(a.w));
             if (yr) yr[i] = o;
