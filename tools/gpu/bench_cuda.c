@@ -140,7 +140,7 @@ static void run_shape(int R, int L) {
     for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) o->buf_free(c, bs[i]);
 }
 
-#define REPS_E2E 7
+#define REPS_E2E 9
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
