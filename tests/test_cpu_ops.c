@@ -211,7 +211,7 @@ typedef struct gated_case {
 static void run_gated(const void *cv, float *out) {
     const gated_case *c = cv;
     vsr_err err = {0};
-    CHECK_OK(g_be->ops->rmsnorm_gated(g_be->ctx, c->x, c->z, c->M, c->D, c->w, 1e-6f, out, &err), err);
+    CHECK_OK(g_be->ops->rmsnorm_gated(g_be->ctx, c->x, c->z, 1, c->D, c->M, c->D, c->w, 1e-6f, out, &err), err);
 }
 
 TEST(rmsnorm_gated_paths_agree) {
@@ -243,7 +243,7 @@ typedef struct conv_case {
 static void run_conv(const void *cv, float *out) {
     const conv_case *c = cv;
     vsr_err err = {0};
-    CHECK_OK(g_be->ops->conv1d_silu(g_be->ctx, c->x, &c->seg, c->C, c->w, c->Kc, out, &err), err);
+    CHECK_OK(g_be->ops->conv1d_silu(g_be->ctx, c->x, c->C, &c->seg, c->C, c->w, c->Kc, out, &err), err);
 }
 
 /* Packs lens[] back to back into seg (arrays owned by the caller). */
@@ -501,6 +501,39 @@ TEST(swiglu_paths_agree) {
               "swiglu: row stride 1 is less than the width 2");
 }
 
+/* Inputs that are column slices of a wider row (a stacked projection's output): the conv's x at a
+ * row stride, the gated norm's z as zh rows per token at a token stride. Same answer, bit for bit,
+ * as the contiguous copy; strides below the width are refused. */
+TEST(strided_inputs) {
+    vsr_err err = {0};
+    const vsr_backend *be = &g_be3;
+    static const int lens[] = {5, 1, 17};
+    int64_t start[3], len[3], pos0[3];
+    vsr_segs seg;
+    const int64_t rows = pack_segs(&seg, start, len, pos0, lens, 3), C = 40, S = 104, Kc = 4;
+    float *wide = rand_f32(rows * S, 3.0f), *narrow = malloc(sizeof(float) * (size_t)(rows * C)),
+          *w = rand_f32(C * Kc, 1.0f), *y1 = malloc(sizeof(float) * (size_t)(rows * C)),
+          *y2 = malloc(sizeof(float) * (size_t)(rows * C));
+    for (int64_t r = 0; r < rows; r++) memcpy(narrow + r * C, wide + r * S + 7, sizeof(float) * (size_t)C);
+    CHECK_OK(be->ops->conv1d_silu(be->ctx, narrow, C, &seg, C, w, (int)Kc, y1, &err), err);
+    CHECK_OK(be->ops->conv1d_silu(be->ctx, wide + 7, S, &seg, C, w, (int)Kc, y2, &err), err);
+    CHECK_MSG(!memcmp(y1, y2, sizeof(float) * (size_t)(rows * C)), "strided conv1d_silu differs");
+    CHECK_ERR(be->ops->conv1d_silu(be->ctx, wide, C - 1, &seg, C, w, (int)Kc, y2, &err), err, VSR_E_INVALID,
+              "conv1d_silu: row stride 39 is less than the 40 channels");
+    /* gated norm: tokens of zh = 3 heads of D = 16, z inside rows of S2 = 60 */
+    const int64_t T = 11, zh = 3, D = 16, S2 = 60;
+    float *x = rand_f32(T * zh * D, 2.0f), *zw = rand_f32(T * S2, 3.0f), *zc = malloc(sizeof(float) * (size_t)(T * zh * D)),
+          *gw = rand_f32(D, 1.0f), *o1 = malloc(sizeof(float) * (size_t)(T * zh * D)),
+          *o2 = malloc(sizeof(float) * (size_t)(T * zh * D));
+    for (int64_t t = 0; t < T; t++) memcpy(zc + t * zh * D, zw + t * S2 + 5, sizeof(float) * (size_t)(zh * D));
+    CHECK_OK(be->ops->rmsnorm_gated(be->ctx, x, zc, 1, D, T * zh, D, gw, 1e-6f, o1, &err), err);
+    CHECK_OK(be->ops->rmsnorm_gated(be->ctx, x, zw + 5, zh, S2, T * zh, D, gw, 1e-6f, o2, &err), err);
+    CHECK_MSG(!memcmp(o1, o2, sizeof(float) * (size_t)(T * zh * D)), "strided rmsnorm_gated differs");
+    CHECK_ERR(be->ops->rmsnorm_gated(be->ctx, x, zw, zh, zh * D - 1, T * zh, D, gw, 1e-6f, o2, &err), err,
+              VSR_E_INVALID, "rmsnorm_gated: z holds 3 rows of 16 per token at stride 47");
+    free(wide), free(narrow), free(w), free(y1), free(y2), free(x), free(zw), free(zc), free(gw), free(o1), free(o2);
+}
+
 int main(void) {
     test_rng_seed(0x243f6a8885a308d3ull);
     vsr_err err = {0};
@@ -517,6 +550,7 @@ int main(void) {
     RUN(attention_softmax_large_negative);
     RUN(mul_sigmoid_paths_agree);
     RUN(swiglu_paths_agree);
+    RUN(strided_inputs);
     vsr_backend_destroy(&g_be3);
     vsr_backend_destroy(&g_be1);
     return test_summary();

@@ -141,10 +141,10 @@ TEST(twin_other_producers) {
     void *x = up(hx, M * Hv * dv), *z = up(hz, M * Hv * dv), *w = up(hw, dv), *o1 = up(NULL, M * Hv * dv),
          *o2 = up(NULL, M * Hv * dv);
     hits0 = vsr_cuda_stat_twin_hits;
-    CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, M * Hv, dv, w, 1e-6f, o1, &e), e);
+    CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, 1, dv, M * Hv, dv, w, 1e-6f, o1, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, o1, M, Wo, y1, 0, &e), e);
     GB.ops->feed_linears(GB.ctx, o2, M, Hv * dv, NULL, 0);
-    CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, M * Hv, dv, w, 1e-6f, o2, &e), e);
+    CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, 1, dv, M * Hv, dv, w, 1e-6f, o2, &e), e);
     CHECK_OK(GB.ops->linear(GB.ctx, o2, M, Wo, y2, 0, &e), e);
     CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "rmsnorm_gated twin not used");
     CHECK_MSG(same(o1, o2, M * Hv * dv) && same(y1, y2, M * N), "rmsnorm_gated twin changes the result");
@@ -416,8 +416,8 @@ TEST(vector_and_scalar_paths) {
               *hw = hrand(hd, 1.0f), *yc = malloc(sizeof(float) * (size_t)(M * H * hd));
         void *x = up(hx, M * H * hd), *g = up(hg, M * 2 * H * hd), *z = up(hz, M * H * hd), *w = up(hw, hd),
              *y = up(NULL, M * H * hd);
-        CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, M * H, hd, w, 1e-6f, y, &e), e);
-        CHECK_OK(cb.ops->rmsnorm_gated(cb.ctx, hx, hz, M * H, hd, hw, 1e-6f, yc, &e), e);
+        CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, 1, hd, M * H, hd, w, 1e-6f, y, &e), e);
+        CHECK_OK(cb.ops->rmsnorm_gated(cb.ctx, hx, hz, 1, hd, M * H, hd, hw, 1e-6f, yc, &e), e);
         float *yg = down(y, M * H * hd);
         double d = nerr(yg, yc, M * H * hd);
         CHECK_MSG(d <= 1e-5, "rmsnorm_gated D %lld: %.3g", (long long)hd, d);
@@ -431,6 +431,48 @@ TEST(vector_and_scalar_paths) {
         free(yg), free(hx), free(hg), free(hz), free(hw), free(yc);
         void *bufs[] = {x, g, z, w, y};
         for (size_t j = 0; j < 5; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    }
+    vsr_backend_destroy(&cb);
+}
+
+/* conv1d_silu on the first C columns of wider rows, rmsnorm_gated with z inside wider rows: GPU
+ * against the CPU backend (both paths of each: aligned float4 and scalar) */
+TEST(strided_conv_and_gated_norm) {
+    vsr_err e;
+    vsr_backend cb;
+    CHECK_OK(vsr_backend_cpu_new(1, &cb, &e), e);
+    int64_t start[3] = {0, 9, 10}, len[3] = {9, 1, 30}, pos0[3] = {0, 0, 0};
+    vsr_segs sg = {3, start, len, pos0};
+    const int64_t rows = 40, Kc = 4;
+    static const int64_t Cs[][2] = {{64, 160}, {64, 162}, {36, 40}}; /* C, stride (162: unaligned rows) */
+    for (int i = 0; i < 3; i++) {
+        const int64_t C = Cs[i][0], S = Cs[i][1];
+        float *hx = hrand(rows * S, 2.0f), *hw = hrand(C * Kc, 1.0f), *yc = malloc(sizeof(float) * (size_t)(rows * C));
+        void *x = up(hx, rows * S), *w = up(hw, C * Kc), *y = up(NULL, rows * C);
+        CHECK_OK(GB.ops->conv1d_silu(GB.ctx, x, S, &sg, C, w, (int)Kc, y, &e), e);
+        CHECK_OK(cb.ops->conv1d_silu(cb.ctx, hx, S, &sg, C, hw, (int)Kc, yc, &e), e);
+        float *yg = down(y, rows * C);
+        double d = nerr(yg, yc, rows * C);
+        printf("  conv1d_silu C %lld stride %lld: GPU vs CPU %.3g\n", (long long)C, (long long)S, d);
+        CHECK_MSG(d <= 1e-5, "strided conv C %lld stride %lld: %.3g", (long long)C, (long long)S, d);
+        CHECK_ERR(GB.ops->conv1d_silu(GB.ctx, x, C - 1, &sg, C, w, (int)Kc, y, &e), e, VSR_E_INVALID, "row stride");
+        free(hx), free(hw), free(yc), free(yg);
+        GB.ops->buf_free(GB.ctx, x), GB.ops->buf_free(GB.ctx, w), GB.ops->buf_free(GB.ctx, y);
+    }
+    static const int64_t Gs[][3] = {{128, 3, 400}, {128, 3, 386}, {6, 4, 30}}; /* D, zh, stride */
+    for (int i = 0; i < 3; i++) {
+        const int64_t D = Gs[i][0], zh = Gs[i][1], S = Gs[i][2], T = 13, M = T * zh;
+        float *hx = hrand(M * D, 2.0f), *hz = hrand(T * S, 3.0f), *hw = hrand(D, 1.0f), *yc = malloc(sizeof(float) * (size_t)(M * D));
+        void *x = up(hx, M * D), *z = up(hz, T * S), *w = up(hw, D), *y = up(NULL, M * D);
+        CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, (float *)z + 4, zh, S, M, D, w, 1e-6f, y, &e), e);
+        CHECK_OK(cb.ops->rmsnorm_gated(cb.ctx, hx, hz + 4, zh, S, M, D, hw, 1e-6f, yc, &e), e);
+        float *yg = down(y, M * D);
+        double d = nerr(yg, yc, M * D);
+        printf("  rmsnorm_gated D %lld zh %lld stride %lld: GPU vs CPU %.3g\n", (long long)D, (long long)zh, (long long)S, d);
+        CHECK_MSG(d <= 1e-5, "strided gated norm D %lld: %.3g", (long long)D, d);
+        CHECK_ERR(GB.ops->rmsnorm_gated(GB.ctx, x, z, zh, zh * D - 1, M, D, w, 1e-6f, y, &e), e, VSR_E_INVALID, "per token at stride");
+        free(hx), free(hz), free(hw), free(yc), free(yg);
+        GB.ops->buf_free(GB.ctx, x), GB.ops->buf_free(GB.ctx, z), GB.ops->buf_free(GB.ctx, w), GB.ops->buf_free(GB.ctx, y);
     }
     vsr_backend_destroy(&cb);
 }
@@ -549,6 +591,7 @@ int main(void) {
     RUN(stacked_weights);
     RUN(swiglu_strided);
     RUN(vector_and_scalar_paths);
+    RUN(strided_conv_and_gated_norm);
     RUN(graphs_replay_bit_identical);
     vsr_backend_destroy(&GB);
 #else

@@ -229,8 +229,8 @@ TEST(op_norms) {
         CHECK_OK(CB.ops->rmsnorm(CB.ctx, px.c, 2 * D, M, D, pw.c, 0.0f, 1e-6f, px.c, 2 * D, &e), e);
         snprintf(what, sizeof what, "rmsnorm in place M%lld D%lld", (long long)M, (long long)D);
         cmp(px, what, 1e-4);
-        CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, px.g, pz.g, M, D, pw.g, 1e-6f, py.g, &e), e);
-        CHECK_OK(CB.ops->rmsnorm_gated(CB.ctx, px.c, pz.c, M, D, pw.c, 1e-6f, py.c, &e), e);
+        CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, px.g, pz.g, 1, D, M, D, pw.g, 1e-6f, py.g, &e), e);
+        CHECK_OK(CB.ops->rmsnorm_gated(CB.ctx, px.c, pz.c, 1, D, M, D, pw.c, 1e-6f, py.c, &e), e);
         snprintf(what, sizeof what, "rmsnorm_gated M%lld D%lld", (long long)M, (long long)D);
         cmp(py, what, 1e-4);
         pfree(px), pfree(pw), pfree(pz), pfree(py);
@@ -257,14 +257,14 @@ static void conv_fast_cases(void) {
         int Kc = cs[k].Kc;
         float *x = hrand(T * C, 2.0f), *w = hrand(C * Kc, 1.0f);
         pair px = both(x, T * C), pw = both(w, C * Kc), py = both(NULL, T * C);
-        CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, &sg, C, pw.g, Kc, py.g, &e), e);
-        CHECK_OK(CB.ops->conv1d_silu(CB.ctx, px.c, &sg, C, pw.c, Kc, py.c, &e), e);
+        CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, C, &sg, C, pw.g, Kc, py.g, &e), e);
+        CHECK_OK(CB.ops->conv1d_silu(CB.ctx, px.c, C, &sg, C, pw.c, Kc, py.c, &e), e);
         char what[96];
         snprintf(what, sizeof what, "conv1d_silu %d seqs T%lld C%lld Kc%d", cs[k].n, (long long)T, (long long)C, Kc);
         cmp(py, what, 1e-4);
         float *y1 = down(&GB, py.g, py.n); /* the run-fastest order: the same FMAs, so bit-identical */
         setenv("VSR_CUDA_CONV_RUNS", "1", 1);
-        CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, &sg, C, pw.g, Kc, py.g, &e), e);
+        CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, C, &sg, C, pw.g, Kc, py.g, &e), e);
         unsetenv("VSR_CUDA_CONV_RUNS");
         float *y2 = down(&GB, py.g, py.n);
         CHECK_MSG(!memcmp(y1, y2, sizeof(float) * (size_t)py.n), "%s: run-fastest order differs", what);
@@ -283,8 +283,8 @@ TEST(op_conv_rope_elementwise) {
     int Kc = 4;
     float *x = hrand(T * C, 2.0f), *w = hrand(C * Kc, 1.0f);
     pair px = both(x, T * C), pw = both(w, C * Kc), py = both(NULL, T * C);
-    CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, &sg, C, pw.g, Kc, py.g, &e), e);
-    CHECK_OK(CB.ops->conv1d_silu(CB.ctx, px.c, &sg, C, pw.c, Kc, py.c, &e), e);
+    CHECK_OK(GB.ops->conv1d_silu(GB.ctx, px.g, C, &sg, C, pw.g, Kc, py.g, &e), e);
+    CHECK_OK(CB.ops->conv1d_silu(CB.ctx, px.c, C, &sg, C, pw.c, Kc, py.c, &e), e);
     cmp(py, "conv1d_silu 3 seqs (5,1,33) C77 Kc4", 1e-4);
     conv_fast_cases();
     /* rope: H 3 heads of 40 inside rows of stride 130, rot 16 */

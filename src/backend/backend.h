@@ -99,13 +99,16 @@ typedef struct vsr_backend_ops {
     vsr_status (*rmsnorm)(void *ctx, const float *x, int64_t x_stride, int64_t M, int64_t D,
                           const float *w, float w_offset, float eps, float *y, int64_t y_stride,
                           vsr_err *err);
-    /* DeltaNet output norm: y = w * (x * rsqrt(mean(x^2) + eps)) * silu(z), per row of D. */
-    vsr_status (*rmsnorm_gated)(void *ctx, const float *x, const float *z, int64_t M, int64_t D,
-                                const float *w, float eps, float *y, vsr_err *err);
+    /* DeltaNet output norm: y = w * (x * rsqrt(mean(x^2) + eps)) * silu(z), per row of D; x, y
+     * contiguous [M, D]; z row r at z + (r / zh) * z_stride + (r % zh) * D (zh rows of D per token
+     * at a token stride: a slice of a stacked projection's output; contiguous: zh 1, z_stride D). */
+    vsr_status (*rmsnorm_gated)(void *ctx, const float *x, const float *z, int64_t zh, int64_t z_stride, int64_t M,
+                                int64_t D, const float *w, float eps, float *y, vsr_err *err);
     /* Causal depthwise conv over each sequence, then silu:
      * y[t, c] = silu(sum_j w[c, j] * x[t - (Kc-1) + j, c]), x before the sequence = 0.
-     * x, y: [rows, C] (y must not alias x); w: [C, Kc]. */
-    vsr_status (*conv1d_silu)(void *ctx, const float *x, const vsr_segs *seg, int64_t C,
+     * x: rows at stride x_stride >= C (the first C columns of a stacked projection's output);
+     * y: [rows, C] contiguous (must not overlap x); w: [C, Kc]. */
+    vsr_status (*conv1d_silu)(void *ctx, const float *x, int64_t x_stride, const vsr_segs *seg, int64_t C,
                               const float *w, int Kc, float *y, vsr_err *err);
     /* Gated delta rule, per sequence from a zero state, FP32 (transformers'
      * torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel=True):

@@ -585,13 +585,13 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
                                  int last, float **core, vsr_err *err) {
     vsr_status st;
     if ((st = B->linear(X, a->h, T, L->qkv, a->t0, 0, err)) ||
-        (st = B->conv1d_silu(X, a->t0, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
+        (st = B->conv1d_silu(X, a->t0, m->C, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
         (st = B->linear(X, a->h, T, L->z, a->t2, 0, err)) || (st = B->linear(X, a->h, T, L->b, a->tb, 0, err)) ||
         (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)) ||
         (st = B->deltanet(X, a->t1, m->C, a->tb, a->ta, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv,
                           a->st, a->t3, err)) ||
         (feed(m, a->t0, T, m->Vd, last ? NULL : L->out, NULL, NULL, NULL), 0) ||
-        (st = B->rmsnorm_gated(X, a->t3, a->t2, T * m->Hv, m->dv, L->gnorm, m->eps, a->t0, err)))
+        (st = B->rmsnorm_gated(X, a->t3, a->t2, 1, m->dv, T * m->Hv, m->dv, L->gnorm, m->eps, a->t0, err)))
         return st;
     *core = a->t0;
     return VSR_OK;

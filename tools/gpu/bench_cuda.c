@@ -93,13 +93,13 @@ static void run_shape(int R, int L) {
     /* DeltaNet layer */
     TIME("rmsnorm (input)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));
     LIN("linear in_proj_qkv", Wqkv, C, D, h, t0, 0);
-    TIME("conv1d_silu", 8.0 * T * C, 2.0 * T * C * Kc, o->conv1d_silu(c, t0, &sg, C, cw, (int)Kc, t1, &E));
+    TIME("conv1d_silu", 8.0 * T * C, 2.0 * T * C * Kc, o->conv1d_silu(c, t0, C, &sg, C, cw, (int)Kc, t1, &E));
     LIN("linear in_proj_z", Wz, Vd, D, h, t2, 0);
     LIN("linear in_proj_b", Wb, Hv, D, h, tb, 0);
     LIN("linear in_proj_a", Wa, Hv, D, h, ta, 0);
     TIME("deltanet", 4.0 * T * (C + Vd), 6.0 * T * Hv * dk * dv,
          o->deltanet(c, t1, C, tb, ta, al, dt, &sg, (int)Hk, (int)Hv, (int)dk, (int)dv, st, t3, &E));
-    TIME("rmsnorm_gated", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, T * Hv, dv, nw, 1e-6f, t2, &E));
+    TIME("rmsnorm_gated", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, t2, &E));
     LIN("linear out_proj (+=)", Wout, D, Vd, t2, x, 1);
     TIME("rmsnorm (post)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));
     LIN("linear gate", Wg, I, D, h, mg, 0);

@@ -317,7 +317,7 @@ static vsr_status cpu_linear(void *ctx, const float *x, int64_t M, const vsr_bwe
 
 typedef struct norm_job {
     const float *x, *z, *w;
-    int64_t xs, ys, D;
+    int64_t xs, ys, D, zh, zs; /* zh, zs: the gated norm's z rows per token and token stride */
     float off, eps;
     float *y;
 } norm_job;
@@ -348,7 +348,7 @@ static void rmsnorm_gated_fn(void *p, int64_t b, int64_t e, int worker) {
     (void)worker;
     norm_job *j = p;
     for (int64_t r = b; r < e; r++) {
-        const float *x = j->x + r * j->D, *z = j->z + r * j->D;
+        const float *x = j->x + r * j->D, *z = j->z + (r / j->zh) * j->zs + (r % j->zh) * j->D;
         float *y = j->y + r * j->D;
         double ss = 0;
         for (int64_t i = 0; i < j->D; i++) ss += (double)x[i] * x[i];
@@ -363,11 +363,13 @@ static void rmsnorm_gated_fn(void *p, int64_t b, int64_t e, int worker) {
     }
 }
 
-static vsr_status cpu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t M, int64_t D,
-                                    const float *w, float eps, float *y, vsr_err *err) {
-    (void)err;
+static vsr_status cpu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t zh, int64_t zs, int64_t M,
+                                    int64_t D, const float *w, float eps, float *y, vsr_err *err) {
+    if (zh < 1 || zs < zh * D)
+        return vsr_err_set(err, VSR_E_INVALID, "rmsnorm_gated: z holds %lld rows of %lld per token at stride %lld",
+                           (long long)zh, (long long)D, (long long)zs);
     cpu_ctx *c = ctx;
-    norm_job j = {.x = x, .z = z, .w = w, .D = D, .eps = eps, .y = y};
+    norm_job j = {.x = x, .z = z, .w = w, .D = D, .eps = eps, .y = y, .zh = zh, .zs = zs};
     vsr_pool_for(c->pool, M, 64, rmsnorm_gated_fn, &j);
     return VSR_OK;
 }
@@ -377,7 +379,7 @@ static vsr_status cpu_rmsnorm_gated(void *ctx, const float *x, const float *z, i
 typedef struct conv_job {
     const float *x, *w;
     const vsr_segs *seg;
-    int64_t C;
+    int64_t C, xs; /* xs: x's row stride */
     int Kc;
     float *y;
     float *wT; /* [Kc, C]: w transposed, for the vector path */
@@ -396,7 +398,7 @@ static void conv_fn(void *p, int64_t b, int64_t e, int worker) {
             float acc = 0;
             for (int k = 0; k < j->Kc; k++) {
                 int64_t tt = t - (j->Kc - 1) + k;
-                if (tt >= 0) acc += w[k] * j->x[(r - t + tt) * j->C + ch];
+                if (tt >= 0) acc += w[k] * j->x[(r - t + tt) * j->xs + ch];
             }
             y[ch] = silu(acc);
         }
@@ -419,7 +421,7 @@ AVX512_FN static void conv_fn_avx512(void *p, int64_t b, int64_t e, int worker) 
             __mmask16 m = tail_mask(C - ch);
             __m512 acc = _mm512_setzero_ps();
             for (int k = k0; k < j->Kc; k++) {
-                const float *xr = j->x + (r - (j->Kc - 1) + k) * C + ch;
+                const float *xr = j->x + (r - (j->Kc - 1) + k) * j->xs + ch;
                 acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, j->wT + (int64_t)k * C + ch), _mm512_maskz_loadu_ps(m, xr),
                                       acc);
             }
@@ -429,13 +431,15 @@ AVX512_FN static void conv_fn_avx512(void *p, int64_t b, int64_t e, int worker) 
 }
 #endif
 
-static vsr_status cpu_conv1d_silu(void *ctx, const float *x, const vsr_segs *seg, int64_t C,
+static vsr_status cpu_conv1d_silu(void *ctx, const float *x, int64_t xs, const vsr_segs *seg, int64_t C,
                                   const float *w, int Kc, float *y, vsr_err *err) {
-    (void)err;
+    if (xs < C)
+        return vsr_err_set(err, VSR_E_INVALID, "conv1d_silu: row stride %lld is less than the %lld channels",
+                           (long long)xs, (long long)C);
     cpu_ctx *c = ctx;
     if (seg->n <= 0) return VSR_OK;
     int64_t rows = seg->start[seg->n - 1] + seg->len[seg->n - 1];
-    conv_job j = {x, w, seg, C, Kc, y, NULL};
+    conv_job j = {x, w, seg, C, xs, Kc, y, NULL};
 #ifdef VSR_OPS_AVX512
     float *wT = have_avx512() ? malloc(sizeof(float) * (size_t)C * (size_t)Kc) : NULL;
     if (wT) {

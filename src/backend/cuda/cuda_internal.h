@@ -88,7 +88,7 @@ vsr_status cuda_gemm_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const 
                           int64_t N, int64_t K, float *y, int accumulate, vsr_err *err);
 
 /* Causal depthwise conv1d + silu (backend.h conv1d_silu), conv1d.cu. */
-vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const vsr_segs *seg, int64_t C, const float *w, int Kc,
+vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, int64_t xs, const vsr_segs *seg, int64_t C, const float *w, int Kc,
                             float *y, vsr_err *err);
 
 /* ---- hooks for the quantized linears (quant_*.cu; weak refusing defaults in weak_quant.cu) ---- */

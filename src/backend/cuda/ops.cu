@@ -426,12 +426,13 @@ __global__ void k_rmsnorm(const float *__restrict__ x, int64_t xs, int64_t M, in
     for (int64_t i = lane; i < D; i += 32) yr[i] = (xr[i] * inv) * (off + w[i]);
 }
 
-__global__ void k_rmsnorm_gated(const float *__restrict__ x, const float *__restrict__ z, int64_t M, int64_t D,
-                                const float *__restrict__ w, float eps, float *y, __nv_bfloat16 *yb) {
+__global__ void k_rmsnorm_gated(const float *__restrict__ x, const float *__restrict__ z, int64_t zh, int64_t zs,
+                                int64_t M, int64_t D, const float *__restrict__ w, float eps, float *y,
+                                __nv_bfloat16 *yb) {
     int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (r >= M) return;
-    const float *xr = x + r * D, *zr = z + r * D;
+    const float *xr = x + r * D, *zr = z + (r / zh) * zs + (r % zh) * D;
     float ss = 0;
     for (int64_t i = lane; i < D; i += 32) ss += xr[i] * xr[i];
     ss = warp_sum(ss);
@@ -827,13 +828,14 @@ __global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const float *g, const f
 
 /* DeltaNet output norm, one warp per row, 4 columns per lane (D % 4 == 0, D <= 32 * 4 * 4, x, z, w,
  * y 16-byte aligned): the same formula as k_rmsnorm_gated, the sum of squares in another order */
-__global__ void k_rmsnorm_gated4(const float *__restrict__ x, const float *__restrict__ z, int64_t M, int D,
-                                 const float *__restrict__ w, float eps, float *__restrict__ y,
+__global__ void k_rmsnorm_gated4(const float *__restrict__ x, const float *__restrict__ z, int64_t zh, int64_t zs,
+                                 int64_t M, int D, const float *__restrict__ w, float eps, float *__restrict__ y,
                                  __nv_bfloat16 *__restrict__ yb) {
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31, D4 = D / 4;
     if (r >= M) return;
-    const float4 *xr = (const float4 *)(x + r * D), *zr = (const float4 *)(z + r * D), *wr = (const float4 *)w;
+    const float4 *xr = (const float4 *)(x + r * D), *zr = (const float4 *)(z + (r / zh) * zs + (r % zh) * D),
+                 *wr = (const float4 *)w;
     float4 v[4], zv[4];
     float ss = 0.0f;
 #pragma unroll
@@ -1493,35 +1495,42 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
     return VSR_OK;
 }
 
-static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t M, int64_t D, const float *w,
-                                   float eps, float *y, vsr_err *err) {
+static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t zh, int64_t zs, int64_t M,
+                                   int64_t D, const float *w, float eps, float *y, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
+    if (zh < 1 || zs < zh * D)
+        return vsr_err_set(err, VSR_E_INVALID, "rmsnorm_gated: z holds %lld rows of %lld per token at stride %lld",
+                           (long long)zh, (long long)D, (long long)zs);
     if (M <= 0) return VSR_OK;
     PROF(c, "rmsnorm_gated");
     twin t;
     vsr_status st = twin_start(c, y, M * D, 0, 1, &t, err);
     if (st) return st;
-    int vec = D % 4 == 0 && D <= 32 * 4 * 4 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)z & 15) == 0 &&
+    int vec = D % 4 == 0 && D <= 32 * 4 * 4 && zs % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)z & 15) == 0 &&
               ((uintptr_t)w & 15) == 0 && ((uintptr_t)y & 15) == 0;
     float *yo = t.sole ? NULL : y;
     if (vec)
-        k_rmsnorm_gated4<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, (int)D, w, eps, yo, (__nv_bfloat16 *)t.data);
+        k_rmsnorm_gated4<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, zh, zs, M, (int)D, w, eps, yo,
+                                                                  (__nv_bfloat16 *)t.data);
     else
-        k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, M, D, w, eps, yo, (__nv_bfloat16 *)t.data);
+        k_rmsnorm_gated<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, z, zh, zs, M, D, w, eps, yo, (__nv_bfloat16 *)t.data);
     if ((st = cuda_check_launch(c, "rmsnorm_gated", err))) return st;
     twin_commit(c, &t);
     return VSR_OK;
 }
 
-static vsr_status cu_conv1d_silu(void *ctx, const float *x, const vsr_segs *seg, int64_t C, const float *w, int Kc,
-                                 float *y, vsr_err *err) {
+static vsr_status cu_conv1d_silu(void *ctx, const float *x, int64_t xs, const vsr_segs *seg, int64_t C, const float *w,
+                                 int Kc, float *y, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
     PROF(c, "conv1d_silu");
     int64_t rows = seg->n > 0 ? seg->start[seg->n - 1] + seg->len[seg->n - 1] : 0;
     twin_clobber(c, y, sizeof(float) * (size_t)(rows > 0 ? rows * C : 0));
-    return cuda_conv1d_silu(c, x, seg, C, w, Kc, y, err); /* conv1d.cu */
+    if (xs < C)
+        return vsr_err_set(err, VSR_E_INVALID, "conv1d_silu: row stride %lld is less than the %lld channels",
+                           (long long)xs, (long long)C);
+    return cuda_conv1d_silu(c, x, xs, seg, C, w, Kc, y, err); /* conv1d.cu */
 }
 
 /* Chunked (WY/UT) gated delta rule on tensor cores (deltanet.cu); *taken = 0 for shapes it leaves to k_dn_scan */
