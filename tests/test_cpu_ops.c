@@ -289,7 +289,7 @@ typedef struct dn_case {
 static void run_deltanet(const void *cv, float *out) {
     const dn_case *c = cv;
     vsr_err err = {0};
-    CHECK_OK(g_be->ops->deltanet(g_be->ctx, c->qkv, c->qkv_stride, c->b, c->a, c->A_log, c->dt_bias, &c->seg,
+    CHECK_OK(g_be->ops->deltanet(g_be->ctx, c->qkv, c->qkv_stride, c->b, c->a, c->Hv, c->A_log, c->dt_bias, &c->seg,
                                  c->Hk, c->Hv, c->dk, c->dv, c->state, out, &err),
              err);
 }
@@ -532,6 +532,21 @@ TEST(strided_inputs) {
     CHECK_ERR(be->ops->rmsnorm_gated(be->ctx, x, zw, zh, zh * D - 1, T * zh, D, gw, 1e-6f, o2, &err), err,
               VSR_E_INVALID, "rmsnorm_gated: z holds 3 rows of 16 per token at stride 47");
     free(wide), free(narrow), free(w), free(y1), free(y2), free(x), free(zw), free(zc), free(gw), free(o1), free(o2);
+    /* deltanet: b and a as columns of wider rows (stride 2 Hv + 5) */
+    const int Hk = 2, Hv = 4, dk = 8, dv = 8;
+    const int64_t qs = 2 * Hk * dk + Hv * dv, bs = 2 * Hv + 5;
+    float *qkv = rand_f32(rows * qs, 1.0f), *ba = rand_f32(rows * bs, 2.0f), *bc = malloc(sizeof(float) * (size_t)(rows * Hv)),
+          *ac = malloc(sizeof(float) * (size_t)(rows * Hv)), *Al = rand_f32(Hv, 1.0f), *dt = rand_f32(Hv, 1.0f),
+          *stt = malloc(sizeof(float) * (size_t)(3 * Hv * dk * dv)), *d1 = malloc(sizeof(float) * (size_t)(rows * Hv * dv)),
+          *d2 = malloc(sizeof(float) * (size_t)(rows * Hv * dv));
+    for (int64_t r = 0; r < rows; r++)
+        for (int h = 0; h < Hv; h++) bc[r * Hv + h] = ba[r * bs + 1 + h], ac[r * Hv + h] = ba[r * bs + 1 + Hv + h];
+    CHECK_OK(be->ops->deltanet(be->ctx, qkv, qs, bc, ac, Hv, Al, dt, &seg, Hk, Hv, dk, dv, stt, d1, &err), err);
+    CHECK_OK(be->ops->deltanet(be->ctx, qkv, qs, ba + 1, ba + 1 + Hv, bs, Al, dt, &seg, Hk, Hv, dk, dv, stt, d2, &err), err);
+    CHECK_MSG(!memcmp(d1, d2, sizeof(float) * (size_t)(rows * Hv * dv)), "deltanet with strided b/a differs");
+    CHECK_ERR(be->ops->deltanet(be->ctx, qkv, qs, bc, ac, Hv - 1, Al, dt, &seg, Hk, Hv, dk, dv, stt, d2, &err), err,
+              VSR_E_INVALID, "deltanet: b/a row stride 3 is less than the 4 value heads");
+    free(qkv), free(ba), free(bc), free(ac), free(Al), free(dt), free(stt), free(d1), free(d2);
 }
 
 int main(void) {

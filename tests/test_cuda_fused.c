@@ -474,6 +474,29 @@ TEST(strided_conv_and_gated_norm) {
         free(hx), free(hz), free(hw), free(yc), free(yg);
         GB.ops->buf_free(GB.ctx, x), GB.ops->buf_free(GB.ctx, z), GB.ops->buf_free(GB.ctx, w), GB.ops->buf_free(GB.ctx, y);
     }
+    /* deltanet with b and a as columns of wider rows: bit-identical to the compact ones (27B heads) */
+    {
+        const int Hk = 16, Hv = 48, dk = 128, dv = 128;
+        int64_t st2[2] = {0, 70}, ln2[2] = {70, 58}, p2[2] = {0, 12};
+        vsr_segs s2 = {2, st2, ln2, p2};
+        const int64_t T = 128, qs = 2 * Hk * dk + Hv * dv, bs = 2 * Hv + 6160;
+        float *hq = hrand(T * qs, 1.0f), *hba = hrand(T * bs, 2.0f), *hbc = malloc(sizeof(float) * (size_t)(2 * T * Hv)),
+              *hA = hrand(Hv, 1.0f), *hd = hrand(Hv, 1.0f);
+        for (int64_t r = 0; r < T; r++)
+            for (int h = 0; h < Hv; h++)
+                hbc[r * Hv + h] = hba[r * bs + 6144 + h], hbc[T * Hv + r * Hv + h] = hba[r * bs + 6144 + Hv + h];
+        void *q = up(hq, T * qs), *bw = up(hba, T * bs), *bcd = up(hbc, 2 * T * Hv), *A = up(hA, Hv), *d = up(hd, Hv),
+             *stt = up(NULL, 2 * Hv * dk * dv), *o1 = up(NULL, T * Hv * dv), *o2 = up(NULL, T * Hv * dv);
+        CHECK_OK(GB.ops->deltanet(GB.ctx, q, qs, bcd, (float *)bcd + T * Hv, Hv, A, d, &s2, Hk, Hv, dk, dv, stt, o1, &e), e);
+        CHECK_OK(GB.ops->deltanet(GB.ctx, q, qs, (float *)bw + 6144, (float *)bw + 6144 + Hv, bs, A, d, &s2, Hk, Hv, dk,
+                                  dv, stt, o2, &e), e);
+        CHECK_MSG(same(o1, o2, T * Hv * dv), "deltanet with strided b/a differs from compact b/a");
+        CHECK_ERR(GB.ops->deltanet(GB.ctx, q, qs, bcd, bcd, Hv - 1, A, d, &s2, Hk, Hv, dk, dv, stt, o2, &e), e,
+                  VSR_E_INVALID, "b/a row stride 47");
+        free(hq), free(hba), free(hbc), free(hA), free(hd);
+        void *bufs[] = {q, bw, bcd, A, d, stt, o1, o2};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    }
     vsr_backend_destroy(&cb);
 }
 

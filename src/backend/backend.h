@@ -117,9 +117,10 @@ typedef struct vsr_backend_ops {
      *   value head h reads key head h / (Hv/Hk);
      *   beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)  (b, a: [rows, Hv]);
      *   S = S*exp(g); S += k (x) beta*(v - S^T k); o = S^T q.
+     * b, a: row t at b + t*ba_stride (ba_stride >= Hv; Hv when contiguous).
      * out: [rows, Hv*dv]. state: scratch of n_seg * Hv*dk*dv floats (per-row state). */
     vsr_status (*deltanet)(void *ctx, const float *qkv, int64_t qkv_stride, const float *b,
-                           const float *a, const float *A_log, const float *dt_bias,
+                           const float *a, int64_t ba_stride, const float *A_log, const float *dt_bias,
                            const vsr_segs *seg, int Hk, int Hv, int dk, int dv, float *state,
                            float *out, vsr_err *err);
     /* Rotary embedding in place on the first rot_dim dims of every head (rotate_half form),

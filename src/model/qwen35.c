@@ -38,6 +38,7 @@ typedef struct layer {
     vsr_layer_type type;
     float *in_norm, *post_norm;                  /* [D] */
     vsr_bweight *qkv, *z, *b, *a, *out;           /* linear_attn */
+    vsr_bweight *in_all;                          /* qkv|z|b|a stacked [C + Vd + 2Hv, D] (then those are NULL) */
     float *conv_w, *A_log, *dt_bias, *gnorm;      /* [C*Kc], [Hv], [Hv], [dv] */
     vsr_bweight *q, *k, *v, *o;                   /* self_attn */
     float *q_norm, *k_norm;                       /* [d] */
@@ -64,6 +65,7 @@ struct vsr_model {
     int n_ws, cap_ws;
     uint64_t weight_bytes;
     int mlp_stacked; /* some layer has gate|up stacked: the arena's mg holds [chunk, 2I] */
+    int in_stacked;  /* some DeltaNet layer has qkv|z|b|a stacked: the arena's t0 holds [T, C + Vd + 2Hv] */
     /* rotary tables [max_pos, rot/2] */
     float *cos_t, *sin_t;
     int64_t max_pos;
@@ -277,6 +279,29 @@ static vsr_status load_linear(vsr_model *m, const char *mod, int64_t N, int64_t 
     return track_w(m, *out, err);
 }
 
+/* Linears reading the same input as one weight where the backend stacks them (one GEMM reads the
+ * input once and fills the wide output's column slices), else apart. parts[i] goes to *sep[i]
+ * when not stacked. Stacked only for BF16, FP8 and int4 parts of one kind (act-order int4 parts
+ * with their own g_idx are refused by the backend and stay apart). */
+static vsr_status load_stacked(vsr_model *m, vsr_weight_view *parts, int n, vsr_bweight **stacked,
+                               vsr_bweight **const *sep, vsr_err *err) {
+    vsr_status st;
+    vsr_wkind k = parts[0].kind;
+    int same = k == VSR_WK_BF16 || k == VSR_WK_FP8 || k == VSR_WK_INT4;
+    for (int i = 1; i < n; i++) same &= parts[i].kind == k;
+    *stacked = NULL;
+    if (m->be.ops->weight_upload_cat && same) {
+        st = m->be.ops->weight_upload_cat(m->be.ctx, parts, n, stacked, err);
+        if (!st) return track_w(m, *stacked, err);
+        if (st != VSR_E_UNSUPPORTED) return st;
+        *stacked = NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if ((st = m->be.ops->weight_upload(m->be.ctx, &parts[i], sep[i], err)) || (st = track_w(m, *sep[i], err)))
+            return st;
+    return VSR_OK;
+}
+
 /* gate_proj and up_proj as one [2I, D] weight where the backend stacks them (one GEMM reads the
  * MLP input once; swiglu reads the two halves of its output row), else apart. */
 static vsr_status load_mlp_in(vsr_model *m, layer *L, int l, vsr_err *err) {
@@ -287,17 +312,23 @@ static vsr_status load_mlp_in(vsr_model *m, layer *L, int l, vsr_err *err) {
     vsr_status st;
     if ((st = linear_view(m, g, m->I, m->D, &parts[0], err)) || (st = linear_view(m, u, m->I, m->D, &parts[1], err)))
         return st;
-    vsr_wkind k = parts[0].kind;
-    if (m->be.ops->weight_upload_cat && k == parts[1].kind && (k == VSR_WK_BF16 || k == VSR_WK_FP8 || k == VSR_WK_INT4)) {
-        st = m->be.ops->weight_upload_cat(m->be.ctx, parts, 2, &L->gate_up, err);
-        if (!st) return track_w(m, L->gate_up, err);
-        if (st != VSR_E_UNSUPPORTED) return st;
-        L->gate_up = NULL; /* not stackable (e.g. act-order parts with their own g_idx): apart */
+    vsr_bweight **sep[2] = {&L->gate, &L->up};
+    return load_stacked(m, parts, 2, &L->gate_up, sep, err);
+}
+
+/* The DeltaNet input projections in_proj_qkv | in_proj_z | in_proj_b | in_proj_a, stacked like the MLP's. */
+static vsr_status load_dn_in(vsr_model *m, layer *L, int l, vsr_err *err) {
+    static const char *const names[4] = {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"};
+    const int64_t Ns[4] = {m->C, m->Vd, m->Hv, m->Hv};
+    vsr_weight_view parts[4];
+    vsr_status st;
+    for (int i = 0; i < 4; i++) {
+        char mod[128];
+        snprintf(mod, sizeof mod, "layers.%d.linear_attn.%s", l, names[i]);
+        if ((st = linear_view(m, mod, Ns[i], m->D, &parts[i], err))) return st;
     }
-    if ((st = m->be.ops->weight_upload(m->be.ctx, &parts[0], &L->gate, err)) || (st = track_w(m, L->gate, err)) ||
-        (st = m->be.ops->weight_upload(m->be.ctx, &parts[1], &L->up, err)))
-        return st;
-    return track_w(m, L->up, err);
+    vsr_bweight **sep[4] = {&L->qkv, &L->z, &L->b, &L->a};
+    return load_stacked(m, parts, 4, &L->in_all, sep, err);
 }
 
 /* ---- rotary tables ---- */
@@ -358,6 +389,7 @@ static int64_t mlp_chunk(const vsr_model *m) { return m->be.ops->mlp_rows > 0 ? 
 
 static size_t arena_layout(const vsr_model *m, int64_t T, int64_t R, arena *a, float *base) {
     int64_t w0 = max3(m->C, 2LL * m->H * m->hd, m->Vd), w1 = max3(m->C, (int64_t)m->H * m->hd, 0);
+    if (m->in_stacked && w0 < m->C + m->Vd + 2LL * m->Hv) w0 = m->C + m->Vd + 2LL * m->Hv;
     int64_t w2 = max3(m->Vd, (int64_t)m->Hkv * m->hd, 0), w4 = (int64_t)m->H * m->hd;
     int64_t wl = max3(max3(m->D, m->Vd, w4), VSR_D3_CODES, 0), ch = T < mlp_chunk(m) ? T : mlp_chunk(m);
     int64_t sizes[] = {T * m->D, T * m->D, T * w0, T * w1, T * w2, T * w2, T * w4, T * m->Hv, T * m->Hv,
@@ -418,11 +450,7 @@ static vsr_status load_layer(vsr_model *m, int l, vsr_err *err) {
         (st = load_vec(m, P("post_attention_layernorm"), "weight", 1, (int64_t[]){D}, &L->post_norm, err)))
         return st;
     if (L->type == VSR_LAYER_LINEAR_ATTENTION) {
-        if ((st = load_linear(m, P("linear_attn.in_proj_qkv"), m->C, D, &L->qkv, err)) ||
-            (st = load_linear(m, P("linear_attn.in_proj_z"), m->Vd, D, &L->z, err)) ||
-            (st = load_linear(m, P("linear_attn.in_proj_b"), m->Hv, D, &L->b, err)) ||
-            (st = load_linear(m, P("linear_attn.in_proj_a"), m->Hv, D, &L->a, err)) ||
-            (st = load_linear(m, P("linear_attn.out_proj"), D, m->Vd, &L->out, err)) ||
+        if ((st = load_dn_in(m, L, l, err)) || (st = load_linear(m, P("linear_attn.out_proj"), D, m->Vd, &L->out, err)) ||
             (st = load_vec(m, P("linear_attn.conv1d"), "weight", 3, (int64_t[]){m->C, 1, m->Kc}, &L->conv_w, err)) ||
             (st = load_vec(m, P("linear_attn.A_log"), NULL, 1, (int64_t[]){m->Hv}, &L->A_log, err)) ||
             (st = load_vec(m, P("linear_attn.dt_bias"), NULL, 1, (int64_t[]){m->Hv}, &L->dt_bias, err)) ||
@@ -444,6 +472,7 @@ static vsr_status load_layer(vsr_model *m, int l, vsr_err *err) {
     if ((st = load_mlp_in(m, L, l, err)) || (st = load_linear(m, P("mlp.down_proj"), D, m->I, &L->down, err)))
         return st;
     if (L->gate_up) m->mlp_stacked = 1;
+    if (L->in_all) m->in_stacked = 1;
 #undef P
     return VSR_OK;
 }
@@ -584,11 +613,24 @@ static void feed(vsr_model *m, const float *x, int64_t rows, int64_t K, const vs
 static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, int64_t T, const vsr_segs *sg,
                                  int last, float **core, vsr_err *err) {
     vsr_status st;
+    if (L->in_all) { /* t0 [T, S]: qkv (C) | z (Vd) | b (Hv) | a (Hv) per row */
+        const int64_t S = m->C + m->Vd + 2LL * m->Hv;
+        const float *z = a->t0 + m->C, *bb = z + m->Vd, *aa = bb + m->Hv;
+        if ((st = B->linear(X, a->h, T, L->in_all, a->t0, 0, err)) ||
+            (st = B->conv1d_silu(X, a->t0, S, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
+            (st = B->deltanet(X, a->t1, m->C, bb, aa, S, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv, a->st,
+                              a->t3, err)) ||
+            (feed(m, a->t2, T, m->Vd, last ? NULL : L->out, NULL, NULL, NULL), 0) ||
+            (st = B->rmsnorm_gated(X, a->t3, z, m->Hv, S, T * m->Hv, m->dv, L->gnorm, m->eps, a->t2, err)))
+            return st;
+        *core = a->t2;
+        return VSR_OK;
+    }
     if ((st = B->linear(X, a->h, T, L->qkv, a->t0, 0, err)) ||
         (st = B->conv1d_silu(X, a->t0, m->C, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
         (st = B->linear(X, a->h, T, L->z, a->t2, 0, err)) || (st = B->linear(X, a->h, T, L->b, a->tb, 0, err)) ||
         (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)) ||
-        (st = B->deltanet(X, a->t1, m->C, a->tb, a->ta, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv,
+        (st = B->deltanet(X, a->t1, m->C, a->tb, a->ta, m->Hv, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv,
                           a->st, a->t3, err)) ||
         (feed(m, a->t0, T, m->Vd, last ? NULL : L->out, NULL, NULL, NULL), 0) ||
         (st = B->rmsnorm_gated(X, a->t3, a->t2, 1, m->dv, T * m->Hv, m->dv, L->gnorm, m->eps, a->t0, err)))
@@ -655,7 +697,8 @@ static vsr_status run_ops(vsr_model *m, const arena *a, int R, int64_t T, const 
     for (int l = 0; l < nl; l++) {
         const layer *L = &m->layers[l];
         float *core;
-        if (L->type == VSR_LAYER_LINEAR_ATTENTION) feed(m, a->h, T, m->D, L->qkv, L->z, L->b, L->a);
+        if (L->type == VSR_LAYER_LINEAR_ATTENTION && L->in_all) feed(m, a->h, T, m->D, L->in_all, NULL, NULL, NULL);
+        else if (L->type == VSR_LAYER_LINEAR_ATTENTION) feed(m, a->h, T, m->D, L->qkv, L->z, L->b, L->a);
         else feed(m, a->h, T, m->D, L->q, L->k, L->v, NULL);
         if ((st = B->rmsnorm(X, a->x, m->D, T, m->D, L->in_norm, 1.0f, m->eps, a->h, m->D, err))) return st;
         /* the last layer gathers its core rows in FP32: their linear is not the only reader */

@@ -459,7 +459,7 @@ static vsr_status cpu_conv1d_silu(void *ctx, const float *x, int64_t xs, const v
 
 typedef struct delta_job {
     const float *qkv, *b, *a, *A_log, *dt_bias;
-    int64_t qkv_stride;
+    int64_t qkv_stride, ba_stride;
     const vsr_segs *seg;
     int Hk, Hv, dk, dv;
     float *state, *out;
@@ -564,8 +564,8 @@ static void delta_fn(void *p, int64_t b, int64_t e, int worker) {
             l2norm_into(row + (int64_t)hk * dk, dk, qn, qscale);
             l2norm_into(row + Kd + (int64_t)hk * dk, dk, kn, 1.0f);
             const float *v = row + 2 * Kd + (int64_t)h * dv;
-            float beta = sigmoidf_(j->b[r * j->Hv + h]);
-            float decay = expf(negA * softplusf(j->a[r * j->Hv + h] + j->dt_bias[h]));
+            float beta = sigmoidf_(j->b[r * j->ba_stride + h]);
+            float decay = expf(negA * softplusf(j->a[r * j->ba_stride + h] + j->dt_bias[h]));
             float *o = j->out + r * ((int64_t)j->Hv * dv) + (int64_t)h * dv;
 #ifdef VSR_OPS_AVX512
             if (vec) {
@@ -579,7 +579,7 @@ static void delta_fn(void *p, int64_t b, int64_t e, int worker) {
 }
 
 static vsr_status cpu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, const float *b,
-                               const float *a, const float *A_log, const float *dt_bias,
+                               const float *a, int64_t ba_stride, const float *A_log, const float *dt_bias,
                                const vsr_segs *seg, int Hk, int Hv, int dk, int dv, float *state,
                                float *out, vsr_err *err) {
     cpu_ctx *c = ctx;
@@ -588,7 +588,10 @@ static vsr_status cpu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, 
                            "deltanet: head dims up to 1024 and value heads a multiple of key heads "
                            "(dk %d, dv %d, Hk %d, Hv %d)",
                            dk, dv, Hk, Hv);
-    delta_job j = {qkv, b, a, A_log, dt_bias, qkv_stride, seg, Hk, Hv, dk, dv, state, out};
+    if (ba_stride < Hv)
+        return vsr_err_set(err, VSR_E_INVALID, "deltanet: b/a row stride %lld is less than the %d value heads",
+                           (long long)ba_stride, Hv);
+    delta_job j = {qkv, b, a, A_log, dt_bias, qkv_stride, ba_stride, seg, Hk, Hv, dk, dv, state, out};
     vsr_pool_for(c->pool, (int64_t)seg->n * Hv, 1, delta_fn, &j);
     return VSR_OK;
 }

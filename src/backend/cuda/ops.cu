@@ -1539,9 +1539,18 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
                                             const vsr_segs *seg, int Hk, int Hv, int dk, int dv, float *out,
                                             int *taken, vsr_err *err);
 
+/* b and a at row stride ba_stride -> contiguous [rows, Hv] each (the deltanet kernels read them so) */
+__global__ void k_ba_compact(const float *__restrict__ b, const float *__restrict__ a, int64_t s, int64_t rows, int Hv,
+                             float *__restrict__ bo, float *__restrict__ ao) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * Hv; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / Hv, h = i % Hv;
+        bo[i] = b[r * s + h], ao[i] = a[r * s + h];
+    }
+}
+
 static vsr_status cu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, const float *b, const float *a,
-                              const float *A_log, const float *dt_bias, const vsr_segs *seg, int Hk, int Hv, int dk,
-                              int dv, float *state, float *out, vsr_err *err) {
+                              int64_t ba_stride, const float *A_log, const float *dt_bias, const vsr_segs *seg, int Hk,
+                              int Hv, int dk, int dv, float *state, float *out, vsr_err *err) {
     (void)state; /* the state lives in registers */
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
@@ -1556,6 +1565,18 @@ static vsr_status cu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, c
     if (st || rows <= 0) return st;
     PROF(c, "deltanet");
     twin_clobber(c, out, sizeof(float) * (size_t)(rows * Hv * dv));
+    if (ba_stride < Hv)
+        return vsr_err_set(err, VSR_E_INVALID, "deltanet: b/a row stride %lld is less than the %d value heads",
+                           (long long)ba_stride, Hv);
+    if (ba_stride != Hv) { /* columns of a stacked projection: compact them (rows x 2Hv floats) into scratch2 */
+        void *ba;
+        if ((st = cuda_scratch2(c, sizeof(float) * 2 * (size_t)(rows * Hv), &ba, err))) return st;
+        float *bc = (float *)ba, *ac = bc + rows * Hv;
+        k_ba_compact<<<blocks_for(rows * Hv, 256) > 1024 ? 1024 : blocks_for(rows * Hv, 256), 256, 0, c->stream>>>(
+            b, a, ba_stride, rows, Hv, bc, ac);
+        if ((st = cuda_check_launch(c, "deltanet: b/a compaction", err))) return st;
+        b = bc, a = ac;
+    }
     int taken = 0;
     st = cuda_deltanet_chunked(c, qkv, qkv_stride, b, a, A_log, dt_bias, seg, Hk, Hv, dk, dv, out, &taken, err);
     if (st || taken) return st;
