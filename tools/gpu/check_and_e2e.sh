@@ -6,7 +6,7 @@
 #   2. if the default failed test_cuda_ops but the alternative passed, everything below runs with
 #      $VSR_ALT_ENV exported (the alternative becomes the measured path; say so in the notes);
 #   3. the 27B-shaped packages of $VSR_SCHEMES (default "bf16 fp8") end to end (tools/gpu/e2e27.sh);
-#   4. with time left, the per-op table (bench_cuda without a package).
+#   4. with time left, the per-op table (bench_cuda without a package; VSR_PEROP=0 skips it).
 # Usage (repository root, binaries of tools/gpu/build.sh in $GPU_OUT):
 #   VSR_ALT_ENV=VSR_CUDA_DN_V4=1 GPU_OUT=.gpu-me bash tools/gpu/check_and_e2e.sh
 set -u
@@ -31,7 +31,9 @@ if [ $rc_new != 0 ] && [ -n "$ALT" ] && [ $rc_alt = 0 ]; then
   export "$ALT"
 fi
 bash tools/gpu/e2e27.sh ${VSR_SCHEMES:-bf16 fp8}
-echo "== per-op (27B layer shapes)"
-timeout 60 $G/bench_cuda > "$OUT/perop.txt" 2>&1
-grep -E "^(deltanet|conv1d|swiglu|rmsnorm_gated|mul_sigmoid|DeltaNet layer)" "$OUT/perop.txt"
+if [ "${VSR_PEROP:-1}" = 1 ]; then
+  echo "== per-op (27B layer shapes)"
+  timeout 60 $G/bench_cuda > "$OUT/perop.txt" 2>&1
+  grep -E "^(deltanet|conv1d|swiglu|rmsnorm_gated|mul_sigmoid|DeltaNet layer)" "$OUT/perop.txt"
+fi
 true
