@@ -12,10 +12,11 @@
  * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
  *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
  *
- * Four generations, selected at each call: v4 (the default: v3 with ldmatrix operands and a
- * double-buffered k; see "==== v4"), v3 (VSR_CUDA_DN_V3=1: only T crosses device memory; see
- * "==== v3" below), v2 (VSR_CUDA_DN_V2=1) and the first one (VSR_CUDA_DN_OLD=1), whose three
- * kernels are:
+ * Five generations, selected at each call: v5 (the default: v4 with the next chunk's copies
+ * issued earlier and a less serial intra kernel; see "==== v5"), v4 (VSR_CUDA_DN_V4=1: v3 with
+ * ldmatrix operands and a double-buffered k; see "==== v4"), v3 (VSR_CUDA_DN_V3=1: only T
+ * crosses device memory; see "==== v3" below), v2 (VSR_CUDA_DN_V2=1) and the first one
+ * (VSR_CUDA_DN_OLD=1), whose three kernels are:
  *   k_dnc_prep  : q, k l2-normalised into scratch [rows, Hk, dk] (one warp per row, head, q|k).
  *   k_dnc_intra : one block per (chunk, value head), fully parallel: L, P, the solve, W, U
  *                 into scratch (plus gc per row). The solve: 4 lanes per column of T (columns
@@ -1178,7 +1179,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn3_state(const float *__restrict_
     }
 }
 
-/* ==== v4 (the default; VSR_CUDA_DN_V3=1 runs v3 above) ====
+/* ==== v4 (VSR_CUDA_DN_V4=1; VSR_CUDA_DN_V3=1 runs v3 above) ====
  * v3's intra kernel (T written already rounded to TF32) and a state kernel with v3's math and
  * block shape (sequence, value head, 64 value columns; 512 threads), changed where v3 lost time:
  *  - every mma operand but one is read by ldmatrix (one .x4 gives a whole 16x8 TF32 A fragment,
@@ -1393,6 +1394,415 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn4_state(const float *__restrict_
     }
 }
 
+/* ==== v5 (the default; VSR_CUDA_DN_V4=1 runs v4 above) ====
+ * Not yet run on a GPU when written (bench/NOTES.md "DeltaNet v5 (not yet run)"). v4's math,
+ * block shape and operand layouts; what changed is when the next chunk's data is copied:
+ *  - k, T, gc and beta of chunk c+1 are issued right after chunk c's top barrier (k and T into
+ *    the second of two buffers, gc/beta by 4-byte cp.async into the second of two row-vector
+ *    buffers), so they have the whole chunk to land; v4 issued everything after Vn and loaded
+ *    gc, beta and gL with dependent global loads before the top barrier.
+ *  - q and the V slice of chunk c+1 are issued right after Y is built (their last reader),
+ *    so they hide behind Vn = T Y, P Vn and the update instead of P Vn and the update alone.
+ *  - room for the second T: Yt is gone; Y is written transposed into Vt, and Vn overwrites it
+ *    after one extra barrier (every warp's T Y reads done). Shared memory stays ~218 KB.
+ *  - gc of rows past the chunk's length is 0 (zero-filled copy), not gL: every use of those
+ *    rows is masked (eg, ek, P's exp), so nothing else changes.
+ * The K S / Q S / Q K^T step is also software-pipelined by hand: the fragments of step ks+1
+ * are loaded (ldmatrix, still volatile, so program order holds) before step ks's mma. */
+/* v5's intra-chunk kernel: k_dn3_intra (as v4 runs it, T rounded) with the serial parts
+ * made parallel, the same arithmetic in the same order (so v5 and v4 agree bit for bit unless
+ * the compiler contracts differently): the eight rows of each warp's norm pass at once, k
+ * rounded to TF32 there so K K^T reads it by ldmatrix, and the blocked solve's rounds fully
+ * unrolled. */
+__global__ void __launch_bounds__(256) k_dn5_intra(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                   const float *__restrict__ b, const float *__restrict__ a,
+                                                   const float *__restrict__ A_log, const float *__restrict__ dt_bias,
+                                                   const dnc_tab tb, int Hk, int Hv, int dk,
+                                                   float *__restrict__ Tg, float *__restrict__ gcg,
+                                                   float *__restrict__ btg) {
+    extern __shared__ __align__(16) float smem[];
+    float *Ks = smem, *Am = Ks + DNC_C * LDK, *Ts = Am + DNC_C * LD64, *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C;
+    const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
+    const int sg = last_le_d(tb.cfirst, tb.n, ci);
+    const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
+    const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t ch = (int64_t)ci * Hv + h;
+    const float *ksrc = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
+
+    stage_tile(Ks, LDK, ksrc + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, 256);
+    if (tid < DNC_C) {
+        float be = 0.0f, gg = 0.0f;
+        if (tid < Lc) {
+            int64_t bi = (r0 + tid) * Hv + h;
+            be = sigmoid_d(b[bi]);
+            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
+        }
+        bt[tid] = be, gc[tid] = gg;
+    }
+    cp_wait_all();
+    __syncthreads();
+    if (w == 0) { /* inclusive cumsum (rows past Lc add 0: their gc is gc[Lc-1]) */
+        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        float ex = s - (x0 + x1);
+        gc[2 * lane] = ex + x0;
+        gc[2 * lane + 1] = ex + x0 + x1;
+    }
+    /* l2-normalise the 64 k rows in place and round them to TF32 (K K^T reads them by
+     * ldmatrix): warp w takes rows 8w..8w+7, all eight at once (v3 did them one after another:
+     * eight dependent load / 5-shuffle / sqrt chains). Same sums in the same order as v3: the
+     * padding columns dk..127 are zero, and adding +0 to a sum of squares changes nothing. */
+    {
+        float x[8][DNC_DK / 32], ss[8];
+#pragma unroll
+        for (int rr = 0; rr < 8; rr++) {
+            const float *row = Ks + (8 * w + rr) * LDK;
+            ss[rr] = 0.0f;
+#pragma unroll
+            for (int m = 0; m < DNC_DK / 32; m++) {
+                x[rr][m] = row[lane + 32 * m];
+                ss[rr] += x[rr][m] * x[rr][m];
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int rr = 0; rr < 8; rr++) ss[rr] += __shfl_xor_sync(0xffffffffu, ss[rr], o);
+#pragma unroll
+        for (int rr = 0; rr < 8; rr++) {
+            float *row = Ks + (8 * w + rr) * LDK;
+            const float inv = 1.0f / sqrtf(ss[rr] + 1e-6f);
+#pragma unroll
+            for (int m = 0; m < DNC_DK / 32; m++) row[lane + 32 * m] = tf32f(x[rr][m] * inv);
+        }
+    }
+    for (int e = tid; e < DNC_C * LD64; e += 256) Ts[e] = 0.0f;
+    __syncthreads();
+    if (tid < Lc) {
+        const int64_t gi = (r0 + tid) * Hv + h;
+        gcg[gi] = gc[tid], btg[gi] = bt[tid];
+    }
+    /* K K^T: warp w takes row tile w%4 and column tiles 4*(w/4)..+3 (tiles above the diagonal
+     * skipped); Am = -beta_i k_i.k_j exp(gc_i - gc_j) below the diagonal, 0 elsewhere */
+    {
+        const int mt = w & 3, nb = (w >> 2) * 4;
+        float s1[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) s1[n][r] = 0.0f;
+        /* operands by ldmatrix (k already TF32), lane addresses as in k_dn4_state; a pair of
+         * column tiles is loaded when its first tile touches the lower triangle */
+        const int ks_n = (dk + 7) / 8;
+        const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 4 * (lane >> 4);
+        const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 4 * ((lane >> 3) & 1);
+        const bool p0 = 8 * nb <= 16 * mt + 15, p1 = 8 * (nb + 2) <= 16 * mt + 15;
+        for (int ks = 0; ks < ks_n; ks++) {
+            uint32_t ak[4], b[2][4];
+            ldsm4(ak, Ks + (mt * 16 + arow) * LDK + ks * 8 + acol);
+            if (p0) ldsm4(b[0], Ks + (nb * 8 + brow) * LDK + ks * 8 + bcol);
+            if (p1) ldsm4(b[1], Ks + ((nb + 2) * 8 + brow) * LDK + ks * 8 + bcol);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                if (8 * (nb + n) > 16 * mt + 15) continue;
+                mma_tf32(s1[n], ak, b[n >> 1][2 * (n & 1)], b[n >> 1][2 * (n & 1) + 1]);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), j = (nb + n) * 8 + 2 * t + (r & 1);
+                Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * expf(gc[i] - gc[j]) : 0.0f;
+            }
+    }
+    __syncthreads();
+    /* T = (I - Am)^-1, blocked by 16, exactly as k_dn2_intra */
+    if (tid < DNC_C) {
+        const int B = tid >> 4, jj = tid & 15;
+        const float *Ab = Am + 16 * B * LD64 + 16 * B;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
+            x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
+        }
+        float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
+#pragma unroll
+        for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
+    }
+    __syncthreads();
+    {
+        const int r = tid >> 4, cc = tid & 15;
+        /* fully unrolled (v3's inner loop had a run-time length: each step waited on its two
+         * shared loads); the same sums in the same order */
+#pragma unroll
+        for (int I = 1; I < 4; I++) {
+            float xv[3] = {0.0f, 0.0f, 0.0f};
+            const float *arow = Am + (16 * I + r) * LD64;
+#pragma unroll
+            for (int J = 0; J < 3; J++) {
+                if (J >= I) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
+                xv[J] = s;
+            }
+#pragma unroll
+            for (int J = 0; J < 3; J++)
+                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
+            __syncthreads();
+            float yv[3] = {0.0f, 0.0f, 0.0f};
+            const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
+#pragma unroll
+            for (int J = 0; J < 3; J++) {
+                if (J >= I) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
+                yv[J] = s;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int J = 0; J < 3; J++)
+                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
+            __syncthreads();
+        }
+    }
+    /* T to device memory as 16-byte rows */
+    float *T = Tg + ch * DNC_C * DNC_C;
+    for (int e = tid; e < DNC_C * DNC_C / 4; e += 256) {
+        int i = e / (DNC_C / 4), c = (e % (DNC_C / 4)) * 4;
+        float4 v = *(const float4 *)(Ts + i * LD64 + c);
+        { /* T is read by ldmatrix, so it must already be TF32 (cvt.rna, as v3's load_a) */
+            v.x = __uint_as_float(to_tf32(v.x)), v.y = __uint_as_float(to_tf32(v.y));
+            v.z = __uint_as_float(to_tf32(v.z)), v.w = __uint_as_float(to_tf32(v.w));
+        }
+        *(float4 *)(T + i * DNC_C + c) = v;
+    }
+}
+
+#define STATE5_SMEM (sizeof(float) * (4 * DNC_C * LDK + 5 * DNC_C * LDV + 6 * DNC_C))
+
+__global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                       const float *__restrict__ Tg, const float *__restrict__ gcg,
+                                                       const float *__restrict__ btg, const dnc_tab tb, int Hk,
+                                                       int Hv, int dk, int dv, int nsl, float *__restrict__ out) {
+    extern __shared__ __align__(16) float smem[];
+    /* K [2][64][LDK], Q, St [64][LDK]; T [2][64][LDV], P, V, Vt [64][LDV]; gc, beta [2][64];
+     * exp(gc), exp(gL - gc) [64] */
+    float *Kb = smem, *Qs = Kb + 2 * DNC_C * LDK, *St = Qs + DNC_C * LDK, *Tb = St + DNC_C * LDK;
+    float *Ps = Tb + 2 * DNC_C * LDV, *Vs = Ps + DNC_C * LDV, *Vt = Vs + DNC_C * LDV;
+    float *gcb = Vt + DNC_C * LDV, *btb = gcb + 2 * DNC_C, *eg = btb + 2 * DNC_C, *ek = eg + DNC_C;
+    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
+    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS, ncv = min(DNC_DVS, dv - c0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int mt = w & 3, nb = (w >> 2) * 2, ks_dk = (dk + 7) / 8;
+    const int sr = 16 * (w & 7), cb = (w >> 3) * 4;
+    const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 4 * (lane >> 4);
+    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 4 * ((lane >> 3) & 1);
+    const float *Qr = qkv + (int64_t)hk * dk, *Kr = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
+    const float *Vr = qkv + 2LL * Hk * dk + (int64_t)h * dv + c0;
+    const float qsc = 1.0f / sqrtf((float)dk);
+    const int cf = tb.cfirst[sg], cl = tb.cfirst[sg + 1];
+    const int64_t s0 = tb.start[sg], send = s0 + tb.len[sg];
+    for (int e = tid; e < DNC_C * LDK; e += DN3_T) St[e] = 0.0f;
+    float S[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) S[n][r] = 0.0f;
+    { /* everything of the first chunk into buffers 0 */
+        const int Lc = (int)min((int64_t)DNC_C, send - s0);
+        stage_tile(Kb, LDK, Kr + s0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
+        stage_tile(Qs, LDK, Qr + s0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
+        stage_tile(Vs, LDV, Vr + s0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
+        stage_tile(Tb, LDV, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
+                   DN3_T);
+        if (tid < 2 * DNC_C) { /* tid < 64: gc of row tid; 64..127: beta of row tid - 64 (0 past Lc) */
+            const int i = tid & (DNC_C - 1);
+            const bool ok = i < Lc;
+            const float *src = (tid < DNC_C ? gcg : btg) + (s0 + i) * Hv + h;
+            cp4((tid < DNC_C ? gcb : btb) + i, ok ? src : gcg, ok);
+        }
+        asm volatile("cp.async.commit_group;" ::);
+    }
+    for (int ci = cf; ci < cl; ci++) {
+        const int par = (ci - cf) & 1;
+        const int64_t r0 = s0 + (int64_t)(ci - cf) * DNC_C, rn = r0 + DNC_C;
+        const int Lc = (int)min((int64_t)DNC_C, send - r0);
+        const int Ln = (int)min((int64_t)DNC_C, send - rn); /* <= 0 on the last chunk */
+        float *Ks = Kb + par * DNC_C * LDK, *Ts = Tb + par * DNC_C * LDV;
+        const float *gcs = gcb + par * DNC_C, *bts = btb + par * DNC_C;
+        /* this chunk's copies have landed, and the previous chunk is done with everything
+         * (P, Vt, St, eg, ek, and the k, T, gc, beta buffers the next copies overwrite) */
+        cp_wait_all();
+        __syncthreads();
+        const float gL = gcs[Lc - 1], eL = expf(gL);
+        if (ci + 1 < cl) { /* chunk c+1's k, T, gc, beta: the whole of this chunk to land */
+            stage_tile(Kb + (par ^ 1) * DNC_C * LDK, LDK, Kr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv,
+                       tid, DN3_T);
+            stage_tile(Tb + (par ^ 1) * DNC_C * LDV, LDV, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C,
+                       DNC_C, DNC_C, DNC_C, 1, Tg, tid, DN3_T);
+            if (tid < 2 * DNC_C) {
+                const int i = tid & (DNC_C - 1);
+                const bool ok = i < Ln;
+                const float *src = (tid < DNC_C ? gcg : btg) + (rn + i) * Hv + h;
+                cp4((tid < DNC_C ? gcb : btb) + (par ^ 1) * DNC_C + i, ok ? src : gcg, ok);
+            }
+            asm volatile("cp.async.commit_group;" ::);
+        }
+        { /* k rows (tasks 0..63) and q rows (64..127), 4 lanes per row: l2-normalised in place
+           * (q times 1/sqrt(dk)), rounded to TF32 */
+            const int task = tid >> 2, p = tid & 3, i = task & (DNC_C - 1);
+            float *row = (task < DNC_C ? Ks : Qs) + i * LDK;
+            float x[DNC_DK / 4], ss = 0.0f;
+#pragma unroll
+            for (int m = 0; m < DNC_DK / 4; m++) {
+                x[m] = row[p + 4 * m];
+                ss = fmaf(x[m], x[m], ss);
+            }
+            ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+            ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+            const float sc = (1.0f / sqrtf(ss + 1e-6f)) * (task < DNC_C ? 1.0f : qsc);
+#pragma unroll
+            for (int m = 0; m < DNC_DK / 4; m++) row[p + 4 * m] = tf32f(x[m] * sc);
+            if (p == 0 && task < DNC_C) {
+                const bool ok = i < Lc;
+                eg[i] = ok ? expf(gcs[i]) : 0.0f;
+                ek[i] = ok ? expf(gL - gcs[i]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        /* K S, Q S and Q K^T over this warp's 16 rows x 16 columns; step ks+1's fragments are
+         * loaded before step ks's products (ks_dk >= 1) */
+        float xk[2][4], xq[2][4], pp[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) xk[n][r] = xq[n][r] = pp[n][r] = 0.0f;
+        const bool qk = nb / 2 <= mt; /* column tiles nb, nb+1 touch the lower triangle */
+        {
+            const float *pk = Ks + (mt * 16 + arow) * LDK + acol, *pq = Qs + (mt * 16 + arow) * LDK + acol;
+            const float *ps = St + (nb * 8 + brow) * LDK + bcol, *pb = Ks + (nb * 8 + brow) * LDK + bcol;
+            uint32_t ak[4], aq[4], bs[4], bk[4];
+            ldsm4(ak, pk);
+            ldsm4(aq, pq);
+            ldsm4(bs, ps);
+            if (qk) ldsm4(bk, pb);
+            for (int ks = 0; ks < ks_dk; ks++) {
+                uint32_t nk[4], nq[4], ns[4], nbk[4];
+                const int o = ks + 1 < ks_dk ? (ks + 1) * 8 : ks * 8; /* the last step reloads itself */
+                ldsm4(nk, pk + o);
+                ldsm4(nq, pq + o);
+                ldsm4(ns, ps + o);
+                if (qk) ldsm4(nbk, pb + o);
+                mma_tf32(xk[0], ak, bs[0], bs[1]);
+                mma_tf32(xk[1], ak, bs[2], bs[3]);
+                mma_tf32(xq[0], aq, bs[0], bs[1]);
+                mma_tf32(xq[1], aq, bs[2], bs[3]);
+                if (qk) {
+                    mma_tf32(pp[0], aq, bk[0], bk[1]);
+                    mma_tf32(pp[1], aq, bk[2], bk[3]);
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    ak[r] = nk[r], aq[r] = nq[r], bs[r] = ns[r];
+                    if (qk) bk[r] = nbk[r];
+                }
+            }
+        }
+        /* Y = beta (V - exp(gc) K S) into Vt (transposed); O = exp(gc) Q S (kept); P = q_i.k_j
+         * exp(gc_i - gc_j) for j <= i < Lc */
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                Vt[c * LDV + i] = tf32f(bts[i] * (Vs[i * LDV + c] - eg[i] * xk[n][r]));
+                xq[n][r] *= eg[i];
+                Ps[i * LDV + c] = (c <= i && i < Lc) ? tf32f(pp[n][r] * expf(gcs[i] - gcs[c])) : 0.0f;
+            }
+        __syncthreads(); /* Y complete; q and the V slice are dead for this chunk */
+        if (ci + 1 < cl) { /* chunk c+1's q and V slice, in flight during Vn, P Vn and the update */
+            stage_tile(Qs, LDK, Qr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv, tid, DN3_T);
+            stage_tile(Vs, LDV, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
+            asm volatile("cp.async.commit_group;" ::);
+        }
+        /* Vn = T Y (T unit lower triangular: row tile mt needs k rows < 16*(mt+1)), over Y in Vt */
+        {
+            float vn[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) vn[n][r] = 0.0f;
+            for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+                uint32_t at[4], by[4];
+                ldsm4(at, Ts + (mt * 16 + arow) * LDV + ks * 8 + acol);
+                ldsm4(by, Vt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
+                mma_tf32(vn[0], at, by[0], by[1]);
+                mma_tf32(vn[1], at, by[2], by[3]);
+            }
+            __syncthreads(); /* every warp's reads of Y done: Vn may overwrite it */
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                    Vt[c * LDV + i] = tf32f(vn[n][r]);
+                }
+        }
+        __syncthreads(); /* Vt holds Vn */
+        /* O += P Vn (P lower triangular) */
+        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+            uint32_t ap[4], bv[4];
+            ldsm4(ap, Ps + (mt * 16 + arow) * LDV + ks * 8 + acol);
+            ldsm4(bv, Vt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
+            mma_tf32(xq[0], ap, bv[0], bv[1]);
+            mma_tf32(xq[1], ap, bv[2], bv[3]);
+        }
+        {
+            const int64_t ostride = (int64_t)Hv * dv;
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                    if (i < Lc && c < ncv) out[(r0 + i) * ostride + (int64_t)h * dv + c0 + c] = xq[n][r];
+                }
+        }
+        /* S = exp(gL) S + (k exp(gL - gc))^T Vn over state rows sr..sr+15, columns 8cb..8cb+31 */
+        if (sr < dk) {
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) S[n][r] *= eL;
+            const int ks_c = (Lc + 7) / 8;
+            for (int ks = 0; ks < ks_c; ks++) {
+                uint32_t ak[4], b01[4], b23[4];
+                load_a(ak, Ks + ks * 8 * LDK + sr, 1, LDK, ek + ks * 8, g, t);
+                ldsm4(b01, Vt + (cb * 8 + brow) * LDV + ks * 8 + bcol);
+                ldsm4(b23, Vt + ((cb + 2) * 8 + brow) * LDV + ks * 8 + bcol);
+                mma_tf32(S[0], ak, b01[0], b01[1]);
+                mma_tf32(S[1], ak, b01[2], b01[3]);
+                mma_tf32(S[2], ak, b23[0], b23[1]);
+                mma_tf32(S[3], ak, b23[2], b23[3]);
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    St[((cb + n) * 8 + 2 * t + (r & 1)) * LDK + sr + g + ((r >> 1) << 3)] = tf32f(S[n][r]);
+        }
+    }
+}
+
 /* Called by the deltanet entry of ops.cu first. *taken = 0 (and VSR_OK) for shapes this
  * path does not take; the caller then runs the recurrent scan. */
 extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
@@ -1417,19 +1827,22 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
     const char *env_old = getenv("VSR_CUDA_DN_OLD"), *env_v2 = getenv("VSR_CUDA_DN_V2"),
-               *env_v3 = getenv("VSR_CUDA_DN_V3"), *env_stage = getenv("VSR_CUDA_DN_STAGE");
+               *env_v3 = getenv("VSR_CUDA_DN_V3"), *env_v4 = getenv("VSR_CUDA_DN_V4"),
+               *env_stage = getenv("VSR_CUDA_DN_STAGE");
     /* 1: the first three kernels (VSR_CUDA_DN_OLD=1); 2: v2 (VSR_CUDA_DN_V2=1); 3: v3
-     * (VSR_CUDA_DN_V3=1); 4: v4 (default) */
+     * (VSR_CUDA_DN_V3=1); 4: v4 (VSR_CUDA_DN_V4=1); 5: v5 (default) */
     const int ver = env_old && env_old[0] == '1'  ? 1
                     : env_v2 && env_v2[0] == '1' ? 2
                     : env_v3 && env_v3[0] == '1' ? 3
-                                                 : 4;
+                    : env_v4 && env_v4[0] == '1' ? 4
+                                                 : 5;
     const bool v2 = ver == 2;
     /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
     const bool intra_only = env_stage && !strcmp(env_stage, "intra");
-    /* shared memory: the old state kernel's ~190 KB, v3's ~174 KB and v4's ~218 KB need Hopper
-     * (A100: 163 KB); v2 ~106 KB */
-    const size_t need = ver == 4   ? STATE4_SMEM
+    /* shared memory: the old state kernel's ~190 KB, v3's ~174 KB and v4's / v5's ~218 KB need
+     * Hopper (A100: 163 KB); v2 ~106 KB */
+    const size_t need = ver == 5   ? STATE5_SMEM
+                        : ver == 4 ? STATE4_SMEM
                         : ver == 3 ? STATE3_SMEM
                         : v2       ? (INTRA2_SMEM > STATE2_SMEM ? INTRA2_SMEM : STATE2_SMEM)
                                    : STATE_SMEM;
@@ -1458,10 +1871,27 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
                              "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
             return st;
         dim3 gi((unsigned)chunks, (unsigned)Hv);
-        k_dn3_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv, dk,
-                                                         Tg, gcg, btg, ver == 4);
+        if (ver == 5) {
+            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         (int)INTRA3_SMEM),
+                                 "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
+                return st;
+            k_dn5_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
+                                                             dk, Tg, gcg, btg);
+        } else {
+            k_dn3_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
+                                                             dk, Tg, gcg, btg, ver == 4);
+        }
         if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
-        if (!intra_only && ver == 4) {
+        if (!intra_only && ver == 5) {
+            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         (int)STATE5_SMEM),
+                                 "deltanet (chunked): shared memory of the state kernel", err)))
+                return st;
+            k_dn5_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE5_SMEM, c->stream>>>(
+                qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
+            if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+        } else if (!intra_only && ver == 4) {
             if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn4_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                          (int)STATE4_SMEM),
                                  "deltanet (chunked): shared memory of the state kernel", err)))
