@@ -338,14 +338,14 @@ static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk,
     float *Al = hrand(Hv, 1.0f), *dt = hrand(Hv, 1.0f);
     pair pq = both(qkv, T * stride), pb = both(b, T * Hv), pa = both(a, T * Hv), pA = both(Al, Hv), pd = both(dt, Hv);
     pair pst = both(NULL, (int64_t)nseq * Hv * dk * dv), po = both(NULL, T * Hv * dv);
-    CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
-    CHECK_OK(CB.ops->deltanet(CB.ctx, pq.c, stride, pb.c, pa.c, pA.c, pd.c, &sg, Hk, Hv, dk, dv, pst.c, po.c, &e), e);
+    CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, Hv, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
+    CHECK_OK(CB.ops->deltanet(CB.ctx, pq.c, stride, pb.c, pa.c, Hv, pA.c, pd.c, &sg, Hk, Hv, dk, dv, pst.c, po.c, &e), e);
     char what[96];
     snprintf(what, sizeof what, "deltanet %d seqs T%lld Hk%d Hv%d dk%d dv%d", nseq, (long long)T, Hk, Hv, dk, dv);
     cmp(po, what, tol);
     if (dn_repeat) { /* run to run: bit-identical (no float atomics in any path) */
         float *o1 = down(&GB, po.g, po.n);
-        CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
+        CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, Hv, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
         float *o2 = down(&GB, po.g, po.n);
         CHECK_MSG(!memcmp(o1, o2, sizeof(float) * (size_t)po.n), "%s: second run differs", what);
         free(o1), free(o2);
@@ -355,7 +355,7 @@ static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk,
                      * Vn or S by one step (2^-11 relative), hence a limit, not memcmp */
         float *o5 = down(&GB, po.g, po.n);
         setenv("VSR_CUDA_DN_V4", "1", 1);
-        CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
+        CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, Hv, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
         unsetenv("VSR_CUDA_DN_V4");
         float *o4 = down(&GB, po.g, po.n);
         const double r = nerr(o5, o4, po.n);
@@ -432,7 +432,7 @@ TEST(op_deltanet) {
     int64_t l1 = 1;
     segset s = mkseg(1, &l1);
     vsr_segs sg = vs(&s);
-    vsr_status st = GB.ops->deltanet(GB.ctx, NULL, 0, NULL, NULL, NULL, NULL, &sg, 1, 1, 256, 128, NULL, NULL, &e);
+    vsr_status st = GB.ops->deltanet(GB.ctx, NULL, 0, NULL, NULL, 1, NULL, NULL, &sg, 1, 1, 256, 128, NULL, NULL, &e);
     CHECK_ERR(st, e, VSR_E_UNSUPPORTED, "key head dim up to 128");
 }
 
