@@ -27,11 +27,7 @@ if [ "${1:-}" = build ]; then
   ls -la $Q
   exit 0
 fi
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ]; then
-  d=$(dirname "$(find / -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
-  export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-fi
+. tools/gpu/cuda_env.sh   # $OUT, and cuBLASLt 13 on the library path
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
   ldd $Q/test_cuda_quant | grep -E 'cublas|not found'; } 2>&1 | tee "$OUT/env.txt"
 rc=0

@@ -11,11 +11,7 @@
 #   VSR_ALT_ENV=VSR_CUDA_DN_V4=1 GPU_OUT=.gpu-me bash tools/gpu/check_and_e2e.sh
 set -u
 G=${GPU_OUT:-.gpu}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ]; then
-  d=$(dirname "$(find / -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
-  export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-fi
+. tools/gpu/cuda_env.sh   # $OUT, and cuBLASLt 13 on the library path
 ALT=${VSR_ALT_ENV:-}
 ( cd /tmp && timeout 120 "$OLDPWD/$G/test_cuda_ops" ) > "$OUT/ops.txt" 2>&1; rc_new=$?
 rc_alt=0

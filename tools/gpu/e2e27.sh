@@ -12,11 +12,7 @@
 # Logs in $OUT: fixture27-S.log, e2e27-S.log, torch27.log, torch27-fla.log.
 set -u
 G=${GPU_OUT:-.gpu}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ]; then
-  d=$(dirname "$(find / -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
-  export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-fi
+. tools/gpu/cuda_env.sh   # $OUT, and cuBLASLt 13 on the library path
 mkdir -p /tmp/vsr-tune
 for scheme in "$@"; do
   rm -rf /tmp/d3-27b

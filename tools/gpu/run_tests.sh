@@ -7,11 +7,7 @@
 #   bench:  $G/bench_cuda [pkg]        (27B-shaped layer ops at 3x128 and 8x512; a package's forward)
 set -u
 G=${GPU_OUT:-.gpu}   # the folder tools/gpu/build.sh wrote (GPU_OUT there)
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if ! ldconfig -p 2>/dev/null | grep -q libcublasLt.so.13 && [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ]; then
-  d=$(dirname "$(find / -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
-  export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-fi
+. tools/gpu/cuda_env.sh   # $OUT, and cuBLASLt 13 on the library path
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1;
   ldd $G/test_cuda_ops | grep -E 'cublas|not found'; } 2>&1 | tee "$OUT/env.txt"
 rc=0

@@ -31,11 +31,7 @@ if [ "${1:-}" = build ]; then
   du -sh .gpuw; ls .gpuw .gpuw/lib
   exit 0
 fi
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ]; then
-  d=$(dirname "$(find / -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
-  export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-fi
+. tools/gpu/cuda_env.sh   # $OUT, and cuBLASLt 13 on the library path
 export LD_LIBRARY_PATH="$PWD/.gpuw/lib:${LD_LIBRARY_PATH:-}" VSR_REPO=$PWD VSR_NO_PROGRESS=1
 B=$PWD/.gpuw/vllm-srun
 export HF_HUB_CACHE=/tmp/store
