@@ -91,3 +91,28 @@ int test_summary(void) {
     printf("%d checks, %d failures\n", test_checks, test_failures);
     return test_failures ? 1 : 0;
 }
+
+#ifdef VSR_HAVE_CUDA
+#include "backend/backend_cuda.h"
+#include "vsr/device.h"
+
+int test_find_cuda(struct vsr_device *dev, struct vsr_backend *be, char *why, size_t n) {
+    vsr_device_list dl;
+    vsr_err e;
+    if (vsr_devices_probe(&dl, &e)) {
+        snprintf(why, n, "probe failed: %s", e.msg);
+        return 0;
+    }
+    for (int i = 0; i < dl.count; i++)
+        if (dl.dev[i].kind == VSR_DEV_CUDA) {
+            *dev = dl.dev[i];
+            if (vsr_backend_cuda_new(dev->index, be, &e)) {
+                snprintf(why, n, "%s", e.msg);
+                return 0;
+            }
+            return 1;
+        }
+    snprintf(why, n, "%s", dl.notes[0] ? dl.notes : "the probe found no NVIDIA GPU");
+    return 0;
+}
+#endif

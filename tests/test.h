@@ -67,4 +67,12 @@ int test_write_file(const char *path, const void *data, size_t n);
 /* Reads a whole file (malloc'd, NUL-terminated); NULL on error. */
 char *test_read_file(const char *path, size_t *n);
 
+#ifdef VSR_HAVE_CUDA
+struct vsr_device;
+struct vsr_backend;
+/* The first NVIDIA GPU the device probe finds, and a CUDA backend on it. 0 with the reason in
+ * `why` when there is none (the CUDA tests then print SKIP). */
+int test_find_cuda(struct vsr_device *dev, struct vsr_backend *be, char *why, size_t n);
+#endif
+
 #endif

@@ -577,31 +577,12 @@ TEST(graphs_replay_bit_identical) {
     if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89) graphs_on_package("fp8");
 }
 
-static int find_cuda(char *why, size_t n) {
-    vsr_device_list dl;
-    vsr_err e;
-    if (vsr_devices_probe(&dl, &e)) {
-        snprintf(why, n, "probe failed: %s", e.msg);
-        return 0;
-    }
-    for (int i = 0; i < dl.count; i++)
-        if (dl.dev[i].kind == VSR_DEV_CUDA) {
-            cuda_dev = dl.dev[i];
-            if (vsr_backend_cuda_new(cuda_dev.index, &GB, &e)) {
-                snprintf(why, n, "%s", e.msg);
-                return 0;
-            }
-            return 1;
-        }
-    snprintf(why, n, "%s", dl.notes[0] ? dl.notes : "the probe found no NVIDIA GPU");
-    return 0;
-}
 #endif
 
 int main(void) {
 #ifdef VSR_HAVE_CUDA
     char why[VSR_ERR_MSG_MAX + 600];
-    if (!find_cuda(why, sizeof why)) {
+    if (!test_find_cuda(&cuda_dev, &GB, why, sizeof why)) {
         printf("SKIP: no CUDA device (%s)\n", why);
         return test_summary();
     }
