@@ -12,18 +12,14 @@
  * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
  *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
  *
- * Five generations, selected at each call: v5 (the default: v4 with the next chunk's copies
+ * Three generations, selected at each call: v5 (the default: v4 with the next chunk's copies
  * issued earlier and a less serial intra kernel; see "==== v5"), v4 (VSR_CUDA_DN_V4=1: v3 with
- * ldmatrix operands and a double-buffered k; see "==== v4"), v3 (VSR_CUDA_DN_V3=1: only T
- * crosses device memory; see "==== v3" below), v2 (VSR_CUDA_DN_V2=1) and the first one
- * (VSR_CUDA_DN_OLD=1), whose three kernels are:
- *   k_dnc_prep  : q, k l2-normalised into scratch [rows, Hk, dk] (one warp per row, head, q|k).
- *   k_dnc_intra : one block per (chunk, value head), fully parallel: L, P, the solve, W, U
- *                 into scratch (plus gc per row). The solve: 4 lanes per column of T (columns
- *                 are independent), no block barrier.
- *   k_dnc_state : one block per (sequence, value head, 64-column slice of dv), sequential over
- *                 the sequence's chunks; S slice [128, 64] in registers (mma accumulators),
- *                 mirrored in shared memory as the B operand.
+ * ldmatrix operands and a double-buffered k; see "==== v4") and v3 (VSR_CUDA_DN_V3=1: only T
+ * crosses device memory; see "==== v3" below). Each runs two kernels: an intra-chunk kernel per
+ * (chunk, value head) that computes T = (I + L)^-1 (blocked by 16), and a state kernel per
+ * (sequence, value head, 64 value columns) that carries S across the sequence's chunks. The two
+ * generations before v3 (W, U and P of every chunk through device memory; bench/NOTES.md
+ * "Chunked DeltaNet", "DeltaNet v2") were removed once v5 ran bit-identical to v4.
  * Matrix products: tensor cores, mma.sync m16n8k8 TF32 (inputs rounded to TF32, FP32
  * accumulate). Normalised error vs the FP32 CPU op ~1e-3 (see tests/test_cuda_ops.c and the
  * numpy prototype's numbers in bench/NOTES.md "### Chunked DeltaNet").
@@ -42,13 +38,12 @@
 #define DNC_MIN_LEN 16 /* shorter batches (decode) stay on the recurrent scan */
 
 /* Shared-memory row strides (floats). Chosen so the mma fragment loads hit distinct banks
- * (rows of 128 read row-major: 132 = 4 mod 32; read transposed: 136 = 8 mod 32; the 64-wide
- * matrices read as B operands: 72 = 8 mod 32). */
+ * (rows of 128 read row-major: 132 = 4 mod 32; the 64-wide matrices read as B operands:
+ * 72 = 8 mod 32). */
 #define LDK 132
-#define LDKT 136
 #define LD64 72
 
-static_assert(DNC_DVS == DNC_C, "k_dnc_state loads U slices and P rows in one loop of DNC_C x DNC_DVS");
+static_assert(DNC_DVS == DNC_C, "the state kernels tile the value columns like the chunk rows");
 
 typedef struct dnc_tab {
     int n;
@@ -104,697 +99,7 @@ __device__ __forceinline__ void cp_wait_all() {
 }
 
 
-/* q, k of every (row, key head) l2-normalised (eps 1e-6 inside the sqrt, as the CPU op and
- * transformers' l2norm), q times 1/sqrt(dk). One warp per (row, head, q|k). */
-__global__ void k_dnc_prep(const float *__restrict__ qkv, int64_t qkv_stride, int64_t rows, int Hk, int dk,
-                           float *__restrict__ qn, float *__restrict__ kn) {
-    int64_t u = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x & 31;
-    if (u >= rows * Hk * 2) return;
-    int which = (int)(u % 2);
-    int64_t rh = u / 2, r = rh / Hk;
-    int hk = (int)(rh % Hk);
-    const float *src = qkv + r * qkv_stride + (int64_t)which * Hk * dk + (int64_t)hk * dk;
-    float ss = 0;
-    for (int i = lane; i < dk; i += 32) ss += src[i] * src[i];
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    float inv = 1.0f / sqrtf(ss + 1e-6f);
-    float sc = which == 0 ? 1.0f / sqrtf((float)dk) : 1.0f;
-    float *dst = (which == 0 ? qn : kn) + rh * dk;
-    for (int i = lane; i < dk; i += 32) dst[i] = (src[i] * inv) * sc;
-}
-
-/* Shared memory of k_dnc_intra (floats): K, Q (then V) [64][LDK]; Am, T [64][LD64]; gc, beta,
- * beta*exp(gc) [64]. */
-#define INTRA_SMEM (sizeof(float) * (2 * DNC_C * LDK + 2 * DNC_C * LD64 + 3 * DNC_C))
-
-/* One block (256 threads, 8 warps) per (chunk, value head). Outputs, per chunk index ci and
- * value head h (ch = ci*Hv + h): W [ch][64][dk], U [ch][64][dv], P [ch][64][64] (rows past
- * the chunk's length are zero), gcg [row][Hv] (cumulative log decay inside the chunk). */
-__global__ void __launch_bounds__(256) k_dnc_intra(const float *__restrict__ qn, const float *__restrict__ kn,
-                                                   const float *__restrict__ qkv, int64_t qkv_stride,
-                                                   const float *__restrict__ b, const float *__restrict__ a,
-                                                   const float *__restrict__ A_log, const float *__restrict__ dt_bias,
-                                                   const dnc_tab tb, int Hk, int Hv, int dk, int dv,
-                                                   float *__restrict__ Wg, float *__restrict__ Ug,
-                                                   float *__restrict__ Pg, float *__restrict__ gcg) {
-    extern __shared__ __align__(16) float smem[];
-    float *Ks = smem, *Qs = Ks + DNC_C * LDK, *Am = Qs + DNC_C * LDK, *Ts = Am + DNC_C * LD64;
-    float *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C, *sw = bt + DNC_C;
-    const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
-    const int sg = last_le_d(tb.cfirst, tb.n, ci);
-    const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
-    const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t ch = (int64_t)ci * Hv + h;
-
-    for (int e = tid; e < DNC_C * DNC_DK / 4; e += 256) { /* dk % 4 == 0: whole float4s */
-        int i = e / (DNC_DK / 4), c = (e % (DNC_DK / 4)) * 4;
-        bool ok = i < Lc && c < dk;
-        int64_t src = ok ? ((r0 + i) * Hk + hk) * dk + c : 0;
-        cp16(Ks + i * LDK + c, kn + src, ok);
-        cp16(Qs + i * LDK + c, qn + src, ok);
-    }
-    if (tid < DNC_C) {
-        float be = 0.0f, gg = 0.0f;
-        if (tid < Lc) {
-            int64_t bi = (r0 + tid) * Hv + h;
-            be = sigmoid_d(b[bi]);
-            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
-        }
-        bt[tid] = be, gc[tid] = gg;
-    }
-    cp_wait_all();
-    __syncthreads();
-    if (w == 0) { /* inclusive cumsum of g over the 64 rows: two per lane, one warp scan */
-        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
-        for (int o = 1; o < 32; o <<= 1) {
-            float y = __shfl_up_sync(0xffffffffu, s, o);
-            if (lane >= o) s += y;
-        }
-        float ex = s - (x0 + x1);
-        gc[2 * lane] = ex + x0;
-        gc[2 * lane + 1] = ex + x0 + x1;
-    }
-    __syncthreads();
-    if (tid < DNC_C) {
-        sw[tid] = bt[tid] * expf(gc[tid]);
-        if (tid < Lc) gcg[(r0 + tid) * Hv + h] = gc[tid];
-    }
-
-    /* K K^T and Q K^T: warp w takes row tile w%4 and column tiles 4*(w/4)..+3; tiles wholly
-     * above the diagonal skip the products (their entries are masked to 0 below). */
-    {
-        const int mt = w & 3, nb = (w >> 2) * 4;
-        float s1[4][4], s2[4][4];
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) s1[n][r] = s2[n][r] = 0.0f;
-        const int ks_n = (dk + 7) / 8;
-        for (int ks = 0; ks < ks_n; ks++) {
-            uint32_t ak[4], aq[4];
-            load_a(ak, Ks + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-            load_a(aq, Qs + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                if (8 * (nb + n) > 16 * mt + 15) continue;
-                uint32_t b0, b1;
-                load_b(b0, b1, Ks + (nb + n) * 8 * LDK + ks * 8, 1, LDK, g, t);
-                mma_tf32(s1[n], ak, b0, b1);
-                mma_tf32(s2[n], aq, b0, b1);
-            }
-        }
-        __syncthreads(); /* gc, bt visible (written above by threads < 64) */
-        float *P = Pg + ch * DNC_C * DNC_C;
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), j = (nb + n) * 8 + 2 * t + (r & 1);
-                float dec = j <= i ? expf(gc[i] - gc[j]) : 0.0f;
-                Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * dec : 0.0f;
-                P[i * DNC_C + j] = j <= i ? s2[n][r] * dec : 0.0f;
-            }
-    }
-    __syncthreads();
-    /* V (raw, after the conv; any row stride, so 4-byte copies) into the Q buffer, in flight
-     * during the solve */
-    for (int e = tid; e < DNC_C * DNC_DK; e += 256) {
-        int i = e / DNC_DK, c = e % DNC_DK;
-        bool ok = i < Lc && c < dv;
-        cp4(Qs + i * LDK + c, ok ? qkv + (r0 + i) * qkv_stride + 2LL * Hk * dk + (int64_t)h * dv + c : qkv, ok);
-    }
-    asm volatile("cp.async.commit_group;" ::);
-    /* T = (I - Am)^-1 by columns: column j by lanes 4j..4j+3 (one warp holds 8 columns),
-     * T[i][j] = sum_{m<i} Am[i][m] T[m][j] for i > j, T[j][j] = 1, 0 above. */
-    {
-        const int j = tid >> 2, p = tid & 3;
-        for (int m = p; m < DNC_C; m += 4) Ts[m * LD64 + j] = m == j ? 1.0f : 0.0f;
-        __syncwarp();
-        for (int i = 1; i < DNC_C; i++) {
-            float s0 = 0.0f, s1 = 0.0f;
-            int m = p;
-            for (; m + 4 < i; m += 8) {
-                s0 += Am[i * LD64 + m] * Ts[m * LD64 + j];
-                s1 += Am[i * LD64 + m + 4] * Ts[(m + 4) * LD64 + j];
-            }
-            if (m < i) s0 += Am[i * LD64 + m] * Ts[m * LD64 + j];
-            float s = s0 + s1;
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            if (p == 0 && i > j) Ts[i * LD64 + j] = s;
-            __syncwarp();
-        }
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    __syncthreads();
-    /* W = T diag(beta exp(gc)) K, U = T diag(beta) V: warp w takes row tile w%4 and column
-     * tiles 8*(w/4)..+7; T is lower triangular, so row tile mt needs k rows < 16*(mt+1). */
-    {
-        const int mt = w & 3, nb = (w >> 2) * 8;
-        float aw[8][4], au[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) aw[n][r] = au[n][r] = 0.0f;
-        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-            uint32_t tw[4], tu[4];
-            load_a(tw, Ts + mt * 16 * LD64 + ks * 8, LD64, 1, sw + ks * 8, g, t);
-            load_a(tu, Ts + mt * 16 * LD64 + ks * 8, LD64, 1, bt + ks * 8, g, t);
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Ks + ks * 8 * LDK + (nb + n) * 8, LDK, 1, g, t);
-                mma_tf32(aw[n], tw, b0, b1);
-                load_b(b0, b1, Qs + ks * 8 * LDK + (nb + n) * 8, LDK, 1, g, t);
-                mma_tf32(au[n], tu, b0, b1);
-            }
-        }
-        float *W = Wg + ch * DNC_C * dk, *U = Ug + ch * DNC_C * dv;
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                if (c < dk) W[i * dk + c] = aw[n][r];
-                if (c < dv) U[i * dv + c] = au[n][r];
-            }
-    }
-}
-
-/* Shared memory of k_dnc_state (floats): W, Qg [64][LDK]; Kg [64][LDKT]; U, P, Vn [64][LD64];
- * S [128][LD64]; exp(gc), exp(gL - gc) [64]. */
-#define STATE_SMEM \
-    (sizeof(float) * (2 * DNC_C * LDK + DNC_C * LDKT + 3 * DNC_C * LD64 + DNC_DK * LD64 + 2 * DNC_C))
-
-/* One block (256 threads) per (sequence, value head, slice of 64 value columns). Warp w:
- * state rows 16w..16w+15 (all 64 columns) in registers; for the chunk's rows, row tile w%4
- * and column tiles 4*(w/4)..+3. */
-__global__ void __launch_bounds__(256) k_dnc_state(const float *__restrict__ qn, const float *__restrict__ kn,
-                                                   const float *__restrict__ Wg, const float *__restrict__ Ug,
-                                                   const float *__restrict__ Pg, const float *__restrict__ gcg,
-                                                   const dnc_tab tb, int Hk, int Hv, int dk, int dv, int nsl,
-                                                   float *__restrict__ out) {
-    extern __shared__ __align__(16) float smem[];
-    float *Ws = smem, *Qg = Ws + DNC_C * LDK, *Kg = Qg + DNC_C * LDK, *Us = Kg + DNC_C * LDKT;
-    float *Ps = Us + DNC_C * LD64, *Vn = Ps + DNC_C * LD64, *Ss = Vn + DNC_C * LD64;
-    float *eg = Ss + DNC_DK * LD64, *ek = eg + DNC_C;
-    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
-    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int mt = w & 3, nb = (w >> 2) * 4, ks_dk = (dk + 7) / 8;
-    float S[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) S[n][r] = 0.0f;
-    for (int e = tid; e < DNC_DK * LD64; e += 256) Ss[e] = 0.0f;
-
-    for (int ci = tb.cfirst[sg]; ci < tb.cfirst[sg + 1]; ci++) {
-        const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
-        const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
-        const int64_t ch = (int64_t)ci * Hv + h;
-        const float gL = gcg[(r0 + Lc - 1) * Hv + h];
-        __syncthreads(); /* the previous chunk is done with every buffer */
-        if (tid < DNC_C) {
-            float gi = tid < Lc ? gcg[(r0 + tid) * Hv + h] : 0.0f;
-            eg[tid] = tid < Lc ? expf(gi) : 0.0f;
-            ek[tid] = tid < Lc ? expf(gL - gi) : 0.0f;
-        }
-        /* W, q, k, U slice, P: 16-byte asynchronous copies (dk, dv multiples of 4). q and k are
-         * copied unscaled: exp(gc) scales O's rows, exp(gL - gc) the k operand of the update. */
-        const float *W = Wg + ch * DNC_C * dk;
-        for (int e = tid; e < DNC_C * DNC_DK / 4; e += 256) {
-            int i = e / (DNC_DK / 4), c = (e % (DNC_DK / 4)) * 4;
-            bool ok = i < Lc && c < dk;
-            int64_t src = ok ? ((r0 + i) * Hk + hk) * dk + c : 0;
-            cp16(Ws + i * LDK + c, c < dk ? W + i * dk + c : W, c < dk);
-            cp16(Qg + i * LDK + c, qn + src, ok);
-            cp16(Kg + i * LDKT + c, kn + src, ok);
-        }
-        const float *U = Ug + ch * DNC_C * dv, *P = Pg + ch * DNC_C * DNC_C;
-        for (int e = tid; e < DNC_C * DNC_DVS / 4; e += 256) {
-            int i = e / (DNC_DVS / 4), c = (e % (DNC_DVS / 4)) * 4;
-            bool ok = c0 + c < dv;
-            cp16(Us + i * LD64 + c, ok ? U + i * dv + c0 + c : U, ok);
-            cp16(Ps + i * LD64 + c, P + i * DNC_C + c, true);
-        }
-        cp_wait_all();
-        __syncthreads();
-        /* Vn = U - W S and O = Qg S over this warp's 16 rows x 32 columns */
-        float av[4][4], ao[4][4];
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) av[n][r] = ao[n][r] = 0.0f;
-        for (int ks = 0; ks < ks_dk; ks++) {
-            uint32_t aw[4], aq[4];
-            load_a(aw, Ws + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-            load_a(aq, Qg + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Ss + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
-                mma_tf32(av[n], aw, b0, b1);
-                mma_tf32(ao[n], aq, b0, b1);
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                Vn[i * LD64 + c] = Us[i * LD64 + c] - av[n][r];
-                ao[n][r] *= eg[i]; /* (q exp(gc)) S */
-            }
-        __syncthreads(); /* Vn complete; every read of Ss for this chunk is done */
-        /* O += P Vn (P lower triangular: k rows < 16*(mt+1)) */
-        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-            uint32_t ap[4];
-            load_a(ap, Ps + mt * 16 * LD64 + ks * 8, LD64, 1, nullptr, g, t);
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Vn + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
-                mma_tf32(ao[n], ap, b0, b1);
-            }
-        }
-        const int64_t ostride = (int64_t)Hv * dv;
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), c = c0 + (nb + n) * 8 + 2 * t + (r & 1);
-                if (i < Lc && c < dv) out[(r0 + i) * ostride + (int64_t)h * dv + c] = ao[n][r];
-            }
-        /* S = exp(gL) S + Kg^T Vn: this warp's state rows 16w..16w+15 */
-        const float eL = expf(gL);
-        if (16 * w < dk) {
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) S[n][r] *= eL;
-            const int ks_c = (Lc + 7) / 8;
-            for (int ks = 0; ks < ks_c; ks++) {
-                uint32_t ak[4];
-                load_a(ak, Kg + ks * 8 * LDKT + w * 16, 1, LDKT, ek + ks * 8, g, t); /* k exp(gL - gc) */
-#pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    uint32_t b0, b1;
-                    load_b(b0, b1, Vn + ks * 8 * LD64 + n * 8, LD64, 1, g, t);
-                    mma_tf32(S[n], ak, b0, b1);
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int i = w * 16 + g + ((r >> 1) << 3), c = n * 8 + 2 * t + (r & 1);
-                    Ss[i * LD64 + c] = S[n][r];
-                }
-        }
-    }
-}
-
-/* ==== v2 (VSR_CUDA_DN_V2=1; VSR_CUDA_DN_OLD=1 runs the three kernels above) ====
- * Two kernels, no prep pass, no q/k copies, and a state kernel that stages nothing but S and Vn:
- *   k_dn2_intra : k_dnc_intra reading raw q, k from qkv (16-byte copies when the rows allow)
- *                 and l2-normalising them in shared memory; it writes, next to gc, the per-(row,
- *                 value head) factors sq = 1/(|q| sqrt(dk)) and sk = 1/|k| that the state kernel
- *                 folds into its row scales. V likewise 16 bytes at a time when aligned. The
- *                 triangular solve is blocked by 16: the 4 diagonal 16x16 blocks by forward
- *                 substitution (one thread per column, in registers), then block row I of T as
- *                 T_II (sum_{M=J}^{I-1} A_IM T_MJ) in three barrier-separated rounds.
- *   k_dn2_state : per (sequence, value head, 64 value columns), 256 threads, ~56 KB of shared
- *                 memory (S slice and Vn only), so 3 blocks share an SM and one block's loads
- *                 overlap the others' products. W, P, U, q and k are read straight from global
- *                 memory (L2) into mma fragments: a fragment's 4 lanes of a row read 32
- *                 contiguous bytes, whole sectors. q and k stay raw: O's rows are scaled by
- *                 exp(gc) sq, the update's k operand by exp(gL - gc) sk. S lives in shared
- *                 memory between chunks (read into accumulators for the update), which keeps the
- *                 kernel under 80 registers. */
-
-/* Shared memory of k_dn2_intra: k_dnc_intra's plus sq, sk [64]. */
-#define INTRA2_SMEM (INTRA_SMEM + sizeof(float) * 2 * DNC_C)
-
-__global__ void __launch_bounds__(256) k_dn2_intra(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
-                                                   const float *__restrict__ b, const float *__restrict__ a,
-                                                   const float *__restrict__ A_log, const float *__restrict__ dt_bias,
-                                                   const dnc_tab tb, int Hk, int Hv, int dk, int dv,
-                                                   float *__restrict__ Wg, float *__restrict__ Ug,
-                                                   float *__restrict__ Pg, float *__restrict__ gcg,
-                                                   float *__restrict__ sqg, float *__restrict__ skg) {
-    extern __shared__ __align__(16) float smem[];
-    float *Ks = smem, *Qs = Ks + DNC_C * LDK, *Am = Qs + DNC_C * LDK, *Ts = Am + DNC_C * LD64;
-    float *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C, *sw = bt + DNC_C, *sq = sw + DNC_C, *sk = sq + DNC_C;
-    const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
-    const int sg = last_le_d(tb.cfirst, tb.n, ci);
-    const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
-    const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t ch = (int64_t)ci * Hv + h;
-    const float *qsrc = qkv + (int64_t)hk * dk, *ksrc = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
-
-    if (vec) { /* row stride and base 16-byte aligned (dk % 4 == 0) */
-        for (int e = tid; e < DNC_C * DNC_DK / 4; e += 256) {
-            int i = e / (DNC_DK / 4), c = (e % (DNC_DK / 4)) * 4;
-            bool ok = i < Lc && c < dk;
-            int64_t o = ok ? (r0 + i) * qkv_stride + c : 0;
-            cp16(Ks + i * LDK + c, ksrc + o, ok);
-            cp16(Qs + i * LDK + c, qsrc + o, ok);
-        }
-    } else {
-        for (int e = tid; e < DNC_C * DNC_DK; e += 256) {
-            int i = e / DNC_DK, c = e % DNC_DK;
-            bool ok = i < Lc && c < dk;
-            int64_t o = ok ? (r0 + i) * qkv_stride + c : 0;
-            cp4(Ks + i * LDK + c, ksrc + o, ok);
-            cp4(Qs + i * LDK + c, qsrc + o, ok);
-        }
-    }
-    if (tid < DNC_C) {
-        float be = 0.0f, gg = 0.0f;
-        if (tid < Lc) {
-            int64_t bi = (r0 + tid) * Hv + h;
-            be = sigmoid_d(b[bi]);
-            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
-        }
-        bt[tid] = be, gc[tid] = gg;
-    }
-    cp_wait_all();
-    __syncthreads();
-    if (w == 0) { /* inclusive cumsum of g over the 64 rows: two per lane, one warp scan */
-        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
-        for (int o = 1; o < 32; o <<= 1) {
-            float y = __shfl_up_sync(0xffffffffu, s, o);
-            if (lane >= o) s += y;
-        }
-        float ex = s - (x0 + x1);
-        gc[2 * lane] = ex + x0;
-        gc[2 * lane + 1] = ex + x0 + x1;
-    }
-    /* l2-normalise the 64 k rows and 64 q rows in place (eps 1e-6 inside the sqrt, q also times
-     * 1/sqrt(dk), as k_dnc_prep): warp w takes rows 8w..8w+7 of both */
-    {
-        const float qsc = 1.0f / sqrtf((float)dk);
-        for (int rr = 0; rr < 16; rr++) {
-            const int i = 8 * w + (rr >> 1), isq = rr & 1;
-            float *row = (isq ? Qs : Ks) + i * LDK;
-            float ss = 0.0f;
-            for (int c = lane; c < dk; c += 32) ss += row[c] * row[c];
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            const float inv = 1.0f / sqrtf(ss + 1e-6f), sc = isq ? qsc : 1.0f;
-            for (int c = lane; c < dk; c += 32) row[c] = (row[c] * inv) * sc;
-            if (lane == 0) (isq ? sq : sk)[i] = inv * sc;
-        }
-    }
-    __syncthreads();
-    if (tid < DNC_C) {
-        sw[tid] = bt[tid] * expf(gc[tid]);
-        if (tid < Lc) {
-            const int64_t gi = (r0 + tid) * Hv + h;
-            gcg[gi] = gc[tid], sqg[gi] = sq[tid], skg[gi] = sk[tid];
-        }
-    }
-
-    /* K K^T and Q K^T, exactly as k_dnc_intra */
-    {
-        const int mt = w & 3, nb = (w >> 2) * 4;
-        float s1[4][4], s2[4][4];
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) s1[n][r] = s2[n][r] = 0.0f;
-        const int ks_n = (dk + 7) / 8;
-        for (int ks = 0; ks < ks_n; ks++) {
-            uint32_t ak[4], aq[4];
-            load_a(ak, Ks + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-            load_a(aq, Qs + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                if (8 * (nb + n) > 16 * mt + 15) continue;
-                uint32_t b0, b1;
-                load_b(b0, b1, Ks + (nb + n) * 8 * LDK + ks * 8, 1, LDK, g, t);
-                mma_tf32(s1[n], ak, b0, b1);
-                mma_tf32(s2[n], aq, b0, b1);
-            }
-        }
-        __syncthreads(); /* sw visible (written above by threads < 64) */
-        float *P = Pg + ch * DNC_C * DNC_C;
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), j = (nb + n) * 8 + 2 * t + (r & 1);
-                float dec = j <= i ? expf(gc[i] - gc[j]) : 0.0f;
-                Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * dec : 0.0f;
-                P[i * DNC_C + j] = j <= i ? s2[n][r] * dec : 0.0f;
-            }
-    }
-    /* T zeroed (its blocks above the diagonal stay 0); Am complete after the barrier */
-    for (int e = tid; e < DNC_C * LD64; e += 256) Ts[e] = 0.0f;
-    __syncthreads();
-    /* V into the Q buffer, in flight during the solve */
-    {
-        const float *vsrc = qkv + 2LL * Hk * dk + (int64_t)h * dv;
-        if (vec) {
-            for (int e = tid; e < DNC_C * DNC_DK / 4; e += 256) {
-                int i = e / (DNC_DK / 4), c = (e % (DNC_DK / 4)) * 4;
-                bool ok = i < Lc && c < dv;
-                cp16(Qs + i * LDK + c, ok ? vsrc + (r0 + i) * qkv_stride + c : qkv, ok);
-            }
-        } else {
-            for (int e = tid; e < DNC_C * DNC_DK; e += 256) {
-                int i = e / DNC_DK, c = e % DNC_DK;
-                bool ok = i < Lc && c < dv;
-                cp4(Qs + i * LDK + c, ok ? vsrc + (r0 + i) * qkv_stride + c : qkv, ok);
-            }
-        }
-        asm volatile("cp.async.commit_group;" ::);
-    }
-    /* T = (I - Am)^-1, blocked by 16. Diagonal blocks: thread tid < 64 owns column jj = tid%16 of
-     * block B = tid/16; x[i] = T[16B+i][16B+jj] = [i == jj] + sum_{m<i} Am[16B+i][16B+m] x[m]
-     * (x[m] = 0 for m < jj, so summing over all m < i is the same). */
-    if (tid < DNC_C) {
-        const int B = tid >> 4, jj = tid & 15;
-        const float *Ab = Am + 16 * B * LD64 + 16 * B;
-        float x[16];
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
-            x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
-        }
-        float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
-#pragma unroll
-        for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
-    }
-    __syncthreads();
-    /* Block row I = 1..3: X_IJ = sum_{M=J}^{I-1} A_IM T_MJ (rows of T above 16I are final), then
-     * T_IJ = T_II X_IJ. Thread (r, c) = (tid/16, tid%16) of each 16x16 block. */
-    {
-        const int r = tid >> 4, cc = tid & 15;
-        for (int I = 1; I < 4; I++) {
-            float xv[3] = {0.0f, 0.0f, 0.0f};
-            const float *arow = Am + (16 * I + r) * LD64;
-#pragma unroll
-            for (int J = 0; J < 3; J++) {
-                if (J >= I) break;
-                float s = 0.0f;
-                for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
-                xv[J] = s;
-            }
-#pragma unroll
-            for (int J = 0; J < 3; J++)
-                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
-            __syncthreads();
-            float yv[3] = {0.0f, 0.0f, 0.0f};
-            const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
-#pragma unroll
-            for (int J = 0; J < 3; J++) {
-                if (J >= I) break;
-                float s = 0.0f;
-#pragma unroll
-                for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
-                yv[J] = s;
-            }
-            __syncthreads();
-#pragma unroll
-            for (int J = 0; J < 3; J++)
-                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
-            __syncthreads();
-        }
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    __syncthreads();
-    /* W = T diag(beta exp(gc)) K, U = T diag(beta) V, exactly as k_dnc_intra */
-    {
-        const int mt = w & 3, nb = (w >> 2) * 8;
-        float aw[8][4], au[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) aw[n][r] = au[n][r] = 0.0f;
-        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-            uint32_t tw[4], tu[4];
-            load_a(tw, Ts + mt * 16 * LD64 + ks * 8, LD64, 1, sw + ks * 8, g, t);
-            load_a(tu, Ts + mt * 16 * LD64 + ks * 8, LD64, 1, bt + ks * 8, g, t);
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Ks + ks * 8 * LDK + (nb + n) * 8, LDK, 1, g, t);
-                mma_tf32(aw[n], tw, b0, b1);
-                load_b(b0, b1, Qs + ks * 8 * LDK + (nb + n) * 8, LDK, 1, g, t);
-                mma_tf32(au[n], tu, b0, b1);
-            }
-        }
-        float *W = Wg + ch * DNC_C * dk, *U = Ug + ch * DNC_C * dv;
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                if (c < dk) W[i * dk + c] = aw[n][r];
-                if (c < dv) U[i * dv + c] = au[n][r];
-            }
-    }
-}
-
-/* Shared memory of k_dn2_state (floats): S [128][LD64], Vn [64][LD64], row scales eg, ek [64]. */
-#define STATE2_SMEM (sizeof(float) * (DNC_DK * LD64 + DNC_C * LD64 + 2 * DNC_C))
-
-/* One block (256 threads) per (sequence, value head, 64 value columns). Warp w: for the
- * chunk's rows, row tile mt = w%4 and column tiles 4*(w/4)..+3; for the update, state rows
- * 16w..16w+15 (all 64 columns). */
-__global__ void __launch_bounds__(256, 3) k_dn2_state(const float *__restrict__ qkv, int64_t qkv_stride,
-                                                      const float *__restrict__ Wg, const float *__restrict__ Ug,
-                                                      const float *__restrict__ Pg, const float *__restrict__ gcg,
-                                                      const float *__restrict__ sqg, const float *__restrict__ skg,
-                                                      const dnc_tab tb, int Hk, int Hv, int dk, int dv, int nsl,
-                                                      float *__restrict__ out) {
-    extern __shared__ __align__(16) float smem[];
-    float *Ss = smem, *Vn = Ss + DNC_DK * LD64, *eg = Vn + DNC_C * LD64, *ek = eg + DNC_C;
-    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
-    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS;
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int mt = w & 3, nb = (w >> 2) * 4, ks_dk = (dk + 7) / 8;
-    const float *Qr = qkv + (int64_t)hk * dk, *Kr = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
-    for (int e = tid; e < DNC_DK * LD64; e += 256) Ss[e] = 0.0f;
-
-    for (int ci = tb.cfirst[sg]; ci < tb.cfirst[sg + 1]; ci++) {
-        const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
-        const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
-        const int64_t ch = (int64_t)ci * Hv + h;
-        const float gL = gcg[(r0 + Lc - 1) * Hv + h];
-        __syncthreads(); /* the previous chunk is done with Vn, eg, ek; its S rows are written */
-        if (tid < DNC_C) {
-            const int64_t gi = (r0 + tid) * Hv + h;
-            const float gi_ = tid < Lc ? gcg[gi] : 0.0f;
-            eg[tid] = tid < Lc ? expf(gi_) * sqg[gi] : 0.0f;
-            ek[tid] = tid < Lc ? expf(gL - gi_) * skg[gi] : 0.0f;
-        }
-        /* Vn = U - W S and O = q S over this warp's 16 rows x 32 columns; A fragments from
-         * global (W rows past Lc are zero; q rows past Lc read as zero) */
-        const int i0 = mt * 16 + g, i1 = i0 + 8;
-        const bool v0 = i0 < Lc, v1 = i1 < Lc;
-        const float *W = Wg + ch * DNC_C * dk;
-        const float *q0 = Qr + (r0 + (v0 ? i0 : 0)) * qkv_stride, *q1 = Qr + (r0 + (v1 ? i1 : 0)) * qkv_stride;
-        float av[4][4], ao[4][4];
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) av[n][r] = ao[n][r] = 0.0f;
-#pragma unroll 4
-        for (int ks = 0; ks < ks_dk; ks++) {
-            const int c = ks * 8 + t;
-            const bool hi = ks * 8 + 8 <= dk; /* dk % 4 == 0: c < dk always; c + 4 < dk iff hi */
-            uint32_t aw[4], aq[4];
-            aw[0] = to_tf32(W[i0 * dk + c]);
-            aw[1] = to_tf32(W[i1 * dk + c]);
-            aw[2] = to_tf32(hi ? W[i0 * dk + c + 4] : 0.0f);
-            aw[3] = to_tf32(hi ? W[i1 * dk + c + 4] : 0.0f);
-            aq[0] = to_tf32(v0 ? q0[c] : 0.0f);
-            aq[1] = to_tf32(v1 ? q1[c] : 0.0f);
-            aq[2] = to_tf32(v0 && hi ? q0[c + 4] : 0.0f);
-            aq[3] = to_tf32(v1 && hi ? q1[c + 4] : 0.0f);
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Ss + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
-                mma_tf32(av[n], aw, b0, b1);
-                mma_tf32(ao[n], aq, b0, b1);
-            }
-        }
-        const float *U = Ug + ch * DNC_C * dv;
-        __syncthreads(); /* eg, ek visible */
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                Vn[i * LD64 + c] = (c0 + c < dv ? U[i * dv + c0 + c] : 0.0f) - av[n][r];
-                ao[n][r] *= eg[i]; /* (q exp(gc) sq) S */
-            }
-        __syncthreads(); /* Vn complete; every read of Ss for this chunk is done */
-        /* O += P Vn (P lower triangular: k rows < 16*(mt+1)) */
-        const float *P = Pg + ch * DNC_C * DNC_C;
-        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-            uint32_t ap[4];
-            load_a(ap, P + mt * 16 * DNC_C + ks * 8, DNC_C, 1, nullptr, g, t);
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Vn + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
-                mma_tf32(ao[n], ap, b0, b1);
-            }
-        }
-        const int64_t ostride = (int64_t)Hv * dv;
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), c = c0 + (nb + n) * 8 + 2 * t + (r & 1);
-                if (i < Lc && c < dv) out[(r0 + i) * ostride + (int64_t)h * dv + c] = ao[n][r];
-            }
-        /* S = exp(gL) S + (k exp(gL - gc) sk)^T Vn: this warp's state rows 16w..16w+15 */
-        if (16 * w < dk) {
-            const float eL = expf(gL);
-            const int d0 = 16 * w + g, d1 = d0 + 8;
-            const bool dv0 = d0 < dk, dv1 = d1 < dk;
-            float S[8][4];
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) S[n][r] = Ss[(d0 + ((r >> 1) << 3)) * LD64 + n * 8 + 2 * t + (r & 1)] * eL;
-            const int ks_c = (Lc + 7) / 8;
-            for (int ks = 0; ks < ks_c; ks++) {
-                const int j0 = ks * 8 + t, j1 = j0 + 4;
-                const bool tj0 = j0 < Lc, tj1 = j1 < Lc;
-                const float *k0 = Kr + (r0 + (tj0 ? j0 : 0)) * qkv_stride, *k1 = Kr + (r0 + (tj1 ? j1 : 0)) * qkv_stride;
-                const float e0 = ek[j0], e1 = ek[j1];
-                uint32_t ak[4];
-                ak[0] = to_tf32(tj0 && dv0 ? k0[d0] * e0 : 0.0f);
-                ak[1] = to_tf32(tj0 && dv1 ? k0[d1] * e0 : 0.0f);
-                ak[2] = to_tf32(tj1 && dv0 ? k1[d0] * e1 : 0.0f);
-                ak[3] = to_tf32(tj1 && dv1 ? k1[d1] * e1 : 0.0f);
-#pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    uint32_t b0, b1;
-                    load_b(b0, b1, Vn + ks * 8 * LD64 + n * 8, LD64, 1, g, t);
-                    mma_tf32(S[n], ak, b0, b1);
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) Ss[(d0 + ((r >> 1) << 3)) * LD64 + n * 8 + 2 * t + (r & 1)] = S[n][r];
-        }
-    }
-}
-
-/* ==== v3 (VSR_CUDA_DN_V3=1; VSR_CUDA_DN_V2=1 runs v2 above, VSR_CUDA_DN_OLD=1 the first kernels) ====
+/* ==== v3 (VSR_CUDA_DN_V3=1) ====
  * No W, U or P through device memory. With U = T diag(beta) V and W = T diag(beta exp(gc)) K,
  *   Vn = U - W S = T (beta (V - exp(gc) K S)),
  * so the intra-chunk kernel only has to hand the state kernel T (16 KB per chunk and value
@@ -803,7 +108,9 @@ __global__ void __launch_bounds__(256, 3) k_dn2_state(const float *__restrict__ 
  * O = exp(gc) q S + P Vn and the update. Device-memory traffic at 8x512 drops from ~500 MB
  * (W, U, P written and read back) to ~50 MB of T each way; q, k rows are read from qkv (L2).
  *   k_dn3_intra : per (chunk, value head), 256 threads, ~70 KB (3 blocks per SM): raw k staged,
- *                 l2-normalised, K K^T, L, the blocked 16x16 solve of v2; writes T [ch][64][64].
+ *                 l2-normalised, K K^T, L, the blocked 16x16 solve (the 4 diagonal blocks by
+ *                 substitution in registers, then block rows in three barrier-separated
+ *                 rounds); writes T [ch][64][64].
  *   k_dn3_state : per (sequence, value head, 64 value columns), 512 threads (16 warps), ~174 KB;
  *                 q, T and the V slice of chunk c+1 are copied (cp.async) while chunk c's
  *                 P Vn and state update run (their buffers are dead by then); k after. */
@@ -917,7 +224,7 @@ __global__ void __launch_bounds__(256) k_dn3_intra(const float *__restrict__ qkv
             }
     }
     __syncthreads();
-    /* T = (I - Am)^-1, blocked by 16, exactly as k_dn2_intra */
+    /* T = (I - Am)^-1, blocked by 16 */
     if (tid < DNC_C) {
         const int B = tid >> 4, jj = tid & 15;
         const float *Ab = Am + 16 * B * LD64 + 16 * B;
@@ -1521,7 +828,7 @@ __global__ void __launch_bounds__(256) k_dn5_intra(const float *__restrict__ qkv
             }
     }
     __syncthreads();
-    /* T = (I - Am)^-1, blocked by 16, exactly as k_dn2_intra */
+    /* T = (I - Am)^-1, blocked by 16 */
     if (tid < DNC_C) {
         const int B = tid >> 4, jj = tid & 15;
         const float *Ab = Am + 16 * B * LD64 + 16 * B;
@@ -1826,26 +1133,14 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     if (maxlen < DNC_MIN_LEN || chunks > 0x7fffffff / 2) return VSR_OK;
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
-    const char *env_old = getenv("VSR_CUDA_DN_OLD"), *env_v2 = getenv("VSR_CUDA_DN_V2"),
-               *env_v3 = getenv("VSR_CUDA_DN_V3"), *env_v4 = getenv("VSR_CUDA_DN_V4"),
+    const char *env_v3 = getenv("VSR_CUDA_DN_V3"), *env_v4 = getenv("VSR_CUDA_DN_V4"),
                *env_stage = getenv("VSR_CUDA_DN_STAGE");
-    /* 1: the first three kernels (VSR_CUDA_DN_OLD=1); 2: v2 (VSR_CUDA_DN_V2=1); 3: v3
-     * (VSR_CUDA_DN_V3=1); 4: v4 (VSR_CUDA_DN_V4=1); 5: v5 (default) */
-    const int ver = env_old && env_old[0] == '1'  ? 1
-                    : env_v2 && env_v2[0] == '1' ? 2
-                    : env_v3 && env_v3[0] == '1' ? 3
-                    : env_v4 && env_v4[0] == '1' ? 4
-                                                 : 5;
-    const bool v2 = ver == 2;
+    /* 3: v3 (VSR_CUDA_DN_V3=1); 4: v4 (VSR_CUDA_DN_V4=1); 5: v5 (default) */
+    const int ver = env_v3 && env_v3[0] == '1' ? 3 : env_v4 && env_v4[0] == '1' ? 4 : 5;
     /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
     const bool intra_only = env_stage && !strcmp(env_stage, "intra");
-    /* shared memory: the old state kernel's ~190 KB, v3's ~174 KB and v4's / v5's ~218 KB need
-     * Hopper (A100: 163 KB); v2 ~106 KB */
-    const size_t need = ver == 5   ? STATE5_SMEM
-                        : ver == 4 ? STATE4_SMEM
-                        : ver == 3 ? STATE3_SMEM
-                        : v2       ? (INTRA2_SMEM > STATE2_SMEM ? INTRA2_SMEM : STATE2_SMEM)
-                                   : STATE_SMEM;
+    /* shared memory: v3's ~174 KB and v4's / v5's ~218 KB need Hopper (A100: 163 KB) */
+    const size_t need = ver == 5 ? STATE5_SMEM : ver == 4 ? STATE4_SMEM : STATE3_SMEM;
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess ||
         (size_t)optin < need) {
@@ -1854,115 +1149,56 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     }
     const int64_t rows = seg->start[seg->n - 1] + seg->len[seg->n - 1];
     /* every region a multiple of 64 floats, so each starts 16-byte aligned for cp.async */
-#define R64(n) (((n) + 63) / 64 * 64)
-    const size_t nqk = R64((size_t)rows * Hk * dk), ng = R64((size_t)rows * Hv), nch = (size_t)chunks * Hv;
-#undef R64
-    const size_t nW = nch * DNC_C * dk, nU = nch * DNC_C * dv, nP = nch * DNC_C * DNC_C;
+    const size_t ng = ((size_t)rows * Hv + 63) / 64 * 64, nP = (size_t)chunks * Hv * DNC_C * DNC_C;
     const int nsl = (dv + DNC_DVS - 1) / DNC_DVS;
     vsr_status st;
     void *scr;
     const int vec = qkv_stride % 4 == 0 && ((uintptr_t)qkv & 15) == 0;
-    if (ver >= 3) {
-        /* T [ch][64][64] first (16-byte aligned rows), then gc, beta [rows][Hv] */
-        if ((st = cuda_scratch(c, sizeof(float) * (nP + 2 * ng), &scr, err))) return st;
-        float *Tg = (float *)scr, *gcg = Tg + nP, *btg = gcg + ng;
-        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)INTRA3_SMEM),
-                             "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
-            return st;
-        dim3 gi((unsigned)chunks, (unsigned)Hv);
-        if (ver == 5) {
-            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         (int)INTRA3_SMEM),
-                                 "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
-                return st;
-            k_dn5_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
-                                                             dk, Tg, gcg, btg);
-        } else {
-            k_dn3_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
-                                                             dk, Tg, gcg, btg, ver == 4);
-        }
-        if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
-        if (!intra_only && ver == 5) {
-            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         (int)STATE5_SMEM),
-                                 "deltanet (chunked): shared memory of the state kernel", err)))
-                return st;
-            k_dn5_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE5_SMEM, c->stream>>>(
-                qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
-            if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
-        } else if (!intra_only && ver == 4) {
-            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn4_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         (int)STATE4_SMEM),
-                                 "deltanet (chunked): shared memory of the state kernel", err)))
-                return st;
-            k_dn4_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE4_SMEM, c->stream>>>(
-                qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
-            if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
-        } else if (!intra_only) {
-            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         (int)STATE3_SMEM),
-                                 "deltanet (chunked): shared memory of the state kernel", err)))
-                return st;
-            k_dn3_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE3_SMEM, c->stream>>>(
-                qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
-            if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
-        }
-        *taken = 1;
-        return VSR_OK;
-    }
-    if (v2) {
-        /* gc, sq, sk [rows][Hv]; W [ch][64][dk]; U [ch][64][dv]; P [ch][64][64] */
-        if ((st = cuda_scratch(c, sizeof(float) * (3 * ng + nW + nU + nP), &scr, err))) return st;
-        float *gcg = (float *)scr, *sqg = gcg + ng, *skg = sqg + ng, *Wg = skg + ng, *Ug = Wg + nW, *Pg = Ug + nU;
-        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn2_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)INTRA2_SMEM),
-                             "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
-            return st;
-        dim3 gi((unsigned)chunks, (unsigned)Hv);
-        k_dn2_intra<<<gi, 256, INTRA2_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv, dk,
-                                                         dv, Wg, Ug, Pg, gcg, sqg, skg);
-        if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
-        if (!intra_only) {
-            if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn2_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         (int)STATE2_SMEM),
-                                 "deltanet (chunked): shared memory of the state kernel", err)))
-                return st;
-            k_dn2_state<<<(unsigned)(seg->n * Hv * nsl), 256, STATE2_SMEM, c->stream>>>(
-                qkv, qkv_stride, Wg, Ug, Pg, gcg, sqg, skg, tb, Hk, Hv, dk, dv, nsl, out);
-            if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
-        }
-        *taken = 1;
-        return VSR_OK;
-    }
-    st = cuda_scratch(c, sizeof(float) * (2 * nqk + ng + nW + nU + nP), &scr, err);
-    if (st) return st;
-    float *qn = (float *)scr, *kn = qn + nqk, *gcg = kn + nqk, *Wg = gcg + ng, *Ug = Wg + nW, *Pg = Ug + nU;
-
-    int64_t warps = rows * Hk * 2;
-    k_dnc_prep<<<(unsigned)((warps + 7) / 8), 256, 0, c->stream>>>(qkv, qkv_stride, rows, Hk, dk, qn, kn);
-    if ((st = cuda_check_launch(c, "deltanet (chunked) prep", err))) return st;
-
-    if ((st = cuda_check(c, cudaFuncSetAttribute(k_dnc_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)INTRA_SMEM),
+    /* T [ch][64][64] first (16-byte aligned rows), then gc, beta [rows][Hv] */
+    if ((st = cuda_scratch(c, sizeof(float) * (nP + 2 * ng), &scr, err))) return st;
+    float *Tg = (float *)scr, *gcg = Tg + nP, *btg = gcg + ng;
+    if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)INTRA3_SMEM),
                          "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
         return st;
     dim3 gi((unsigned)chunks, (unsigned)Hv);
-    k_dnc_intra<<<gi, 256, INTRA_SMEM, c->stream>>>(qn, kn, qkv, qkv_stride, b, a, A_log, dt_bias, tb, Hk, Hv, dk, dv,
-                                                    Wg, Ug, Pg, gcg);
-    if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
-    if (intra_only) {
-        *taken = 1;
-        return VSR_OK;
+    if (ver == 5) {
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)INTRA3_SMEM),
+                             "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
+            return st;
+        k_dn5_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
+                                                         dk, Tg, gcg, btg);
+    } else {
+        k_dn3_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
+                                                         dk, Tg, gcg, btg, ver == 4);
     }
-
-    if ((st = cuda_check(c, cudaFuncSetAttribute(k_dnc_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)STATE_SMEM),
-                         "deltanet (chunked): shared memory of the state kernel", err)))
-        return st;
-    k_dnc_state<<<(unsigned)(seg->n * Hv * nsl), 256, STATE_SMEM, c->stream>>>(qn, kn, Wg, Ug, Pg, gcg, tb, Hk, Hv,
-                                                                              dk, dv, nsl, out);
-    if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+    if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
+    if (!intra_only && ver == 5) {
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)STATE5_SMEM),
+                             "deltanet (chunked): shared memory of the state kernel", err)))
+            return st;
+        k_dn5_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE5_SMEM, c->stream>>>(
+            qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
+        if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+    } else if (!intra_only && ver == 4) {
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn4_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)STATE4_SMEM),
+                             "deltanet (chunked): shared memory of the state kernel", err)))
+            return st;
+        k_dn4_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE4_SMEM, c->stream>>>(
+            qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
+        if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+    } else if (!intra_only) {
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)STATE3_SMEM),
+                             "deltanet (chunked): shared memory of the state kernel", err)))
+            return st;
+        k_dn3_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE3_SMEM, c->stream>>>(
+            qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
+        if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+    }
     *taken = 1;
     return VSR_OK;
 }
