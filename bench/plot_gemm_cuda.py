@@ -17,7 +17,10 @@ for f in (ours, torch_csv):
             continue
         data.setdefault(r[1], {}).setdefault(r[0], []).append((int(r[4]), float(r[5])))
 styles = {"bf16_linear": ("C0", "-"), "torch_bf16": ("C0", ":"), "fp8_linear": ("C3", "-"),
-          "torch_fp8": ("C3", ":"), "int4_linear": ("C2", "-"), "int4_unpack": ("C2", "--")}
+          "torch_fp8": ("C3", ":"), "int4_linear": ("C2", "-"), "int4_unpack": ("C2", "--"),
+          # variants of the later passes (present in their CSVs only): the previous kernels and the
+          # FP8 wgmma kernel alone
+          "int4_prev": ("C8", "-."), "fp8_old": ("C1", "-."), "fp8_pq_auto": ("C4", "--")}
 shapes = list(data)
 fig, axes = plt.subplots(2, 4, figsize=(18, 8))
 for ax, s in zip(axes.flat, shapes):
