@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,16 @@
 #include <unistd.h>
 
 #include "test.h"
+
+double test_nerr(const float *a, const float *ref, int64_t n) {
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(ref[i])) return INFINITY;
+        md = fmax(md, fabs((double)a[i] - (double)ref[i]));
+        mr = fmax(mr, fabs((double)ref[i]));
+    }
+    return mr > 0 ? md / mr : md;
+}
 
 int test_failures, test_checks;
 const char *test_current = "";

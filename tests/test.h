@@ -60,6 +60,9 @@ int test_summary(void);
 void test_rng_seed(uint64_t seed);
 uint64_t test_rnd(void);
 float test_rndf(void); /* uniform in [-1, 1), 53 random bits rounded to float */
+/* Normalised error max|a - ref| / max|ref| (max|a - ref| when ref is all zero); INFINITY when
+ * either side holds a NaN, so a NaN anywhere fails every bound. */
+double test_nerr(const float *a, const float *ref, int64_t n);
 /* A fresh empty directory under $TMPDIR for this test program; removed at exit. */
 const char *test_tmpdir(void);
 /* Writes a file (creating parent dirs). Returns 0 on success. */

@@ -29,16 +29,6 @@ static uint16_t *rand_bf16(int64_t n) {
     return p;
 }
 
-static double nerr(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)ref[i]);
-        if (!(d <= num)) num = d; /* NaN propagates as a failure */
-        if (fabs((double)ref[i]) > den) den = fabs((double)ref[i]);
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* max|a-b| / max sum_k |x w| (mag): the scale FP32 summation-order error is bounded by */
 static double nerr_abs(const float *a, const float *ref, const float *mag, int64_t n) {
     double num = 0, den = 0;
@@ -179,7 +169,7 @@ static void check_dense(int64_t M, int64_t K, int64_t N, int bf16, double tol) {
                 memcpy(got, Y0, (size_t)(M * N) * sizeof *got);
                 if (bf16) vsr_gemm_bf16(p, X, M, K, Wb, N, got, acc);
                 else vsr_gemm_f32(p, X, M, K, Wf, N, got, acc);
-                double e = nerr(got, ref, M * N);
+                double e = test_nerr(got, ref, M * N);
                 CHECK_MSG(e <= tol, "%s %s M %lld K %lld N %lld acc %d pool %d: err %.3g",
                           bf16 ? "bf16" : "f32", ISAS[i], (long long)M, (long long)K, (long long)N,
                           acc, pi, e);
@@ -305,7 +295,7 @@ static void check_int4(int64_t M, int64_t K, int64_t N, int group, int asym, int
             for (int pi = 0; pi < 2; pi++) {
                 memcpy(got, Y0, (size_t)(M * N) * sizeof *got);
                 vsr_gemm_int4(pi ? g_pool3 : NULL, X, M, &q.w, got, acc);
-                double e = nerr(got, ref2, M * N);
+                double e = test_nerr(got, ref2, M * N);
                 /* A tiny output (M*N of 1..5) can be a cancelled sum: then measure the error
                  * on the scale of the summation-error bound, max sum_k |x w|. */
                 if (e > TOL) e = fmin(e, nerr_abs(got, ref2, mag, M * N));

@@ -53,16 +53,6 @@ static void sprinkle_large(float *p, int64_t n) {
         if (test_rnd() % 8 == 0) p[i] = big[test_rnd() % COUNT(big)];
 }
 
-static double nerr(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)ref[i]);
-        if (!(d <= num)) num = d; /* NaN propagates as a failure */
-        if (fabs((double)ref[i]) > den) den = fabs((double)ref[i]);
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* ------------------------------------------------------------------ paths */
 
 static vsr_backend g_be3, g_be1; /* 3 workers (more than the 2 cores: preempted chunks), 1 */
@@ -116,7 +106,7 @@ static void compare(tally *t, const char *what, op_run run, const void *c, int64
         run(c, o);
         g_be = &g_be1;
         run(c, o1);
-        double e = nerr(o, r, n);
+        double e = test_nerr(o, r, n);
         CHECK_MSG(e <= tol, "%s %s: normalised error %.3g > %.3g", what, t->label[a], e, tol);
         CHECK_MSG(memcmp(o, o1, (size_t)n * sizeof *o) == 0, "%s %s: 1 and 3 threads differ", what,
                   t->label[a]);

@@ -292,16 +292,6 @@ TEST(sole_twins) {
 
 /* ---- stacked weights (gate|up) and the strided SwiGLU that reads their product ---- */
 
-static double nerr(const float *a, const float *ref, int64_t n) {
-    double md = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (isnan(a[i]) || isnan(ref[i])) return INFINITY;
-        md = fmax(md, fabs((double)a[i] - ref[i]));
-        mr = fmax(mr, fabs((double)ref[i]));
-    }
-    return mr > 0 ? md / mr : md;
-}
-
 /* A linear on [A; B] stacked must give, row by row, A's outputs then B's: the same products as
  * the two linears apart (the GEMM may pick another tiling for the wider N: allow the FP32
  * accumulation-order difference only). */
@@ -327,7 +317,7 @@ static void stacked_case(const char *what, vsr_weight_view *parts, int64_t M) {
         memcpy(ref + r * N, a + r * N0, sizeof(float) * (size_t)N0);
         memcpy(ref + r * N + N0, b + r * N1, sizeof(float) * (size_t)N1);
     }
-    double d = nerr(c, ref, M * N);
+    double d = test_nerr(c, ref, M * N);
     printf("  stacked %s M=%lld: normalised difference %.3g\n", what, (long long)M, d);
     CHECK_MSG(d <= 1e-5, "%s M %lld: stacked linear differs from its parts by %.3g", what, (long long)M, d);
     free(a), free(b), free(c), free(ref), free(hx);
@@ -394,7 +384,7 @@ TEST(swiglu_strided) {
         GB.ops->feed_linears(GB.ctx, y, M, N, NULL, 0);
         CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + N, 2 * N, M, N, y, &e), e);
         float *yg = down(y, M * N);
-        double d = nerr(yg, yc, M * N);
+        double d = test_nerr(yg, yc, M * N);
         printf("  swiglu stride %lld N %lld: GPU vs CPU %.3g\n", (long long)(2 * N), (long long)N, d);
         CHECK_MSG(d <= 1e-6, "strided swiglu N %lld: %.3g", (long long)N, d);
         CHECK_ERR(GB.ops->swiglu(GB.ctx, gu, gu, N - 1, M, N, y, &e), e, VSR_E_INVALID, "row stride");
@@ -419,13 +409,13 @@ TEST(vector_and_scalar_paths) {
         CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, 1, hd, M * H, hd, w, 1e-6f, y, &e), e);
         CHECK_OK(cb.ops->rmsnorm_gated(cb.ctx, hx, hz, 1, hd, M * H, hd, hw, 1e-6f, yc, &e), e);
         float *yg = down(y, M * H * hd);
-        double d = nerr(yg, yc, M * H * hd);
+        double d = test_nerr(yg, yc, M * H * hd);
         CHECK_MSG(d <= 1e-5, "rmsnorm_gated D %lld: %.3g", (long long)hd, d);
         free(yg);
         CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, x, M, (int)H, (int)hd, (float *)g + hd, 2 * H * hd, 2 * hd, &e), e);
         CHECK_OK(cb.ops->mul_sigmoid(cb.ctx, hx, M, (int)H, (int)hd, hg + hd, 2 * H * hd, 2 * hd, &e), e);
         yg = down(x, M * H * hd);
-        double d2 = nerr(yg, hx, M * H * hd);
+        double d2 = test_nerr(yg, hx, M * H * hd);
         printf("  hd %lld: rmsnorm_gated %.3g, mul_sigmoid %.3g (GPU vs CPU)\n", (long long)hd, d, d2);
         CHECK_MSG(d2 <= 1e-5, "mul_sigmoid hd %lld: %.3g", (long long)hd, d2);
         free(yg), free(hx), free(hg), free(hz), free(hw), free(yc);
@@ -452,7 +442,7 @@ TEST(strided_conv_and_gated_norm) {
         CHECK_OK(GB.ops->conv1d_silu(GB.ctx, x, S, &sg, C, w, (int)Kc, y, &e), e);
         CHECK_OK(cb.ops->conv1d_silu(cb.ctx, hx, S, &sg, C, hw, (int)Kc, yc, &e), e);
         float *yg = down(y, rows * C);
-        double d = nerr(yg, yc, rows * C);
+        double d = test_nerr(yg, yc, rows * C);
         printf("  conv1d_silu C %lld stride %lld: GPU vs CPU %.3g\n", (long long)C, (long long)S, d);
         CHECK_MSG(d <= 1e-5, "strided conv C %lld stride %lld: %.3g", (long long)C, (long long)S, d);
         CHECK_ERR(GB.ops->conv1d_silu(GB.ctx, x, C - 1, &sg, C, w, (int)Kc, y, &e), e, VSR_E_INVALID, "row stride");
@@ -467,7 +457,7 @@ TEST(strided_conv_and_gated_norm) {
         CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, (float *)z + 4, zh, S, M, D, w, 1e-6f, y, &e), e);
         CHECK_OK(cb.ops->rmsnorm_gated(cb.ctx, hx, hz + 4, zh, S, M, D, hw, 1e-6f, yc, &e), e);
         float *yg = down(y, M * D);
-        double d = nerr(yg, yc, M * D);
+        double d = test_nerr(yg, yc, M * D);
         printf("  rmsnorm_gated D %lld zh %lld stride %lld: GPU vs CPU %.3g\n", (long long)D, (long long)zh, (long long)S, d);
         CHECK_MSG(d <= 1e-5, "strided gated norm D %lld: %.3g", (long long)D, d);
         CHECK_ERR(GB.ops->rmsnorm_gated(GB.ctx, x, z, zh, zh * D - 1, M, D, w, 1e-6f, y, &e), e, VSR_E_INVALID, "per token at stride");
