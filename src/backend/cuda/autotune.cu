@@ -157,9 +157,33 @@ static vsr_status write_file(cuda_ctx *c, const char *path, const char *kernel, 
     return VSR_OK;
 }
 
+#define TUNE_REPS 5
+
+/* Mean microseconds of candidate `cand` over TUNE_REPS launches after a warm-up one (1e9 for a
+ * candidate that cannot run), or -1 with err set. */
+static float time_candidate(cuda_ctx *c, tune_launch_fn launch, int cand, void *arg, void *out, vsr_err *err) {
+    int r = launch(c, cand, arg, out, err);
+    if (r == TUNE_SKIP) return 1e9f;
+    if (r) return -1;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    cudaEventRecord(e0, c->stream);
+    for (int i = 0; i < TUNE_REPS && !r; i++) r = launch(c, cand, arg, out, err);
+    cudaEventRecord(e1, c->stream);
+    float ms = -1;
+    if (r == TUNE_SKIP) vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: a timed launch failed after its warm-up", c->device);
+    else if (!r && cuda_check(c, cudaEventSynchronize(e1), "autotune: synchronize", err) == VSR_OK &&
+             cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+        ms /= TUNE_REPS;
+    else
+        ms = -1;
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return ms < 0 ? -1 : ms * 1000.0f;
+}
+
 extern "C" vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const char *key, int n_cand,
-                                      const char *const *names, int default_cand, tune_time_fn time_fn, void *arg,
-                                      int *choice, const char **source, vsr_err *err) {
+                                      const char *const *names, int default_cand, tune_launch_fn launch, void *arg,
+                                      size_t out_bytes, int *choice, const char **source, vsr_err *err) {
     quant_state *q;
     vsr_status st = quant_state_get(c, &q, err);
     if (st) return st;
@@ -198,11 +222,12 @@ extern "C" vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const cha
         *choice = default_cand < n_cand ? default_cand : 0, *source = "default(capturing)";
         return VSR_OK; /* not remembered: a later call outside capture times it */
     }
+    if ((st = quant_grow(c, &q->tune_out, &q->tune_out_bytes, out_bytes, "autotune output", err))) return st;
     float *us = (float *)malloc(sizeof(float) * (size_t)n_cand);
     if (!us) return vsr_err_set(err, VSR_E_NOMEM, "autotune: out of memory");
     int best = -1;
     for (int i = 0; i < n_cand; i++) {
-        us[i] = time_fn(c, i, arg, err);
+        us[i] = time_candidate(c, launch, i, arg, q->tune_out, err);
         if (us[i] < 0) {
             free(us);
             return vsr_err_prefix(err, "autotune %s %s: candidate %s", kernel, key, names[i]);

@@ -294,30 +294,13 @@ typedef struct fp8_tune {
     const void *wq, *xq;
 } fp8_tune;
 
-/* autotune timing of algorithm `cand` (into the private tune buffer); one that fails counts as very slow */
-static float fp8_time(cuda_ctx *c, int cand, void *arg, vsr_err *err) {
+/* autotune launch of algorithm `cand` into out; one cuBLASLt refuses is skipped (very slow) */
+static int fp8_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err) {
+    (void)err;
     fp8_tune *t = (fp8_tune *)arg;
-    quant_state *q;
-    if (quant_state_get(c, &q, err)) return -1;
-    size_t bytes = sizeof(float) * (size_t)(t->p->M * t->p->ldd);
-    if (quant_grow(c, &q->tune_out, &q->tune_out_bytes, bytes, "autotune output", err)) return -1;
-    if (plan_matmul(c, t->p, cand, t->wq, t->xq, q->tune_out, 0) != CUBLAS_STATUS_SUCCESS) {
-        cudaGetLastError();
-        return 1e9f;
-    }
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    const int reps = 5;
-    cudaEventRecord(e0, c->stream);
-    for (int i = 0; i < reps; i++) plan_matmul(c, t->p, cand, t->wq, t->xq, q->tune_out, 0);
-    cudaEventRecord(e1, c->stream);
-    float ms = -1;
-    if (cuda_check(c, cudaEventSynchronize(e1), "autotune: synchronize", err) == VSR_OK) {
-        cudaEventElapsedTime(&ms, e0, e1);
-        ms /= reps;
-    }
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return ms < 0 ? -1 : ms * 1000.0f;
+    if (plan_matmul(c, t->p, cand, t->wq, t->xq, out, 0) == CUBLAS_STATUS_SUCCESS) return 0;
+    (void)cudaGetLastError();
+    return TUNE_SKIP;
 }
 
 static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void *xq, const float *sw, const float *sx,
@@ -341,7 +324,8 @@ static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void 
             snprintf(key, sizeof key, "m%lld-n%lld-k%lld-ld%lld-d%d-f%d", (long long)p->M, (long long)p->N, (long long)p->Kp,
                      (long long)p->ldd, p->dmode, p->fast);
             fp8_tune t = {p, wq, xq};
-            vsr_status st = autotune_choose(c, "fp8_lt", key, p->n_algos, np, 0, fp8_time, &t, &choice, &src, err);
+            vsr_status st = autotune_choose(c, "fp8_lt", key, p->n_algos, np, 0, fp8_launch, &t,
+                                            sizeof(float) * (size_t)(p->M * p->ldd), &choice, &src, err);
             if (st) return st;
         }
         p->chosen = choice, p->src = src;

@@ -1029,30 +1029,10 @@ static int i4_default(cuda_ctx *c, const i4_run *r) {
     return best < 0 ? 0 : best;
 }
 
-static float i4_time(cuda_ctx *c, int cand, void *arg, vsr_err *err) {
+/* autotune launch of configuration `cand` into out (a failed launch is an error, not a skip) */
+static int i4_tune_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err) {
     i4_run *r = (i4_run *)arg;
-    quant_state *q;
-    if (quant_state_get(c, &q, err)) return -1;
-    if (quant_grow(c, &q->tune_out, &q->tune_out_bytes, sizeof(float) * (size_t)(r->M * r->w->v.N), "autotune output",
-                   err))
-        return -1;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    float ms = -1;
-    if (i4_launch(c, r, r->cand[cand], (float *)q->tune_out, 0, err) == VSR_OK) { /* warm-up */
-        const int reps = 5;
-        cudaEventRecord(e0, c->stream);
-        int ok = 1;
-        for (int i = 0; i < reps && ok; i++) ok = i4_launch(c, r, r->cand[cand], (float *)q->tune_out, 0, err) == VSR_OK;
-        cudaEventRecord(e1, c->stream);
-        if (ok && cuda_check(c, cudaEventSynchronize(e1), "autotune: synchronize", err) == VSR_OK) {
-            cudaEventElapsedTime(&ms, e0, e1);
-            ms /= reps;
-        } else
-            ms = -1;
-    }
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return ms < 0 ? -1 : ms * 1000.0f;
+    return i4_launch(c, r, r->cand[cand], (float *)out, 0, err) == VSR_OK ? 0 : -1;
 }
 
 /* ---- hooks ---- */
@@ -1234,8 +1214,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                    c->device, w->name, fc, key, r.n);
             choice = fc, src = "forced";
         } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr,
-                                         stream ? i4_default_stream(c, &r) : i4_default(c, &r), i4_time, &r, &choice,
-                                         &src, err)))
+                                         stream ? i4_default_stream(c, &r) : i4_default(c, &r), i4_tune_launch, &r,
+                                         sizeof(float) * (size_t)(r.M * r.w->v.N), &choice, &src, err)))
             return st;
         i4_cfg cfg = r.cand[choice];
         quant_set_last_path("int4:fused(%s,src=%s)", r.names[choice], src);

@@ -121,14 +121,19 @@ void fp8_plans_free(quant_state *q); /* quant_fp8.cu */
 /* ---- autotune (autotune.cu) ----
  * A choice is an int config index into the caller's candidate list, recorded per
  * (kernel, device name, key). With c->autotune_dir set, the first process that needs a key times
- * the candidates (time_fn) and records the winner in DIR/<kernel>-<device>-<key>.json (created
- * atomically: a second process racing it loads the first one's file); later processes load the
- * file and never time. Without a directory, the caller's default is used and nothing is timed
- * (deterministic). */
-typedef float (*tune_time_fn)(cuda_ctx *c, int cand, void *arg, vsr_err *err); /* microseconds, <0 = error */
+ * the candidates and records the winner in DIR/<kernel>-<device>-<key>.json (created atomically:
+ * a second process racing it loads the first one's file); later processes load the file and
+ * never time. Without a directory, the caller's default is used and nothing is timed
+ * (deterministic).
+ * Timing: autotune_choose calls launch(c, cand, arg, out) once (warm-up), then TUNE_REPS times
+ * between two events on c->stream; `out` is a private buffer of out_bytes (never the caller's y).
+ * launch returns 0 when it launched, TUNE_SKIP for a candidate that cannot run here (it counts
+ * as very slow), or -1 with err set. */
+#define TUNE_SKIP 1
+typedef int (*tune_launch_fn)(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err);
 vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const char *key, int n_cand,
-                           const char *const *cand_names, int default_cand, tune_time_fn time_fn, void *arg,
-                           int *choice, const char **source, vsr_err *err);
+                           const char *const *cand_names, int default_cand, tune_launch_fn launch, void *arg,
+                           size_t out_bytes, int *choice, const char **source, vsr_err *err);
 void autotune_free(quant_state *q);
 
 #ifdef __cplusplus
