@@ -382,8 +382,8 @@ TEST(op_deltanet) {
     deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
     deltanet_case(2, (int64_t[]){33, 17}, 1, 2, 24, 40, DN_CHUNK_TOL); /* dk, dv not multiples of 8 */
     deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL); /* many short */
-    /* the default (v5) run twice and against v4; then the kept older paths (VSR_CUDA_DN_V4,
-     * _V3). v5's own edge paths: the next chunk's gc/beta copied while the current
+    /* the default (v5) run twice and against v4; then v4 itself (VSR_CUDA_DN_V4, the previous
+     * default kept for A/B). v5's own edge paths: the next chunk's gc/beta copied while the current
      * runs (partial next chunk: 300 = 4 x 64 + 44; 1-chunk sequences copy nothing ahead), both
      * k/T buffer parities (5 chunks), 4-byte copies (dn_pad 3) and 16-byte copies */
     dn_repeat = 1, dn_vs_v4 = 1;
@@ -404,12 +404,6 @@ TEST(op_deltanet) {
     deltanet_case(2, (int64_t[]){129, 16}, 1, 2, 128, 96, DN_CHUNK_TOL);
     dn_pad = 0;
     unsetenv("VSR_CUDA_DN_V4");
-    setenv("VSR_CUDA_DN_V3", "1", 1);
-    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
-    dn_pad = 3;
-    deltanet_case(2, (int64_t[]){129, 16}, 1, 2, 128, 96, DN_CHUNK_TOL);
-    dn_pad = 0;
-    unsetenv("VSR_CUDA_DN_V3");
     dn_pad = 3;
     vsr_err e;
     int64_t l1 = 1;

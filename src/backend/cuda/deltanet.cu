@@ -99,7 +99,7 @@ __device__ __forceinline__ void cp_wait_all() {
 }
 
 
-/* ==== v3 (VSR_CUDA_DN_V3=1) ====
+/* ==== the intra-chunk kernel of v3 (v4 runs it) ====
  * No W, U or P through device memory. With U = T diag(beta) V and W = T diag(beta exp(gc)) K,
  *   Vn = U - W S = T (beta (V - exp(gc) K S)),
  * so the intra-chunk kernel only has to hand the state kernel T (16 KB per chunk and value
@@ -111,9 +111,7 @@ __device__ __forceinline__ void cp_wait_all() {
  *                 l2-normalised, K K^T, L, the blocked 16x16 solve (the 4 diagonal blocks by
  *                 substitution in registers, then block rows in three barrier-separated
  *                 rounds); writes T [ch][64][64].
- *   k_dn3_state : per (sequence, value head, 64 value columns), 512 threads (16 warps), ~174 KB;
- *                 q, T and the V slice of chunk c+1 are copied (cp.async) while chunk c's
- *                 P Vn and state update run (their buffers are dead by then); k after. */
+ * v3's own state kernel was removed once v4 and v5 ran (bench/NOTES.md "DeltaNet v3" keeps it). */
 
 /* Rows [0, 64) x columns [0, npad) of a tile into shared memory (row stride ld, npad a
  * multiple of 4): source row i at src + i*stride; zero where i >= nrow or c >= ncol. vec: the
@@ -287,206 +285,9 @@ __global__ void __launch_bounds__(256) k_dn3_intra(const float *__restrict__ qkv
     }
 }
 
-#define DN3_T 512 /* threads of k_dn3_state */
-#define LDT 68    /* T, P: read only as row-major A operands (68 = 4 mod 32: conflict-free) */
-/* Shared memory of k_dn3_state (floats): K, Q [64][LDK]; S [128][LD64]; T, P [64][LDT];
- * Y (the V slice, then beta (V - exp(gc) K S)), Vn [64][LD64]; 7 row vectors [64]. */
-#define STATE3_SMEM \
-    (sizeof(float) * (2 * DNC_C * LDK + DNC_DK * LD64 + 2 * DNC_C * LDT + 2 * DNC_C * LD64 + 8 * DNC_C))
+#define DN3_T 512 /* threads of the state kernels */
 
-/* One block (512 threads, 16 warps) per (sequence, value head, 64 value columns). Warp w: for
- * the chunk's rows, row tile mt = w%4 and column tiles 2*(w/4), +1 (16 of the 64 columns); for
- * the update, state rows 16*(w%8)..+15 and columns 32*(w/8)..+31 (S in registers, mirrored in
- * shared memory as the B operand of K S and Q S). */
-__global__ void __launch_bounds__(DN3_T, 1) k_dn3_state(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
-                                                       const float *__restrict__ Tg, const float *__restrict__ gcg,
-                                                       const float *__restrict__ btg, const dnc_tab tb, int Hk,
-                                                       int Hv, int dk, int dv, int nsl, float *__restrict__ out) {
-    extern __shared__ __align__(16) float smem[];
-    float *Ks = smem, *Qs = Ks + DNC_C * LDK, *Ss = Qs + DNC_C * LDK, *Ts = Ss + DNC_DK * LD64;
-    float *Ps = Ts + DNC_C * LDT, *Ys = Ps + DNC_C * LDT, *Vn = Ys + DNC_C * LD64;
-    float *gcs = Vn + DNC_C * LD64, *bts = gcs + DNC_C, *sqr = bts + DNC_C, *skr = sqr + DNC_C;
-    float *eq = skr + DNC_C, *ekx = eq + DNC_C, *ek = ekx + DNC_C;
-    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
-    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS, ncv = min(DNC_DVS, dv - c0);
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int mt = w & 3, nb = (w >> 2) * 2, ks_dk = (dk + 7) / 8;
-    const int sr = 16 * (w & 7), cb = (w >> 3) * 4;
-    const float *Qr = qkv + (int64_t)hk * dk, *Kr = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
-    const float *Vr = qkv + 2LL * Hk * dk + (int64_t)h * dv + c0;
-    const float qsc = 1.0f / sqrtf((float)dk);
-    const int cf = tb.cfirst[sg], cl = tb.cfirst[sg + 1];
-    const int64_t send = tb.start[sg] + tb.len[sg];
-    for (int e = tid; e < DNC_DK * LD64; e += DN3_T) Ss[e] = 0.0f;
-    float S[4][4];
-#pragma unroll
-    for (int n = 0; n < 4; n++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) S[n][r] = 0.0f;
-    { /* q, V slice, T of the first chunk */
-        const int64_t r0 = tb.start[sg];
-        const int Lc = (int)min((int64_t)DNC_C, send - r0);
-        stage_tile(Qs, LDK, Qr + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
-        stage_tile(Ys, LD64, Vr + r0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
-        stage_tile(Ts, LDT, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
-                   DN3_T);
-        asm volatile("cp.async.commit_group;" ::);
-    }
-    for (int ci = cf; ci < cl; ci++) {
-        const int64_t r0 = tb.start[sg] + (int64_t)(ci - cf) * DNC_C;
-        const int Lc = (int)min((int64_t)DNC_C, send - r0);
-        const float gL = gcg[(r0 + Lc - 1) * Hv + h], eL = expf(gL);
-        __syncthreads(); /* the previous chunk is done with K, P, Vn and the row vectors */
-        stage_tile(Ks, LDK, Kr + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
-        if (tid < DNC_C) { /* rows past Lc: gc = gL (so exp(gc_i - gc_j) stays <= 1), beta = 0 */
-            gcs[tid] = tid < Lc ? gcg[(r0 + tid) * Hv + h] : gL;
-            bts[tid] = tid < Lc ? btg[(r0 + tid) * Hv + h] : 0.0f;
-        }
-        cp_wait_all();
-        __syncthreads();
-        { /* row norms of raw k (tasks 0..63) and q (64..127): 4 lanes per row */
-            const int task = tid >> 2, p = tid & 3, i = task & (DNC_C - 1);
-            const float *row = (task < DNC_C ? Ks : Qs) + i * LDK;
-            float ss = 0.0f;
-#pragma unroll 8
-            for (int m = 0; m < DNC_DK / 4; m++) {
-                const float x = row[p + 4 * m];
-                ss = fmaf(x, x, ss);
-            }
-            ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-            ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-            if (p == 0) {
-                const float inv = 1.0f / sqrtf(ss + 1e-6f);
-                const bool ok = i < Lc;
-                const float e = ok ? expf(gcs[i]) : 0.0f;
-                if (task < DNC_C) {
-                    skr[i] = inv;
-                    ekx[i] = e * inv;
-                    ek[i] = ok ? expf(gL - gcs[i]) * inv : 0.0f;
-                } else {
-                    sqr[i] = inv * qsc;
-                    eq[i] = e * inv * qsc;
-                }
-            }
-        }
-        __syncthreads();
-        /* K S, Q S (raw rows) and Q K^T over this warp's 16 rows x 16 columns */
-        float xk[2][4], xq[2][4], pp[2][4];
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) xk[n][r] = xq[n][r] = pp[n][r] = 0.0f;
-        for (int ks = 0; ks < ks_dk; ks++) {
-            uint32_t ak[4], aq[4];
-            load_a(ak, Ks + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-            load_a(aq, Qs + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Ss + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
-                mma_tf32(xk[n], ak, b0, b1);
-                mma_tf32(xq[n], aq, b0, b1);
-                if (8 * (nb + n) <= 16 * mt + 15) {
-                    load_b(b0, b1, Ks + (nb + n) * 8 * LDK + ks * 8, 1, LDK, g, t);
-                    mma_tf32(pp[n], aq, b0, b1);
-                }
-            }
-        }
-        /* Y = beta (V - exp(gc) sk K S); O = exp(gc) sq Q S (kept); P = q_i.k_j sq_i sk_j
-         * exp(gc_i - gc_j) for j <= i < Lc */
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                Ys[i * LD64 + c] = bts[i] * (Ys[i * LD64 + c] - ekx[i] * xk[n][r]);
-                xq[n][r] *= eq[i];
-                Ps[i * LDT + c] = (c <= i && i < Lc) ? pp[n][r] * sqr[i] * skr[c] * expf(gcs[i] - gcs[c]) : 0.0f;
-            }
-        __syncthreads();
-        /* Vn = T Y (T unit lower triangular: row tile mt needs k rows < 16*(mt+1)) */
-        {
-            float vn[2][4];
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) vn[n][r] = 0.0f;
-            for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-                uint32_t at[4];
-                load_a(at, Ts + mt * 16 * LDT + ks * 8, LDT, 1, nullptr, g, t);
-#pragma unroll
-                for (int n = 0; n < 2; n++) {
-                    uint32_t b0, b1;
-                    load_b(b0, b1, Ys + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
-                    mma_tf32(vn[n], at, b0, b1);
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                    Vn[i * LD64 + c] = vn[n][r];
-                }
-        }
-        __syncthreads(); /* Vn complete; Q, T and Y are dead for this chunk */
-        if (ci + 1 < cl) { /* next chunk's q, V slice and T, in flight during P Vn and the update */
-            const int64_t rn = r0 + DNC_C;
-            const int Ln = (int)min((int64_t)DNC_C, send - rn);
-            stage_tile(Qs, LDK, Qr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv, tid, DN3_T);
-            stage_tile(Ys, LD64, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
-            stage_tile(Ts, LDT, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg,
-                       tid, DN3_T);
-            asm volatile("cp.async.commit_group;" ::);
-        }
-        /* O += P Vn (P lower triangular) */
-        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-            uint32_t ap[4];
-            load_a(ap, Ps + mt * 16 * LDT + ks * 8, LDT, 1, nullptr, g, t);
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-                uint32_t b0, b1;
-                load_b(b0, b1, Vn + ks * 8 * LD64 + (nb + n) * 8, LD64, 1, g, t);
-                mma_tf32(xq[n], ap, b0, b1);
-            }
-        }
-        {
-            const int64_t ostride = (int64_t)Hv * dv;
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                    if (i < Lc && c < ncv) out[(r0 + i) * ostride + (int64_t)h * dv + c0 + c] = xq[n][r];
-                }
-        }
-        /* S = exp(gL) S + (k exp(gL - gc) sk)^T Vn over state rows sr..sr+15, columns 8cb..8cb+31 */
-        if (sr < dk) {
-#pragma unroll
-            for (int n = 0; n < 4; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) S[n][r] *= eL;
-            const int ks_c = (Lc + 7) / 8;
-            for (int ks = 0; ks < ks_c; ks++) {
-                uint32_t ak[4];
-                load_a(ak, Ks + ks * 8 * LDK + sr, 1, LDK, ek + ks * 8, g, t);
-#pragma unroll
-                for (int n = 0; n < 4; n++) {
-                    uint32_t b0, b1;
-                    load_b(b0, b1, Vn + ks * 8 * LD64 + (cb + n) * 8, LD64, 1, g, t);
-                    mma_tf32(S[n], ak, b0, b1);
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < 4; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    Ss[(sr + g + ((r >> 1) << 3)) * LD64 + (cb + n) * 8 + 2 * t + (r & 1)] = S[n][r];
-        }
-    }
-}
-
-/* ==== v4 (VSR_CUDA_DN_V4=1; VSR_CUDA_DN_V3=1 runs v3 above) ====
+/* ==== v4 (VSR_CUDA_DN_V4=1) ====
  * v3's intra kernel (T written already rounded to TF32) and a state kernel with v3's math and
  * block shape (sequence, value head, 64 value columns; 512 threads), changed where v3 lost time:
  *  - every mma operand but one is read by ldmatrix (one .x4 gives a whole 16x8 TF32 A fragment,
@@ -1133,14 +934,13 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     if (maxlen < DNC_MIN_LEN || chunks > 0x7fffffff / 2) return VSR_OK;
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
-    const char *env_v3 = getenv("VSR_CUDA_DN_V3"), *env_v4 = getenv("VSR_CUDA_DN_V4"),
-               *env_stage = getenv("VSR_CUDA_DN_STAGE");
-    /* 3: v3 (VSR_CUDA_DN_V3=1); 4: v4 (VSR_CUDA_DN_V4=1); 5: v5 (default) */
-    const int ver = env_v3 && env_v3[0] == '1' ? 3 : env_v4 && env_v4[0] == '1' ? 4 : 5;
+    const char *env_v4 = getenv("VSR_CUDA_DN_V4"), *env_stage = getenv("VSR_CUDA_DN_STAGE");
+    /* 4: v4 (VSR_CUDA_DN_V4=1, the previous default kept for A/B); 5: v5 (default) */
+    const int ver = env_v4 && env_v4[0] == '1' ? 4 : 5;
     /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
     const bool intra_only = env_stage && !strcmp(env_stage, "intra");
-    /* shared memory: v3's ~174 KB and v4's / v5's ~218 KB need Hopper (A100: 163 KB) */
-    const size_t need = ver == 5 ? STATE5_SMEM : ver == 4 ? STATE4_SMEM : STATE3_SMEM;
+    /* shared memory: v4's / v5's ~218 KB need Hopper (A100: 163 KB) */
+    const size_t need = ver == 5 ? STATE5_SMEM : STATE4_SMEM;
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess ||
         (size_t)optin < need) {
@@ -1182,20 +982,12 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
         k_dn5_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE5_SMEM, c->stream>>>(
             qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
         if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
-    } else if (!intra_only && ver == 4) {
+    } else if (!intra_only) {
         if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn4_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      (int)STATE4_SMEM),
                              "deltanet (chunked): shared memory of the state kernel", err)))
             return st;
         k_dn4_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE4_SMEM, c->stream>>>(
-            qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
-        if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
-    } else if (!intra_only) {
-        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)STATE3_SMEM),
-                             "deltanet (chunked): shared memory of the state kernel", err)))
-            return st;
-        k_dn3_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE3_SMEM, c->stream>>>(
             qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
         if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
     }
