@@ -12,14 +12,14 @@
  * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
  *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
  *
- * Three generations, selected at each call: v5 (the default: v4 with the next chunk's copies
- * issued earlier and a less serial intra kernel; see "==== v5"), v4 (VSR_CUDA_DN_V4=1: v3 with
- * ldmatrix operands and a double-buffered k; see "==== v4") and v3 (VSR_CUDA_DN_V3=1: only T
- * crosses device memory; see "==== v3" below). Each runs two kernels: an intra-chunk kernel per
- * (chunk, value head) that computes T = (I + L)^-1 (blocked by 16), and a state kernel per
- * (sequence, value head, 64 value columns) that carries S across the sequence's chunks. The two
- * generations before v3 (W, U and P of every chunk through device memory; bench/NOTES.md
- * "Chunked DeltaNet", "DeltaNet v2") were removed once v5 ran bit-identical to v4.
+ * Two generations, selected at each call: v5 (the default: v4 with the next chunk's copies issued
+ * earlier and a less serial intra kernel; see "==== v5") and v4 (VSR_CUDA_DN_V4=1: ldmatrix
+ * operands and a double-buffered k; see "==== v4"). Both run two kernels: an intra-chunk kernel
+ * per (chunk, value head) that computes T = (I + L)^-1 (blocked by 16; only T crosses device
+ * memory, the design of v3, whose intra kernel v4 still runs), and a state kernel per (sequence,
+ * value head, 64 value columns) that carries S across the sequence's chunks. The earlier
+ * generations (W, U and P of every chunk through device memory, then v3's own state kernel;
+ * bench/NOTES.md "Chunked DeltaNet" to "DeltaNet v3") were removed once v5 ran bit-identical to v4.
  * Matrix products: tensor cores, mma.sync m16n8k8 TF32 (inputs rounded to TF32, FP32
  * accumulate). Normalised error vs the FP32 CPU op ~1e-3 (see tests/test_cuda_ops.c and the
  * numpy prototype's numbers in bench/NOTES.md "### Chunked DeltaNet").
