@@ -613,29 +613,30 @@ static void feed(vsr_model *m, const float *x, int64_t rows, int64_t K, const vs
 static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, int64_t T, const vsr_segs *sg,
                                  int last, float **core, vsr_err *err) {
     vsr_status st;
-    if (L->in_all) { /* t0 [T, S]: qkv (C) | z (Vd) | b (Hv) | a (Hv) per row */
-        const int64_t S = m->C + m->Vd + 2LL * m->Hv;
-        const float *z = a->t0 + m->C, *bb = z + m->Vd, *aa = bb + m->Hv;
-        if ((st = B->linear(X, a->h, T, L->in_all, a->t0, 0, err)) ||
-            (st = B->conv1d_silu(X, a->t0, S, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
-            (st = B->deltanet(X, a->t1, m->C, bb, aa, S, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv, a->st,
-                              a->t3, err)) ||
-            (feed(m, a->t2, T, m->Vd, last ? NULL : L->out, NULL, NULL, NULL), 0) ||
-            (st = B->rmsnorm_gated(X, a->t3, z, m->Hv, S, T * m->Hv, m->dv, L->gnorm, m->eps, a->t2, err)))
+    /* The input projections: one stacked GEMM into t0 [T, C + Vd + 2Hv] (qkv | z | b | a per row),
+     * or four apart (qkv into t0, z into t2, b and a into tb, ta). The ops after read their slices
+     * at a row stride either way; the gated norm writes wherever z is not. */
+    const float *z, *bb, *aa;
+    int64_t qs, zs, bs;
+    float *out;
+    if (L->in_all) {
+        qs = zs = bs = m->C + m->Vd + 2LL * m->Hv;
+        z = a->t0 + m->C, bb = z + m->Vd, aa = bb + m->Hv, out = a->t2;
+        if ((st = B->linear(X, a->h, T, L->in_all, a->t0, 0, err))) return st;
+    } else {
+        qs = m->C, zs = m->Vd, bs = m->Hv;
+        z = a->t2, bb = a->tb, aa = a->ta, out = a->t0; /* qkv in t0 is dead once the conv has run */
+        if ((st = B->linear(X, a->h, T, L->qkv, a->t0, 0, err)) || (st = B->linear(X, a->h, T, L->z, a->t2, 0, err)) ||
+            (st = B->linear(X, a->h, T, L->b, a->tb, 0, err)) || (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)))
             return st;
-        *core = a->t2;
-        return VSR_OK;
     }
-    if ((st = B->linear(X, a->h, T, L->qkv, a->t0, 0, err)) ||
-        (st = B->conv1d_silu(X, a->t0, m->C, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
-        (st = B->linear(X, a->h, T, L->z, a->t2, 0, err)) || (st = B->linear(X, a->h, T, L->b, a->tb, 0, err)) ||
-        (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)) ||
-        (st = B->deltanet(X, a->t1, m->C, a->tb, a->ta, m->Hv, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv,
-                          a->st, a->t3, err)) ||
-        (feed(m, a->t0, T, m->Vd, last ? NULL : L->out, NULL, NULL, NULL), 0) ||
-        (st = B->rmsnorm_gated(X, a->t3, a->t2, 1, m->dv, T * m->Hv, m->dv, L->gnorm, m->eps, a->t0, err)))
+    if ((st = B->conv1d_silu(X, a->t0, qs, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
+        (st = B->deltanet(X, a->t1, m->C, bb, aa, bs, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv, a->st,
+                          a->t3, err)) ||
+        (feed(m, out, T, m->Vd, last ? NULL : L->out, NULL, NULL, NULL), 0) ||
+        (st = B->rmsnorm_gated(X, a->t3, z, m->Hv, zs, T * m->Hv, m->dv, L->gnorm, m->eps, out, err)))
         return st;
-    *core = a->t0;
+    *core = out;
     return VSR_OK;
 }
 
@@ -672,16 +673,21 @@ static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, fl
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         int64_t n = T - t0 < chunk ? T - t0 : chunk;
         const float *hc = h + t0 * m->D;
-        if (L->gate_up) { /* [n, 2I]: gate | up per row */
-            if ((st = B->linear(X, hc, n, L->gate_up, a->mg, 0, err)) || (feed(m, a->mu, n, m->I, L->down, NULL, NULL, NULL), 0) ||
-                (st = B->swiglu(X, a->mg, a->mg + m->I, 2 * m->I, n, m->I, a->mu, err)) ||
-                (st = B->linear(X, a->mu, n, L->down, x + t0 * m->D, 1, err)))
+        /* gate and up: one stacked GEMM into mg [n, 2I] (gate | up per row; SwiGLU into mu), or two
+         * into mg and mu (SwiGLU in place in mg) */
+        const float *g = a->mg, *u;
+        int64_t gs;
+        float *y;
+        if (L->gate_up) {
+            u = a->mg + m->I, gs = 2 * m->I, y = a->mu;
+            if ((st = B->linear(X, hc, n, L->gate_up, a->mg, 0, err))) return st;
+        } else {
+            u = a->mu, gs = m->I, y = a->mg;
+            if ((st = B->linear(X, hc, n, L->gate, a->mg, 0, err)) || (st = B->linear(X, hc, n, L->up, a->mu, 0, err)))
                 return st;
-            continue;
         }
-        if ((st = B->linear(X, hc, n, L->gate, a->mg, 0, err)) || (st = B->linear(X, hc, n, L->up, a->mu, 0, err)) ||
-            (feed(m, a->mg, n, m->I, L->down, NULL, NULL, NULL), 0) || (st = B->swiglu(X, a->mg, a->mu, m->I, n, m->I, a->mg, err)) ||
-            (st = B->linear(X, a->mg, n, L->down, x + t0 * m->D, 1, err)))
+        if ((feed(m, y, n, m->I, L->down, NULL, NULL, NULL), 0) || (st = B->swiglu(X, g, u, gs, n, m->I, y, err)) ||
+            (st = B->linear(X, y, n, L->down, x + t0 * m->D, 1, err)))
             return st;
     }
     return VSR_OK;
