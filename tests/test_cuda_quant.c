@@ -156,6 +156,19 @@ static vsr_int4_weight i4_cpu(const i4w *w) {
                              .group = w->group, .N = w->N, .K = w->K};
 }
 
+/* Makes case c's weight and uploads it (named `name`); 0 (the failure checked, w freed) if the
+ * upload failed. */
+static int i4_upload(const i4case *c, const char *name, i4w *w, vsr_bweight **bw) {
+    i4_make(c, w);
+    vsr_weight_view v = i4_view(w, name);
+    vsr_err e = {0};
+    *bw = NULL;
+    vsr_status st = GB.ops->weight_upload(GB.ctx, &v, bw, &e);
+    CHECK_OK(st, e);
+    if (st) i4_free(w);
+    return st == VSR_OK;
+}
+
 static const i4case I4_CASES[] = {
     {40, 384, 128, 1, 0},  /* GPTQ, K = 3 groups of 128, N = 5 x 8 */
     {24, 160, 32, 0, 0},   /* AWQ zero points, K = 5 groups of 32, N = 3 x 8 */
@@ -173,16 +186,10 @@ TEST(int4_against_reference) {
     for (size_t ci = 0; ci < sizeof I4_CASES / sizeof I4_CASES[0]; ci++) {
         const i4case *c = &I4_CASES[ci];
         i4w w;
-        i4_make(c, &w);
-        vsr_weight_view v = i4_view(&w, "test.int4");
-        vsr_bweight *bw = NULL;
+        vsr_bweight *bw;
         vsr_err e = {0};
-        vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
-        CHECK_OK(st, e);
-        if (st) {
-            i4_free(&w);
-            continue;
-        }
+        vsr_status st;
+        if (!i4_upload(c, "test.int4", &w, &bw)) continue;
         vsr_int4_weight cw = i4_cpu(&w);
         int fusable = c->group == -1 || c->group % 16 == 0;
         for (int ri = 0; ri < NROWS; ri++) {
@@ -238,16 +245,10 @@ TEST(int4_every_candidate) {
         cuda_quant_force_int4_stream(stream);
         const i4case *c = &I4_CASES[cases[ci]];
         i4w w;
-        i4_make(c, &w);
-        vsr_weight_view v = i4_view(&w, "test.int4.cand");
-        vsr_bweight *bw = NULL;
+        vsr_bweight *bw;
         vsr_err e = {0};
-        vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
-        CHECK_OK(st, e);
-        if (st) {
-            i4_free(&w);
-            continue;
-        }
+        vsr_status st;
+        if (!i4_upload(c, "test.int4.cand", &w, &bw)) continue;
         vsr_int4_weight cw = i4_cpu(&w);
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             int64_t M = rows[ri], N = c->N, K = c->K;
@@ -309,16 +310,10 @@ TEST(int4_bf16_entry) {
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const i4case *c = &I4_CASES[cases[ci]];
         i4w w;
-        i4_make(c, &w);
-        vsr_weight_view v = i4_view(&w, "test.int4.bf16");
-        vsr_bweight *bw = NULL;
+        vsr_bweight *bw;
         vsr_err e = {0};
-        vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
-        CHECK_OK(st, e);
-        if (st) {
-            i4_free(&w);
-            continue;
-        }
+        vsr_status st;
+        if (!i4_upload(c, "test.int4.bf16", &w, &bw)) continue;
         vsr_int4_weight cw = i4_cpu(&w);
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             const int64_t M = rows[ri], N = c->N, K = c->K;
