@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_cuda.h"
+#include "backend/cuda/quant_internal.h"
 #include "test.h"
 #include "vsr/device.h"
 #include "vsr/dtype.h"
@@ -394,6 +395,115 @@ TEST(swiglu_strided) {
     vsr_backend_destroy(&cb);
 }
 
+/* ---- linear_swiglu: the gate|up product and SwiGLU in one op ---- */
+
+/* y = silu(g) * u from one stacked gate|up weight, against the CPU backend's FP32 linear + swiglu on
+ * the same weight: BF16 and FP8 keep the product in BF16 (within BF16 rounding: 8e-3 of the largest
+ * output), int4 and FP8 below 128 rows take the FP32 product (bit-identical to the GPU's own
+ * linear + swiglu). Then y's twin for the down projection, declared and sole, as swiglu's. */
+static void linear_swiglu_case(const char *what, vsr_weight_view *parts, int64_t M, int kept) {
+    vsr_err e;
+    vsr_backend cb;
+    CHECK_OK(vsr_backend_cpu_new(1, &cb, &e), e);
+    const int64_t K = parts[0].K, I = parts[0].N, N2 = 2 * I;
+    vsr_bweight *WG = NULL, *WC = NULL;
+    CHECK_OK(GB.ops->weight_upload_cat(GB.ctx, parts, 2, &WG, &e), e);
+    CHECK_OK(cb.ops->weight_upload_cat ? cb.ops->weight_upload_cat(cb.ctx, parts, 2, &WC, &e) : VSR_OK, e);
+    vsr_bweight *WC0 = NULL, *WC1 = NULL;
+    if (!WC) {
+        CHECK_OK(cb.ops->weight_upload(cb.ctx, &parts[0], &WC0, &e), e);
+        CHECK_OK(cb.ops->weight_upload(cb.ctx, &parts[1], &WC1, &e), e);
+    }
+    if (!WG || (!WC && (!WC0 || !WC1))) return;
+    float *hx = hrand(M * K, 1.0f), *gu = malloc(sizeof(float) * (size_t)(M * N2)), *yc = malloc(sizeof(float) * (size_t)(M * I));
+    if (WC) {
+        CHECK_OK(cb.ops->linear(cb.ctx, hx, M, WC, gu, 0, &e), e);
+        CHECK_OK(cb.ops->swiglu(cb.ctx, gu, gu + I, N2, M, I, yc, &e), e);
+    } else {
+        float *g = malloc(sizeof(float) * (size_t)(M * I)), *u = malloc(sizeof(float) * (size_t)(M * I));
+        CHECK_OK(cb.ops->linear(cb.ctx, hx, M, WC0, g, 0, &e), e);
+        CHECK_OK(cb.ops->linear(cb.ctx, hx, M, WC1, u, 0, &e), e);
+        CHECK_OK(cb.ops->swiglu(cb.ctx, g, u, I, M, I, yc, &e), e);
+        free(g), free(u);
+    }
+    void *x = up(hx, M * K), *work = up(NULL, M * N2), *y = up(NULL, M * I), *w2 = up(NULL, M * N2), *y2 = up(NULL, M * I);
+    CHECK_OK(GB.ops->linear_swiglu(GB.ctx, x, M, WG, work, y, &e), e);
+    float *yg = down(y, M * I);
+    double d = test_nerr(yg, yc, M * I);
+    /* the GPU's own linear + swiglu: the same answer bit for bit unless the product was kept in BF16 */
+    CHECK_OK(GB.ops->linear(GB.ctx, x, M, WG, w2, 0, &e), e);
+    CHECK_OK(GB.ops->swiglu(GB.ctx, w2, (float *)w2 + I, N2, M, I, y2, &e), e);
+    int eq = same(y, y2, M * I);
+    printf("  linear_swiglu %s M=%lld I=%lld: against the CPU %.3g, %s the GPU's linear + swiglu\n", what, (long long)M,
+           (long long)I, d, eq ? "bit-identical to" : "differs from");
+    CHECK_MSG(d <= 8e-3, "%s M %lld: linear_swiglu is %.3g from the CPU's linear + swiglu", what, (long long)M, d);
+    CHECK_MSG(kept ? !eq : eq, "%s M %lld: the product was %s in BF16, expected %s", what, (long long)M,
+              eq ? "not kept" : "kept", kept ? "kept" : "the FP32 product");
+    /* y's twin feeding a down projection (I -> 64), declared with the down weight as sole reader */
+    vsr_bweight *Wd = bf16_weight(64, I);
+    void *o1 = up(NULL, M * 64), *o2 = up(NULL, M * 64), *y3 = up(NULL, M * I);
+    CHECK_OK(GB.ops->linear(GB.ctx, y, M, Wd, o1, 0, &e), e);
+    const vsr_bweight *rd[1] = {Wd};
+    int64_t hits0 = vsr_cuda_stat_twin_hits;
+    GB.ops->feed_linears(GB.ctx, y3, M, I, rd, 1);
+    CHECK_OK(GB.ops->linear_swiglu(GB.ctx, x, M, WG, work, y3, &e), e);
+    CHECK_OK(GB.ops->linear(GB.ctx, y3, M, Wd, o2, 0, &e), e);
+    if (parts[0].kind != VSR_WK_FP8) { /* an FP8 model's twins are FP8: a BF16 reader takes FP32 y */
+        CHECK_MSG(vsr_cuda_stat_twin_hits > hits0, "%s M %lld: the down projection did not read y's twin", what, (long long)M);
+        CHECK_MSG(same(o1, o2, M * 64), "%s M %lld: the down projection differs reading y's twin", what, (long long)M);
+    }
+    GB.ops->weight_free(GB.ctx, Wd);
+    free(hx), free(gu), free(yc), free(yg);
+    void *bufs[] = {x, work, y, w2, y2, o1, o2, y3};
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    GB.ops->weight_free(GB.ctx, WG);
+    if (WC) cb.ops->weight_free(cb.ctx, WC);
+    if (WC0) cb.ops->weight_free(cb.ctx, WC0);
+    if (WC1) cb.ops->weight_free(cb.ctx, WC1);
+    vsr_backend_destroy(&cb);
+}
+
+TEST(linear_swiglu) {
+    const int64_t K = 256, I = 520;
+    uint16_t *w0 = malloc(2 * (size_t)(I * K)), *w1 = malloc(2 * (size_t)(I * K));
+    for (int64_t i = 0; i < I * K; i++) w0[i] = vsr_f32_to_bf16(test_rndf() * 0.1f);
+    for (int64_t i = 0; i < I * K; i++) w1[i] = vsr_f32_to_bf16(test_rndf() * 0.1f);
+    vsr_weight_view bf[2] = {{.kind = VSR_WK_BF16, .N = I, .K = K, .w = w0, .name = "gate"},
+                             {.kind = VSR_WK_BF16, .N = I, .K = K, .w = w1, .name = "up"}};
+    linear_swiglu_case("bf16", bf, 1, 1);
+    linear_swiglu_case("bf16", bf, 37, 1);
+    linear_swiglu_case("bf16", bf, 300, 1);
+    const int group = 64, G = (int)(K / group);
+    uint32_t *p0 = malloc(4 * (size_t)(I * K / 8)), *p1 = malloc(4 * (size_t)(I * K / 8));
+    uint16_t *s0 = malloc(2 * (size_t)(I * G)), *s1 = malloc(2 * (size_t)(I * G));
+    vsr_quantize_int4_rtn(w0, I, K, group, true, NULL, p0, s0, NULL);
+    vsr_quantize_int4_rtn(w1, I, K, group, true, NULL, p1, s1, NULL);
+    vsr_weight_view i4[2] = {{.kind = VSR_WK_INT4, .N = I, .K = K, .w = p0, .scale = s0, .group = group, .name = "gate"},
+                             {.kind = VSR_WK_INT4, .N = I, .K = K, .w = p1, .scale = s1, .group = group, .name = "up"}};
+    linear_swiglu_case("int4", i4, 5, 0);
+    linear_swiglu_case("int4", i4, 300, 0);
+    if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89) {
+        uint8_t *q0 = malloc((size_t)(I * K)), *q1 = malloc((size_t)(I * K));
+        uint16_t *f0 = malloc(2 * (size_t)I), *f1 = malloc(2 * (size_t)I);
+        vsr_quantize_fp8_rtn(w0, I, K, q0, f0);
+        vsr_quantize_fp8_rtn(w1, I, K, q1, f1);
+        vsr_weight_view f8[2] = {{.kind = VSR_WK_FP8, .N = I, .K = K, .w = q0, .scale = f0, .name = "gate"},
+                                 {.kind = VSR_WK_FP8, .N = I, .K = K, .w = q1, .scale = f1, .name = "up"}};
+        linear_swiglu_case("fp8", f8, 37, 0);  /* below 128 rows: the FP32 product */
+        linear_swiglu_case("fp8", f8, 300, 1); /* the BF16 product, as the FP8 linear makes it, kept */
+        CHECK_MSG(strstr(cuda_quant_last_path(), "bf16-kept") != NULL, "fp8 M 300: path %s", cuda_quant_last_path());
+        free(q0), free(q1), free(f0), free(f1);
+    }
+    /* a weight of an odd number of outputs is not a gate|up pair */
+    vsr_err e;
+    vsr_bweight *W = bf16_weight(81, K);
+    void *x = up(NULL, 4 * K), *work = up(NULL, 4 * 81), *y = up(NULL, 4 * 81);
+    CHECK_ERR(GB.ops->linear_swiglu(GB.ctx, x, 4, W, work, y, &e), e, VSR_E_INVALID, "even number of outputs, not 81");
+    GB.ops->weight_free(GB.ctx, W);
+    GB.ops->buf_free(GB.ctx, x), GB.ops->buf_free(GB.ctx, work), GB.ops->buf_free(GB.ctx, y);
+    free(w0), free(w1), free(p0), free(p1), free(s0), free(s1);
+}
+
 /* mul_sigmoid and rmsnorm_gated on their 4-wide and scalar paths against the CPU backend */
 TEST(vector_and_scalar_paths) {
     vsr_err e;
@@ -584,6 +694,7 @@ int main(void) {
     RUN(sole_twins);
     RUN(stacked_weights);
     RUN(swiglu_strided);
+    RUN(linear_swiglu);
     RUN(vector_and_scalar_paths);
     RUN(strided_conv_and_gated_norm);
     RUN(graphs_replay_bit_identical);

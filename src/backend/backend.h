@@ -182,6 +182,14 @@ typedef struct vsr_backend_ops {
      * stack are refused with VSR_E_UNSUPPORTED; the model then keeps them apart. */
     vsr_status (*weight_upload_cat)(void *ctx, const vsr_weight_view *parts, int n, vsr_bweight **out,
                                     vsr_err *err);
+    /* The gated MLP's first half in one call: y[M, N] = silu(g) * u, where [g | u] = x . W^T and W is
+     * a stacked gate|up weight of 2N outputs (weight_upload_cat of gate, up). `work` is the caller's
+     * FP32 [M, 2N] buffer, which the backend may use for the product (its contents after the call are
+     * unspecified). The backend may hold g and u in BF16 between the product and the activation (the
+     * precision transformers keeps them in for a BF16 model): y is then within BF16 rounding of
+     * linear + swiglu, never further. y is a producer output as swiglu's is (feed_linears applies). */
+    vsr_status (*linear_swiglu)(void *ctx, const float *x, int64_t M, const vsr_bweight *w_gu, float *work, float *y,
+                                vsr_err *err);
 } vsr_backend_ops;
 
 typedef struct vsr_backend {

@@ -678,6 +678,13 @@ static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, fl
         const float *g = a->mg, *u;
         int64_t gs;
         float *y;
+        if (L->gate_up && B->linear_swiglu) { /* the backend runs the product and SwiGLU as one op */
+            if ((feed(m, a->mu, n, m->I, L->down, NULL, NULL, NULL), 0) ||
+                (st = B->linear_swiglu(X, hc, n, L->gate_up, a->mg, a->mu, err)) ||
+                (st = B->linear(X, a->mu, n, L->down, x + t0 * m->D, 1, err)))
+                return st;
+            continue;
+        }
         if (L->gate_up) {
             u = a->mg + m->I, gs = 2 * m->I, y = a->mu;
             if ((st = B->linear(X, hc, n, L->gate_up, a->mg, 0, err))) return st;

@@ -112,6 +112,17 @@ vsr_status cuda_int4_linear_bf16(cuda_ctx *c, const __nv_bfloat16 *xb, int64_t M
  * columns K..Kp zero, rows 16-byte aligned for the sm_90a kernel), sx FP32 [M]; device pointers. */
 vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
                                     const vsr_bweight *w, float *y, int accumulate, vsr_err *err);
+/* FP8 product kept in BF16 for a consumer that reads it (linear_swiglu): where
+ * cuda_fp8_linear_prequant would itself go through a BF16 product (scaled, outer-vector, M >= 128
+ * under --dtype auto), runs that product alone and sets *ran = 1, *d = BF16 [M, *ldd] in a quant
+ * workspace valid until the next quantized linear; else *ran = 0 and nothing ran. x FP32 [M, K] is
+ * quantized here unless xq, sx are given (as for prequant). */
+vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
+                                   const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd, int *ran,
+                                   vsr_err *err);
+/* y[M, N] = A . W^T as cuda_gemm_bf16, the result rounded to BF16 (D BF16, row stride N). */
+vsr_status cuda_gemm_bf16_out_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const __nv_bfloat16 *W, int64_t N,
+                                   int64_t K, __nv_bfloat16 *y, vsr_err *err);
 /* Frees b->q (weight_free frees w/scale/zp/g_idx itself). */
 void cuda_quant_release(cuda_ctx *c, vsr_bweight *b);
 /* Frees c->quant_state at destroy. */

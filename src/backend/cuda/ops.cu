@@ -139,7 +139,7 @@ __device__ __forceinline__ int seg_of_row_d(const dsegs &s, int64_t r) { return 
 
 #define LT_ALGOS 16 /* heuristic candidates kept per shape; timed once with --autotune-cache */
 typedef struct lt_plan {
-    cudaDataType_t ty;
+    cudaDataType_t ty, dty; /* operands, output (FP32, or BF16 for a consumer that reads BF16) */
     int64_t M, N, K;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
@@ -255,12 +255,12 @@ void vsr_cuda_profile_report(void);
 #define LIVE_CTX 16
 static cuda_ctx *live_ctx[LIVE_CTX];
 
-static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t N, int64_t K, lt_plan **out,
-                              vsr_err *err) {
+static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, cudaDataType_t dty, int64_t M, int64_t N, int64_t K,
+                              lt_plan **out, vsr_err *err) {
     lt_cache *lc = &((cuda_ctx_priv *)c)->lt;
     for (int i = 0; i < LT_PLANS; i++) {
         lt_plan *p = &lc->p[i];
-        if (p->used && p->ty == ty && p->M == M && p->N == N && p->K == K) {
+        if (p->used && p->ty == ty && p->dty == dty && p->M == M && p->N == N && p->K == K) {
             *out = p;
             return VSR_OK;
         }
@@ -269,7 +269,7 @@ static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t
     lc->next = (lc->next + 1) % LT_PLANS;
     plan_destroy(p);
     memset(p, 0, sizeof *p);
-    p->ty = ty, p->M = M, p->N = N, p->K = K;
+    p->ty = ty, p->dty = dty, p->M = M, p->N = N, p->K = K;
     /* column-major view: D[N, M] = op(W)[N, K] . B[K, M], W stored K x N (ld K) transposed */
     cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
     cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
@@ -279,7 +279,7 @@ static vsr_status lt_plan_get(cuda_ctx *c, cudaDataType_t ty, int64_t M, int64_t
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB);
     if ((st = lt_err(c, cublasLtMatrixLayoutCreate(&p->la, ty, (uint64_t)K, (uint64_t)N, K), "layout A", err)) ||
         (st = lt_err(c, cublasLtMatrixLayoutCreate(&p->lb, ty, (uint64_t)K, (uint64_t)M, K), "layout B", err)) ||
-        (st = lt_err(c, cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N), "layout C", err))) {
+        (st = lt_err(c, cublasLtMatrixLayoutCreate(&p->lc, dty, (uint64_t)N, (uint64_t)M, N), "layout C", err))) {
         p->used = 1;
         plan_destroy(p);
         return st;
@@ -328,10 +328,10 @@ static int lt_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err) 
 }
 
 static vsr_status lt_gemm(cuda_ctx *c, cudaDataType_t ty, const void *A, int64_t M, const void *W, int64_t N,
-                          int64_t K, float *y, int accumulate, vsr_err *err) {
+                          int64_t K, cudaDataType_t dty, void *y, int accumulate, vsr_err *err) {
     if (M <= 0) return VSR_OK;
     lt_plan *p;
-    vsr_status st = lt_plan_get(c, ty, M, N, K, &p, err);
+    vsr_status st = lt_plan_get(c, ty, dty, M, N, K, &p, err);
     if (st) return st;
     if (p->chosen < 0) {
         /* with --autotune-cache: the heuristic's candidates timed once per shape and device, the
@@ -342,11 +342,12 @@ static vsr_status lt_gemm(cuda_ctx *c, cudaDataType_t ty, const void *A, int64_t
             char key[96], names[LT_ALGOS][8];
             const char *np[LT_ALGOS];
             for (int i = 0; i < p->n_algos; i++) snprintf(names[i], sizeof names[i], "a%d", i), np[i] = names[i];
-            snprintf(key, sizeof key, "%s-m%lld-n%lld-k%lld", ty == CUDA_R_16BF ? "bf16" : "f32", (long long)M,
+            snprintf(key, sizeof key, "%s%s-m%lld-n%lld-k%lld", ty == CUDA_R_16BF ? "bf16" : "f32",
+                     dty == CUDA_R_16BF ? "o" : "", (long long)M,
                      (long long)N, (long long)K);
             lt_tune t = {p, A, W};
             if ((st = autotune_choose(c, "lt_gemm", key, p->n_algos, np, 0, lt_launch, &t,
-                                      sizeof(float) * (size_t)(M * N), &choice, &src, err)))
+                                      (dty == CUDA_R_16BF ? 2 : 4) * (size_t)(M * N), &choice, &src, err)))
                 return st;
         }
         p->chosen = choice;
@@ -359,7 +360,12 @@ static vsr_status lt_gemm(cuda_ctx *c, cudaDataType_t ty, const void *A, int64_t
 
 extern "C" vsr_status cuda_gemm_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const __nv_bfloat16 *W,
                                      int64_t N, int64_t K, float *y, int accumulate, vsr_err *err) {
-    return lt_gemm(c, CUDA_R_16BF, A, M, W, N, K, y, accumulate, err);
+    return lt_gemm(c, CUDA_R_16BF, A, M, W, N, K, CUDA_R_32F, y, accumulate, err);
+}
+
+extern "C" vsr_status cuda_gemm_bf16_out_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const __nv_bfloat16 *W,
+                                              int64_t N, int64_t K, __nv_bfloat16 *y, vsr_err *err) {
+    return lt_gemm(c, CUDA_R_16BF, A, M, W, N, K, CUDA_R_16BF, y, 0, err);
 }
 
 /* ---- elementwise kernels ---- */
@@ -456,10 +462,21 @@ __global__ void k_mul_sigmoid(float *x, int64_t M, int H, int hd, const float *_
     }
 }
 
-__global__ void k_swiglu(const float *g, const float *__restrict__ u, int64_t gs, int64_t N, int64_t n, float *y) {
+/* SwiGLU inputs are FP32, or BF16 where linear_swiglu kept the product in BF16 */
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float4 ld4f(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 ld4f(const __nv_bfloat16 *p) { /* 8-byte aligned */
+    uint2 v = *(const uint2 *)p;
+    float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&v.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&v.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <typename TI>
+__global__ void k_swiglu(const TI *g, const TI *__restrict__ u, int64_t gs, int64_t N, int64_t n, float *y) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / N, c = i % N;
-        y[i] = silu_d(g[r * gs + c]) * u[r * gs + c];
+        y[i] = silu_d(ldf(g + r * gs + c)) * ldf(u + r * gs + c);
     }
 }
 
@@ -772,12 +789,13 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
 
 /* SwiGLU, FP32 out plus an optional BF16 twin, 4 columns per thread (N, gs multiples of 4, 16-byte
  * aligned): g, u rows at stride gs, y and yb contiguous [M, N] */
-__global__ void k_swiglu4(const float *g, const float *__restrict__ u, int64_t gs, int64_t M, int64_t N, float *y,
+template <typename TI>
+__global__ void k_swiglu4(const TI *g, const TI *__restrict__ u, int64_t gs, int64_t M, int64_t N, float *y,
                           __nv_bfloat16 *yb) {
     const int64_t N4 = N / 4, n4 = M * N4;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / N4, c = (i % N4) * 4;
-        float4 a = *(const float4 *)(g + r * gs + c), b = *(const float4 *)(u + r * gs + c);
+        float4 a = ld4f(g + r * gs + c), b = ld4f(u + r * gs + c);
         float4 o = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
         if (y) *(float4 *)(y + r * N + c) = o;
         if (yb) store_bf16x4(yb + r * N + c, o);
@@ -787,13 +805,13 @@ __global__ void k_swiglu4(const float *g, const float *__restrict__ u, int64_t g
 /* SwiGLU with an FP8 twin: one block per row of N (N % 4 == 0, N <= blockDim * 4 * VEC), up to 1024
  * threads so the row's loads of many blocks stay in flight (the first version, 256 threads x 20
  * float4 at 104 registers, ran 2 blocks per SM and took twice the BF16 kernel's time at 27B shape) */
-template <int VEC>
-__global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const float *g, const float *__restrict__ u, int64_t gs, int N,
+template <typename TI, int VEC>
+__global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const TI *g, const TI *__restrict__ u, int64_t gs, int N,
                                                          float *y, uint8_t *__restrict__ tw, int64_t twld,
                                                          float *__restrict__ tsx) {
     __shared__ float sh[33];
     const int64_t r = blockIdx.x;
-    const float4 *gr = (const float4 *)(g + r * gs), *ur = (const float4 *)(u + r * gs);
+    const TI *gr = g + r * gs, *ur = u + r * gs;
     float4 *yr = y ? (float4 *)(y + r * N) : NULL;
     const int N4 = N >> 2;
     float4 v[VEC];
@@ -801,7 +819,7 @@ __global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const float *g, const f
     for (int j = 0; j < VEC; j++) {
         int i = threadIdx.x + j * blockDim.x;
         if (i < N4) {
-            float4 a = gr[i], b = ur[i];
+            float4 a = ld4f(gr + 4 * i), b = ld4f(ur + 4 * i);
             v[j] = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
             if (yr) yr[i] = v[j];
         } else {
@@ -945,6 +963,17 @@ static int twin_sole_covers(cuda_ctx *c, const float *x) {
     const twin *t = &priv(c)->tw;
     return t->kind && t->sole && (uintptr_t)x >= (uintptr_t)t->src &&
            (uintptr_t)x < (uintptr_t)(t->src + t->rows * t->K);
+}
+
+/* A linear of w on x [M, K]: refused when x exists only as a twin this linear cannot read. */
+static vsr_status sole_twin_readable(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, vsr_err *err) {
+    if (!twin_sole_covers(c, x)) return VSR_OK;
+    int tk = priv(c)->tw.kind, wk = w->v.kind;
+    int readable = tk == TW_FP8 ? wk == VSR_WK_FP8 : (wk == VSR_WK_BF16 || wk == VSR_WK_INT4);
+    if (!readable || twin_rows_of(c, x, M, w->v.K, tk) < 0)
+        return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: its input exists only as an activation copy this "
+                           "linear cannot read (a reader the model did not declare)", c->device, w->name);
+    return VSR_OK;
 }
 
 /* ---- per-op timing ---- */
@@ -1402,13 +1431,7 @@ static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bwei
                  (long long)w->v.N, (long long)M, accumulate ? " +=" : "");
     PROF(c, pname);
     vsr_status st;
-    if (twin_sole_covers(c, x)) {
-        int tk = priv(c)->tw.kind, wk = w->v.kind;
-        int readable = tk == TW_FP8 ? wk == VSR_WK_FP8 : (wk == VSR_WK_BF16 || wk == VSR_WK_INT4);
-        if (!readable || twin_rows_of(c, x, M, w->v.K, tk) < 0)
-            return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: its input exists only as an activation copy this "
-                               "linear cannot read (a reader the model did not declare)", c->device, w->name);
-    }
+    if ((st = sole_twin_readable(c, x, M, w, err))) return st;
     switch (w->v.kind) {
     case VSR_WK_BF16: {
         const void *xb = twin_find(c, x, M, w->v.K, TW_BF16, NULL);
@@ -1422,7 +1445,7 @@ static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bwei
         st = cuda_gemm_bf16(c, (const __nv_bfloat16 *)xb, M, (const __nv_bfloat16 *)w->w, w->v.N, w->v.K, y, accumulate, err);
         break;
     }
-    case VSR_WK_F32: st = lt_gemm(c, CUDA_R_32F, x, M, w->w, w->v.N, w->v.K, y, accumulate, err); break;
+    case VSR_WK_F32: st = lt_gemm(c, CUDA_R_32F, x, M, w->w, w->v.N, w->v.K, CUDA_R_32F, y, accumulate, err); break;
     case VSR_WK_INT4: {
         const void *xb = twin_find(c, x, M, w->v.K, TW_BF16, NULL);
         st = xb ? cuda_int4_linear_bf16(c, (const __nv_bfloat16 *)xb, M, w, y, accumulate, err)
@@ -1657,17 +1680,14 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
     return VSR_OK;
 }
 
-static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t gs, int64_t M, int64_t N, float *y,
-                           vsr_err *err) {
-    cuda_ctx *c = (cuda_ctx *)ctx;
-    ENTER(c);
-    int64_t n = M * N;
-    if (n <= 0) return VSR_OK;
-    if (gs < N)
-        return vsr_err_set(err, VSR_E_INVALID, "swiglu: row stride %lld is less than the width %lld", (long long)gs,
-                           (long long)N);
-    PROF(c, "swiglu");
-    int vec = ((uintptr_t)g & 15) == 0 && ((uintptr_t)u & 15) == 0 && ((uintptr_t)y & 15) == 0 && N % 4 == 0 &&
+/* SwiGLU from FP32 (cu_swiglu) or BF16 (linear_swiglu's kept product) g, u, with y's twin when
+ * declared; the caller has checked gs >= N and opened the profile scope. */
+template <typename TI>
+static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, int64_t M, int64_t N, float *y,
+                             vsr_err *err) {
+    const int64_t n = M * N;
+    const uintptr_t al = sizeof(TI) * 4 - 1; /* 4 elements: float4, or 4 BF16 (8 bytes) */
+    int vec = ((uintptr_t)g & al) == 0 && ((uintptr_t)u & al) == 0 && ((uintptr_t)y & 15) == 0 && N % 4 == 0 &&
               gs % 4 == 0;
     int rowk = vec && N <= 1024 * 4 * SW_VEC && M <= 0x7fffffff;
     twin t;
@@ -1678,19 +1698,84 @@ static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t g
         int64_t n4 = N / 4, thr = (n4 + 31) / 32 * 32;
         thr = thr > 1024 ? 1024 : thr;
         if (thr * 4 >= n4) /* up to 4 float4 per thread */
-            k_swiglu_row_fp8<4><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo, (uint8_t *)t.data,
-                                                                            t.Kp, t.sx);
+            k_swiglu_row_fp8<TI, 4><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
+                                                                                (uint8_t *)t.data, t.Kp, t.sx);
         else
-            k_swiglu_row_fp8<SW_VEC><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
-                                                                                 (uint8_t *)t.data, t.Kp, t.sx);
+            k_swiglu_row_fp8<TI, SW_VEC><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
+                                                                                     (uint8_t *)t.data, t.Kp, t.sx);
     }
     else if (vec)
-        k_swiglu4<<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
+        k_swiglu4<TI><<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
             g, u, gs, M, N, yo, (__nv_bfloat16 *)t.data);
     else
-        k_swiglu<<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, gs, N, n, y);
+        k_swiglu<TI><<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, gs, N, n, y);
     if ((st = cuda_check_launch(c, "swiglu", err))) return st;
     twin_commit(c, &t);
+    return VSR_OK;
+}
+
+static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t gs, int64_t M, int64_t N, float *y,
+                           vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (M * N <= 0) return VSR_OK;
+    if (gs < N)
+        return vsr_err_set(err, VSR_E_INVALID, "swiglu: row stride %lld is less than the width %lld", (long long)gs,
+                           (long long)N);
+    PROF(c, "swiglu");
+    return swiglu_run(c, g, u, gs, M, N, y, err);
+}
+
+/* linear_swiglu (backend.h): BF16 and FP8 weights keep the product in BF16 where their GEMM can write
+ * it (cuBLASLt D BF16: half the product's bytes written, and SwiGLU reads half); otherwise (int4, F32,
+ * FP8 below its BF16-product rows) the FP32 linear into work, then swiglu. */
+static vsr_status cu_linear_swiglu(void *ctx, const float *x, int64_t M, const vsr_bweight *w, float *work, float *y,
+                                   vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (M <= 0) return VSR_OK;
+    const int64_t N2 = w->v.N, N = N2 / 2, K = w->v.K;
+    if (N2 % 2)
+        return vsr_err_set(err, VSR_E_INVALID, "%s: linear_swiglu needs a stacked gate|up weight of an even number "
+                           "of outputs, not %lld", w->name, (long long)N2);
+    vsr_status st;
+    const __nv_bfloat16 *gu = NULL; /* the product kept in BF16 [M, ld] */
+    int64_t ld = N2;
+    if (w->v.kind == VSR_WK_BF16 || w->v.kind == VSR_WK_FP8) {
+        char pname[72] = "";
+        if (vsr_cuda_profile_on > 0)
+            snprintf(pname, sizeof pname, "linear_swiglu %s %lld->%lld M=%lld", wkind_names_cuda[w->v.kind],
+                     (long long)K, (long long)N2, (long long)M);
+        PROF(c, pname);
+        if ((st = sole_twin_readable(c, x, M, w, err))) return st;
+        if (w->v.kind == VSR_WK_BF16) {
+            const void *xb = twin_find(c, x, M, K, TW_BF16, NULL);
+            if (!xb) {
+                void *b;
+                if ((st = cuda_scratch(c, sizeof(__nv_bfloat16) * (size_t)(M * K), &b, err)) ||
+                    (st = cuda_f32_to_bf16(c, x, M * K, (__nv_bfloat16 *)b, err)))
+                    return vsr_err_prefix(err, "%s", w->name);
+                xb = b;
+            }
+            /* the BF16 product lives in the caller's work buffer (FP32 [M, 2N] holds it twice over) */
+            if ((st = cuda_gemm_bf16_out_bf16(c, (const __nv_bfloat16 *)xb, M, (const __nv_bfloat16 *)w->w, N2, K,
+                                              (__nv_bfloat16 *)work, err)))
+                return vsr_err_prefix(err, "%s", w->name);
+            twin_clobber(c, work, sizeof(float) * (size_t)(M * N2));
+            gu = (const __nv_bfloat16 *)work;
+        } else {
+            const float *sx = NULL;
+            const void *xq = twin_find(c, x, M, K, TW_FP8, &sx);
+            int ran = 0;
+            if ((st = cuda_fp8_linear_bf16out(c, x, (const uint8_t *)xq, sx, M, w, &gu, &ld, &ran, err)))
+                return vsr_err_prefix(err, "%s", w->name);
+            if (!ran) gu = NULL;
+        }
+        if (gu) return swiglu_run(c, gu, gu + N, ld, M, N, y, err);
+    }
+    /* the FP32 product, then SwiGLU over its two halves */
+    if ((st = cu_linear(ctx, x, M, w, work, 0, err)) || (st = cu_swiglu(ctx, work, work + N, N2, M, N, y, err)))
+        return st;
     return VSR_OK;
 }
 
@@ -1735,7 +1820,7 @@ static vsr_status cu_readout(void *ctx, const float *h, int64_t M, const vsr_bwe
     const int64_t N = R->v.N, D = R->v.K;
     PROF(c, "readout");
     twin_clobber(c, logits, sizeof(float) * (size_t)(M * N));
-    if (R->v.kind == VSR_WK_F32) return lt_gemm(c, CUDA_R_32F, h, M, R->w, N, D, logits, 0, err);
+    if (R->v.kind == VSR_WK_F32) return lt_gemm(c, CUDA_R_32F, h, M, R->w, N, D, CUDA_R_32F, logits, 0, err);
     if (R->v.kind != VSR_WK_BF16)
         return vsr_err_set(err, VSR_E_UNSUPPORTED, "readout: weight must be F32 or BF16 (found %s)",
                            wkind_names_cuda[R->v.kind]);
@@ -1779,6 +1864,7 @@ static const vsr_backend_ops cuda_ops = {
     /* .graph_begin = */ cu_graph_begin,
     /* .graph_end = */ cu_graph_end,
     /* .weight_upload_cat = */ cu_weight_upload_cat,
+    /* .linear_swiglu = */ cu_linear_swiglu,
 };
 
 extern "C" vsr_status vsr_backend_cuda_new(int device_index, vsr_backend *out, vsr_err *err) {

@@ -501,3 +501,40 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
     quant_set_last_path(unscaled ? "fp8:unscaled+epilogue" : "fp8:unscaled+epilogue(no outer-vec algorithm)");
     return cuda_check_launch(c, "FP8 epilogue", err);
 }
+
+extern "C" vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx,
+                                              int64_t M, const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd,
+                                              int *ran, vsr_err *err) {
+    *ran = 0;
+    if (M <= 0) return VSR_OK;
+    quant_wmeta *m = (quant_wmeta *)w->q;
+    if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
+    /* only where cuda_fp8_linear_prequant would take path (b) itself: same product, same rounding */
+    int forced = quant_forced_fp8_path();
+    if (forced == 2 || (forced == 0 && fp8_wgmma_mode() == 1 && fp8_gemm_usable(c))) return VSR_OK;
+    if (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256) return VSR_OK;
+    if (!(forced == 1 || M >= FP8_BF16_MIN_ROWS)) return VSR_OK;
+    quant_state *q;
+    vsr_status st = quant_state_get(c, &q, err);
+    if (st) return st;
+    int64_t K = w->v.K, Kp = m->Kp, Np = m->Np;
+    if (!xq) {
+        if ((st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(M * Kp) + sizeof(float) * (size_t)M,
+                             "FP8 activations", err)))
+            return st;
+        uint8_t *xa = (uint8_t *)q->act;
+        float *sa = (float *)(xa + M * Kp);
+        if ((st = fp8_quantize(c, x, M, K, Kp, xa, sa, err))) return st;
+        xq = xa, sx = sa;
+    }
+    fp8_plan *p;
+    int done = 0;
+    if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product", err)) ||
+        (st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, &p, err)) ||
+        (st = run_plan(c, p, w->w, xq, (const float *)w->scale, sx, q->wtmp, 0, &done, err)))
+        return st;
+    if (!done) return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
+    quant_set_last_path("fp8:scaled(outer-vec,bf16-kept,a%d,%s)", p->chosen, p->src);
+    *d = (const __nv_bfloat16 *)q->wtmp, *ldd = Np, *ran = 1;
+    return VSR_OK;
+}
