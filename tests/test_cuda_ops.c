@@ -317,7 +317,7 @@ TEST(op_conv_rope_elementwise) {
 
 static int dn_pad = 3; /* qkv row padding: 3 = odd stride (4-byte copies); 0 = 16-byte copies */
 static int dn_repeat = 0; /* 1: also check that a second GPU run is bit-identical */
-static int dn_vs_v4 = 0;  /* 1: also run v4 (VSR_CUDA_DN_V4=1) on the same inputs and compare it with the default */
+static int dn_vs_v5 = 0;  /* 1: also run v5 (VSR_CUDA_DN_V5=1) on the same inputs and compare it with the default */
 static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk, int dv, double tol) {
     vsr_err e;
     segset s = mkseg(nseq, lens);
@@ -339,19 +339,19 @@ static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk,
         CHECK_MSG(!memcmp(o1, o2, sizeof(float) * (size_t)po.n), "%s: second run differs", what);
         free(o1), free(o2);
     }
-    if (dn_vs_v4) { /* v5 (default) against v4: the same arithmetic in the same order, so normally
-                     * bit-identical; a different FMA contraction could move a TF32 rounding of Y,
-                     * Vn or S by one step (2^-11 relative), hence a limit, not memcmp */
-        float *o5 = down(&GB, po.g, po.n);
-        setenv("VSR_CUDA_DN_V4", "1", 1);
+    if (dn_vs_v5) { /* v6 (default) against v5: the same math, but q and k are normalised by
+                     * v6's intra kernel with another summation order, so the TF32 roundings of
+                     * q, k (and all that follows) can move by one step: a limit, not memcmp */
+        float *o6 = down(&GB, po.g, po.n);
+        setenv("VSR_CUDA_DN_V5", "1", 1);
         CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, Hv, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
-        unsetenv("VSR_CUDA_DN_V4");
-        float *o4 = down(&GB, po.g, po.n);
-        const double r = test_nerr(o5, o4, po.n);
-        const int same = !memcmp(o5, o4, sizeof(float) * (size_t)po.n);
-        printf("  %-48s v5 vs v4 err %.3g (limit 1e-3)%s\n", what, r, same ? ", bit-identical" : "");
-        CHECK_MSG(r <= 1e-3, "%s: v5 and v4 differ by %.3g", what, r);
-        free(o5), free(o4);
+        unsetenv("VSR_CUDA_DN_V5");
+        float *o5 = down(&GB, po.g, po.n);
+        const double r = test_nerr(o6, o5, po.n);
+        const int same = !memcmp(o6, o5, sizeof(float) * (size_t)po.n);
+        printf("  %-48s v6 vs v5 err %.3g (limit 1e-3)%s\n", what, r, same ? ", bit-identical" : "");
+        CHECK_MSG(r <= 1e-3, "%s: v6 and v5 differ by %.3g", what, r);
+        free(o6), free(o5);
     }
     pfree(pq), pfree(pb), pfree(pa), pfree(pA), pfree(pd), pfree(pst), pfree(po);
     free(qkv), free(b), free(a), free(Al), free(dt);
@@ -382,19 +382,36 @@ TEST(op_deltanet) {
     deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
     deltanet_case(2, (int64_t[]){33, 17}, 1, 2, 24, 40, DN_CHUNK_TOL); /* dk, dv not multiples of 8 */
     deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL); /* many short */
-    /* the default (v5) run twice and against v4; then v4 itself (VSR_CUDA_DN_V4, the previous
-     * default kept for A/B). v5's own edge paths: the next chunk's gc/beta copied while the current
-     * runs (partial next chunk: 300 = 4 x 64 + 44; 1-chunk sequences copy nothing ahead), both
-     * k/T buffer parities (5 chunks), 4-byte copies (dn_pad 3) and 16-byte copies */
-    dn_repeat = 1, dn_vs_v4 = 1;
-    deltanet_case(3, (int64_t[]){300, 64, 1}, 2, 6, 128, 128, DN_CHUNK_TOL);
-    deltanet_case(3, (int64_t[]){128, 128, 128}, 16, 48, 128, 128, DN_CHUNK_TOL); /* the 27B layer */
-    deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL);
-    dn_pad = 3;
-    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
-    deltanet_case(2, (int64_t[]){33, 130}, 1, 2, 24, 40, DN_CHUNK_TOL); /* dk, dv not multiples of 8 */
+    /* the default (v6) run twice and against v5, its intra kernel both one value head per block
+     * (VSR_CUDA_DN6_GROUP=0, what these small grids pick) and all of a key head's value heads
+     * per block (=1, what 8x512 picks); then v5 and v4 themselves (VSR_CUDA_DN_V5, _V4: the
+     * previous defaults kept for A/B). Edge paths: the next chunk's gc/beta copied while the
+     * current runs (partial next chunk: 300 = 4 x 64 + 44; 1-chunk sequences copy nothing ahead),
+     * both k/T buffer parities (5 chunks), 4-byte copies (dn_pad 3: v6's intra kernel reads q
+     * by scalar loads) and 16-byte copies, dk not a multiple of 8 (q, k rows zero past dk) */
+    dn_repeat = 1, dn_vs_v5 = 1;
+    for (int grp = 0; grp < 2; grp++) {
+        setenv("VSR_CUDA_DN6_GROUP", grp ? "1" : "0", 1);
+        printf("  (v6 intra: %s)\n", grp ? "all value heads of a key head per block" : "one value head per block");
+        dn_pad = 0;
+        deltanet_case(3, (int64_t[]){300, 64, 1}, 2, 6, 128, 128, DN_CHUNK_TOL);
+        deltanet_case(3, (int64_t[]){128, 128, 128}, 16, 48, 128, 128, DN_CHUNK_TOL); /* the 27B layer */
+        deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL);
+        dn_pad = 3;
+        deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
+        deltanet_case(2, (int64_t[]){33, 130}, 1, 2, 24, 40, DN_CHUNK_TOL); /* dk, dv not multiples of 8 */
+        deltanet_case(2, (int64_t[]){129, 16}, 1, 2, 128, 96, DN_CHUNK_TOL); /* second dv slice partial */
+    }
+    unsetenv("VSR_CUDA_DN6_GROUP");
     dn_pad = 0;
-    dn_repeat = 0, dn_vs_v4 = 0;
+    dn_repeat = 0, dn_vs_v5 = 0;
+    setenv("VSR_CUDA_DN_V5", "1", 1);
+    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    deltanet_case(3, (int64_t[]){128, 128, 128}, 16, 48, 128, 128, DN_CHUNK_TOL); /* the 27B layer */
+    dn_pad = 3;
+    deltanet_case(2, (int64_t[]){33, 130}, 1, 2, 24, 40, DN_CHUNK_TOL);
+    dn_pad = 0;
+    unsetenv("VSR_CUDA_DN_V5");
     setenv("VSR_CUDA_DN_V4", "1", 1);
     deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
     dn_repeat = 1;

@@ -99,6 +99,12 @@ static void run_shape(int R, int L) {
     LIN("linear in_proj_a", Wa, Hv, D, h, ta, 0);
     TIME("deltanet", 4.0 * T * (C + Vd), 6.0 * T * Hv * dk * dv,
          o->deltanet(c, t1, C, tb, ta, Hv, al, dt, &sg, (int)Hk, (int)Hv, (int)dk, (int)dv, st, t3, &E));
+    /* the previous default (DeltaNet v5) on the same inputs, for A/B in one process; not in the totals */
+    setenv("VSR_CUDA_DN_V5", "1", 1);
+    TIME("deltanet (v5)", 4.0 * T * (C + Vd), 6.0 * T * Hv * dk * dv,
+         o->deltanet(c, t1, C, tb, ta, Hv, al, dt, &sg, (int)Hk, (int)Hv, (int)dk, (int)dv, st, t3, &E));
+    unsetenv("VSR_CUDA_DN_V5");
+    total_us -= rows[nrows - 1].us;
     TIME("rmsnorm_gated", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, t2, &E));
     LIN("linear out_proj (+=)", Wout, D, Vd, t2, x, 1);
     TIME("rmsnorm (post)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));

@@ -911,6 +911,438 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict_
     }
 }
 
+/* ==== v6 (the default; VSR_CUDA_DN_V5=1 runs v5, VSR_CUDA_DN_V4=1 v4) ====
+ * Two changes to v5, both aimed at the per-chunk latency of the state kernel and the repeated
+ * work of the intra kernel (bench/NOTES.md "DeltaNet v6"):
+ *  - q and k are l2-normalised (q times 1/sqrt(dk)) and rounded to TF32 once per (chunk, key
+ *    head) by the intra kernel, which writes them to scratch Qn, Kn [rows][Hk][dk]. The state
+ *    kernel stages those rows as they are: its norm pass (32 loads, 32 stores per thread) and the
+ *    barrier after it are gone; exp(gc) of its two epilogue rows is computed in registers,
+ *    exp(gL - gc) by 64 threads after the chunk's top barrier (first read after the Y barrier).
+ *  - the intra kernel takes (chunk, key head, group of value heads): with one group (large
+ *    grids, e.g. 8x512: 1024 blocks instead of 3072) the k staging, its norms and K K^T are done
+ *    once for the Hv/Hk value heads that share the key head, then L, the solve and T per value
+ *    head from the same K K^T registers. Small grids (3x128) keep one value head per block, so
+ *    the one wave stays as wide as v5's. VSR_CUDA_DN6_GROUP=1 / =0 forces either (tests).
+ * Arithmetic: v5's, except q and k's norms are summed in another order (4 floats per lane,
+ * then a 32-lane tree) than v5's state kernel did (so v6 and v5 differ at the last bits). */
+__global__ void __launch_bounds__(256) k_dn6_intra(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                   const float *__restrict__ b, const float *__restrict__ a,
+                                                   const float *__restrict__ A_log, const float *__restrict__ dt_bias,
+                                                   const dnc_tab tb, int Hk, int Hv, int dk, int hpb,
+                                                   float *__restrict__ Tg, float *__restrict__ gcg,
+                                                   float *__restrict__ btg, float *__restrict__ Qn,
+                                                   float *__restrict__ Kn) {
+    extern __shared__ __align__(16) float smem[];
+    float *Ks = smem, *Am = Ks + DNC_C * LDK, *Ts = Am + DNC_C * LD64, *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C;
+    const int ci = blockIdx.x, hk = blockIdx.y, G = Hv / Hk, h0 = hk * G + blockIdx.z * hpb;
+    const int sg = last_le_d(tb.cfirst, tb.n, ci);
+    const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
+    const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t nstride = (int64_t)Hk * dk; /* Qn, Kn row stride */
+    const float *ksrc = qkv + (int64_t)Hk * dk + (int64_t)hk * dk, *qsrc = qkv + (int64_t)hk * dk;
+    const bool writer = blockIdx.z == 0; /* one block per (chunk, key head) writes q^, k^ */
+
+    stage_tile(Ks, LDK, ksrc + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, 256);
+    cp_wait_all();
+    __syncthreads();
+    /* l2-normalise the 64 k rows in place, rounded to TF32 (v5's intra code: warp w rows 8w..+7) */
+    {
+        float x[8][DNC_DK / 32], ss[8];
+#pragma unroll
+        for (int rr = 0; rr < 8; rr++) {
+            const float *row = Ks + (8 * w + rr) * LDK;
+            ss[rr] = 0.0f;
+#pragma unroll
+            for (int m = 0; m < DNC_DK / 32; m++) {
+                x[rr][m] = row[lane + 32 * m];
+                ss[rr] += x[rr][m] * x[rr][m];
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int rr = 0; rr < 8; rr++) ss[rr] += __shfl_xor_sync(0xffffffffu, ss[rr], o);
+#pragma unroll
+        for (int rr = 0; rr < 8; rr++) {
+            float *row = Ks + (8 * w + rr) * LDK;
+            const float inv = 1.0f / sqrtf(ss[rr] + 1e-6f);
+#pragma unroll
+            for (int m = 0; m < DNC_DK / 32; m++) row[lane + 32 * m] = tf32f(x[rr][m] * inv);
+        }
+    }
+    /* q rows straight from global (the intra kernel has no other use for q): warp w rows 8w..+7,
+     * lane l columns 4l..4l+3, all eight rows' loads in flight before the first use */
+    if (writer) {
+        const float qsc = 1.0f / sqrtf((float)dk);
+        float x[8][4], ss[8];
+#pragma unroll
+        for (int rr = 0; rr < 8; rr++) {
+            const int i = 8 * w + rr, c = 4 * lane;
+            const float *src = qsrc + (r0 + i) * qkv_stride + c;
+            if (i < Lc && c < dk) {
+                if (vec) {
+                    const float4 v = *(const float4 *)src;
+                    x[rr][0] = v.x, x[rr][1] = v.y, x[rr][2] = v.z, x[rr][3] = v.w;
+                } else {
+                    x[rr][0] = src[0], x[rr][1] = src[1], x[rr][2] = src[2], x[rr][3] = src[3];
+                }
+            } else {
+                x[rr][0] = x[rr][1] = x[rr][2] = x[rr][3] = 0.0f;
+            }
+            ss[rr] = x[rr][0] * x[rr][0] + x[rr][1] * x[rr][1] + x[rr][2] * x[rr][2] + x[rr][3] * x[rr][3];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int rr = 0; rr < 8; rr++) ss[rr] += __shfl_xor_sync(0xffffffffu, ss[rr], o);
+#pragma unroll
+        for (int rr = 0; rr < 8; rr++) {
+            const int i = 8 * w + rr, c = 4 * lane;
+            if (i < Lc && c < dk) {
+                const float sc = (1.0f / sqrtf(ss[rr] + 1e-6f)) * qsc;
+                float4 v;
+                v.x = tf32f(x[rr][0] * sc), v.y = tf32f(x[rr][1] * sc);
+                v.z = tf32f(x[rr][2] * sc), v.w = tf32f(x[rr][3] * sc);
+                *(float4 *)(Qn + (r0 + i) * nstride + (int64_t)hk * dk + c) = v;
+            }
+        }
+    }
+    __syncthreads();
+    if (writer) /* k^ rows out (the state kernels stage them from here) */
+        for (int e = tid; e < Lc * (dk / 4); e += 256) {
+            const int i = e / (dk / 4), c = (e % (dk / 4)) * 4;
+            *(float4 *)(Kn + (r0 + i) * nstride + (int64_t)hk * dk + c) = *(const float4 *)(Ks + i * LDK + c);
+        }
+    /* K K^T once for every value head of the block: warp w row tile w%4, column tiles 4*(w/4)..+3
+     * (tiles above the diagonal skipped), operands by ldmatrix as in k_dn5_intra */
+    const int mt = w & 3, nb = (w >> 2) * 4;
+    float s1[4][4];
+    {
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) s1[n][r] = 0.0f;
+        const int ks_n = (dk + 7) / 8;
+        const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 4 * (lane >> 4);
+        const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 4 * ((lane >> 3) & 1);
+        const bool p0 = 8 * nb <= 16 * mt + 15, p1 = 8 * (nb + 2) <= 16 * mt + 15;
+        for (int ks = 0; ks < ks_n; ks++) {
+            uint32_t ak[4], bb[2][4];
+            ldsm4(ak, Ks + (mt * 16 + arow) * LDK + ks * 8 + acol);
+            if (p0) ldsm4(bb[0], Ks + (nb * 8 + brow) * LDK + ks * 8 + bcol);
+            if (p1) ldsm4(bb[1], Ks + ((nb + 2) * 8 + brow) * LDK + ks * 8 + bcol);
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                if (8 * (nb + n) > 16 * mt + 15) continue;
+                mma_tf32(s1[n], ak, bb[n >> 1][2 * (n & 1)], bb[n >> 1][2 * (n & 1) + 1]);
+            }
+        }
+    }
+    for (int hh = 0; hh < hpb; hh++) {
+        const int h = h0 + hh;
+        const int64_t ch = (int64_t)ci * Hv + h;
+        /* the previous head is done with gc, bt, Am and Ts (its T written out) */
+        __syncthreads();
+        if (tid < DNC_C) {
+            float be = 0.0f, gg = 0.0f;
+            if (tid < Lc) {
+                const int64_t bi = (r0 + tid) * Hv + h;
+                be = sigmoid_d(b[bi]);
+                gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
+            }
+            bt[tid] = be, gc[tid] = gg;
+        }
+        for (int e = tid; e < DNC_C * LD64; e += 256) Ts[e] = 0.0f;
+        __syncthreads();
+        if (w == 0) { /* inclusive cumsum (rows past Lc add 0: their gc is gc[Lc-1]) */
+            float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
+            for (int o = 1; o < 32; o <<= 1) {
+                float y = __shfl_up_sync(0xffffffffu, s, o);
+                if (lane >= o) s += y;
+            }
+            float ex = s - (x0 + x1);
+            gc[2 * lane] = ex + x0;
+            gc[2 * lane + 1] = ex + x0 + x1;
+        }
+        __syncthreads();
+        if (tid < Lc) {
+            const int64_t gi = (r0 + tid) * Hv + h;
+            gcg[gi] = gc[tid], btg[gi] = bt[tid];
+        }
+        /* Am = -beta_i k_i.k_j exp(gc_i - gc_j) below the diagonal, 0 elsewhere */
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = mt * 16 + g + ((r >> 1) << 3), j = (nb + n) * 8 + 2 * t + (r & 1);
+                Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * expf(gc[i] - gc[j]) : 0.0f;
+            }
+        __syncthreads();
+        /* T = (I - Am)^-1, blocked by 16 (k_dn5_intra's solve) */
+        if (tid < DNC_C) {
+            const int B = tid >> 4, jj = tid & 15;
+            const float *Ab = Am + 16 * B * LD64 + 16 * B;
+            float x[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
+                x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
+            }
+            float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
+#pragma unroll
+            for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
+        }
+        __syncthreads();
+        {
+            const int r = tid >> 4, cc = tid & 15;
+#pragma unroll
+            for (int I = 1; I < 4; I++) {
+                float xv[3] = {0.0f, 0.0f, 0.0f};
+                const float *arow = Am + (16 * I + r) * LD64;
+#pragma unroll
+                for (int J = 0; J < 3; J++) {
+                    if (J >= I) break;
+                    float s = 0.0f;
+#pragma unroll
+                    for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
+                    xv[J] = s;
+                }
+#pragma unroll
+                for (int J = 0; J < 3; J++)
+                    if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
+                __syncthreads();
+                float yv[3] = {0.0f, 0.0f, 0.0f};
+                const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
+#pragma unroll
+                for (int J = 0; J < 3; J++) {
+                    if (J >= I) break;
+                    float s = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
+                    yv[J] = s;
+                }
+                __syncthreads();
+#pragma unroll
+                for (int J = 0; J < 3; J++)
+                    if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
+                __syncthreads();
+            }
+        }
+        /* T (rounded to TF32: the state kernel reads it by ldmatrix) as 16-byte rows */
+        float *T = Tg + ch * DNC_C * DNC_C;
+        for (int e = tid; e < DNC_C * DNC_C / 4; e += 256) {
+            int i = e / (DNC_C / 4), c = (e % (DNC_C / 4)) * 4;
+            float4 v = *(const float4 *)(Ts + i * LD64 + c);
+            v.x = tf32f(v.x), v.y = tf32f(v.y), v.z = tf32f(v.z), v.w = tf32f(v.w);
+            *(float4 *)(T + i * DNC_C + c) = v;
+        }
+    }
+}
+
+/* v6's state kernel: k_dn5_state with q^, k^ staged ready (from Qn, Kn: always 16-byte rows)
+ * and no norm pass. Shared memory as v5's (223,744 B). */
+__global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict__ Qn, const float *__restrict__ Kn,
+                                                       const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                       const float *__restrict__ Tg, const float *__restrict__ gcg,
+                                                       const float *__restrict__ btg, const dnc_tab tb, int Hk,
+                                                       int Hv, int dk, int dv, int nsl, float *__restrict__ out) {
+    extern __shared__ __align__(16) float smem[];
+    /* K [2][64][LDK], Q, St [64][LDK]; T [2][64][LDV], P, V, Vt [64][LDV]; gc, beta [2][64];
+     * (unused), exp(gL - gc) [64] */
+    float *Kb = smem, *Qs = Kb + 2 * DNC_C * LDK, *St = Qs + DNC_C * LDK, *Tb = St + DNC_C * LDK;
+    float *Ps = Tb + 2 * DNC_C * LDV, *Vs = Ps + DNC_C * LDV, *Vt = Vs + DNC_C * LDV;
+    float *gcb = Vt + DNC_C * LDV, *btb = gcb + 2 * DNC_C, *ek = btb + 3 * DNC_C;
+    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
+    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS, ncv = min(DNC_DVS, dv - c0);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int mt = w & 3, nb = (w >> 2) * 2, ks_dk = (dk + 7) / 8;
+    const int sr = 16 * (w & 7), cb = (w >> 3) * 4;
+    const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 4 * (lane >> 4);
+    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 4 * ((lane >> 3) & 1);
+    const int64_t nstride = (int64_t)Hk * dk;
+    const float *Qr = Qn + (int64_t)hk * dk, *Kr = Kn + (int64_t)hk * dk;
+    const float *Vr = qkv + 2LL * Hk * dk + (int64_t)h * dv + c0;
+    const int cf = tb.cfirst[sg], cl = tb.cfirst[sg + 1];
+    const int64_t s0 = tb.start[sg], send = s0 + tb.len[sg];
+    const int i0 = mt * 16 + g; /* this thread's epilogue rows: i0, i0 + 8 */
+    for (int e = tid; e < DNC_C * LDK; e += DN3_T) St[e] = 0.0f;
+    float S[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) S[n][r] = 0.0f;
+    { /* everything of the first chunk into buffers 0 */
+        const int Lc = (int)min((int64_t)DNC_C, send - s0);
+        stage_tile(Kb, LDK, Kr + s0 * nstride, nstride, Lc, dk, DNC_DK, 1, Kn, tid, DN3_T);
+        stage_tile(Qs, LDK, Qr + s0 * nstride, nstride, Lc, dk, DNC_DK, 1, Qn, tid, DN3_T);
+        stage_tile(Vs, LDV, Vr + s0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
+        stage_tile(Tb, LDV, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
+                   DN3_T);
+        if (tid < 2 * DNC_C) { /* tid < 64: gc of row tid; 64..127: beta of row tid - 64 (0 past Lc) */
+            const int i = tid & (DNC_C - 1);
+            const bool ok = i < Lc;
+            const float *src = (tid < DNC_C ? gcg : btg) + (s0 + i) * Hv + h;
+            cp4((tid < DNC_C ? gcb : btb) + i, ok ? src : gcg, ok);
+        }
+        asm volatile("cp.async.commit_group;" ::);
+    }
+    for (int ci = cf; ci < cl; ci++) {
+        const int par = (ci - cf) & 1;
+        const int64_t r0 = s0 + (int64_t)(ci - cf) * DNC_C, rn = r0 + DNC_C;
+        const int Lc = (int)min((int64_t)DNC_C, send - r0);
+        const int Ln = (int)min((int64_t)DNC_C, send - rn); /* <= 0 on the last chunk */
+        float *Ks = Kb + par * DNC_C * LDK, *Ts = Tb + par * DNC_C * LDV;
+        const float *gcs = gcb + par * DNC_C, *bts = btb + par * DNC_C;
+        /* this chunk's copies have landed, and the previous chunk is done with everything
+         * (P, Vt, St, ek, and the k, T, gc, beta buffers the next copies overwrite) */
+        cp_wait_all();
+        __syncthreads();
+        const float gL = gcs[Lc - 1], eL = expf(gL);
+        if (ci + 1 < cl) { /* chunk c+1's k, T, gc, beta: the whole of this chunk to land */
+            stage_tile(Kb + (par ^ 1) * DNC_C * LDK, LDK, Kr + rn * nstride, nstride, Ln, dk, DNC_DK, 1, Kn, tid,
+                       DN3_T);
+            stage_tile(Tb + (par ^ 1) * DNC_C * LDV, LDV, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C,
+                       DNC_C, DNC_C, DNC_C, 1, Tg, tid, DN3_T);
+            if (tid < 2 * DNC_C) {
+                const int i = tid & (DNC_C - 1);
+                const bool ok = i < Ln;
+                const float *src = (tid < DNC_C ? gcg : btg) + (rn + i) * Hv + h;
+                cp4((tid < DNC_C ? gcb : btb) + (par ^ 1) * DNC_C + i, ok ? src : gcg, ok);
+            }
+            asm volatile("cp.async.commit_group;" ::);
+        }
+        /* exp(gL - gc) for the update (read after the Y barrier); exp(gc) of this thread's two
+         * epilogue rows in registers (0 past Lc, as v5's eg) */
+        if (tid < DNC_C) ek[tid] = tid < Lc ? expf(gL - gcs[tid]) : 0.0f;
+        const float eg0 = i0 < Lc ? expf(gcs[i0]) : 0.0f, eg1 = i0 + 8 < Lc ? expf(gcs[i0 + 8]) : 0.0f;
+        /* K S, Q S and Q K^T over this warp's 16 rows x 16 columns; step ks+1's fragments are
+         * loaded before step ks's products (ks_dk >= 1) */
+        float xk[2][4], xq[2][4], pp[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) xk[n][r] = xq[n][r] = pp[n][r] = 0.0f;
+        const bool qk = nb / 2 <= mt; /* column tiles nb, nb+1 touch the lower triangle */
+        {
+            const float *pk = Ks + (mt * 16 + arow) * LDK + acol, *pq = Qs + (mt * 16 + arow) * LDK + acol;
+            const float *ps = St + (nb * 8 + brow) * LDK + bcol, *pb = Ks + (nb * 8 + brow) * LDK + bcol;
+            uint32_t ak[4], aq[4], bs[4], bk[4];
+            ldsm4(ak, pk);
+            ldsm4(aq, pq);
+            ldsm4(bs, ps);
+            if (qk) ldsm4(bk, pb);
+            for (int ks = 0; ks < ks_dk; ks++) {
+                uint32_t nk[4], nq[4], ns[4], nbk[4];
+                const int o = ks + 1 < ks_dk ? (ks + 1) * 8 : ks * 8; /* the last step reloads itself */
+                ldsm4(nk, pk + o);
+                ldsm4(nq, pq + o);
+                ldsm4(ns, ps + o);
+                if (qk) ldsm4(nbk, pb + o);
+                mma_tf32(xk[0], ak, bs[0], bs[1]);
+                mma_tf32(xk[1], ak, bs[2], bs[3]);
+                mma_tf32(xq[0], aq, bs[0], bs[1]);
+                mma_tf32(xq[1], aq, bs[2], bs[3]);
+                if (qk) {
+                    mma_tf32(pp[0], aq, bk[0], bk[1]);
+                    mma_tf32(pp[1], aq, bk[2], bk[3]);
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    ak[r] = nk[r], aq[r] = nq[r], bs[r] = ns[r];
+                    if (qk) bk[r] = nbk[r];
+                }
+            }
+        }
+        /* Y = beta (V - exp(gc) K S) into Vt (transposed); O = exp(gc) Q S (kept); P = q_i.k_j
+         * exp(gc_i - gc_j) for j <= i < Lc */
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = i0 + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                const float egi = (r >> 1) ? eg1 : eg0;
+                Vt[c * LDV + i] = tf32f(bts[i] * (Vs[i * LDV + c] - egi * xk[n][r]));
+                xq[n][r] *= egi;
+                Ps[i * LDV + c] = (c <= i && i < Lc) ? tf32f(pp[n][r] * expf(gcs[i] - gcs[c])) : 0.0f;
+            }
+        __syncthreads(); /* Y complete; q and the V slice are dead for this chunk */
+        if (ci + 1 < cl) { /* chunk c+1's q and V slice, in flight during Vn, P Vn and the update */
+            stage_tile(Qs, LDK, Qr + rn * nstride, nstride, Ln, dk, DNC_DK, 1, Qn, tid, DN3_T);
+            stage_tile(Vs, LDV, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
+            asm volatile("cp.async.commit_group;" ::);
+        }
+        /* Vn = T Y (T unit lower triangular: row tile mt needs k rows < 16*(mt+1)), over Y in Vt */
+        {
+            float vn[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) vn[n][r] = 0.0f;
+            for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+                uint32_t at[4], by[4];
+                ldsm4(at, Ts + (mt * 16 + arow) * LDV + ks * 8 + acol);
+                ldsm4(by, Vt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
+                mma_tf32(vn[0], at, by[0], by[1]);
+                mma_tf32(vn[1], at, by[2], by[3]);
+            }
+            __syncthreads(); /* every warp's reads of Y done: Vn may overwrite it */
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = i0 + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                    Vt[c * LDV + i] = tf32f(vn[n][r]);
+                }
+        }
+        __syncthreads(); /* Vt holds Vn */
+        /* O += P Vn (P lower triangular) */
+        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
+            uint32_t ap[4], bv[4];
+            ldsm4(ap, Ps + (mt * 16 + arow) * LDV + ks * 8 + acol);
+            ldsm4(bv, Vt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
+            mma_tf32(xq[0], ap, bv[0], bv[1]);
+            mma_tf32(xq[1], ap, bv[2], bv[3]);
+        }
+        {
+            const int64_t ostride = (int64_t)Hv * dv;
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int i = i0 + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
+                    if (i < Lc && c < ncv) out[(r0 + i) * ostride + (int64_t)h * dv + c0 + c] = xq[n][r];
+                }
+        }
+        /* S = exp(gL) S + (k exp(gL - gc))^T Vn over state rows sr..sr+15, columns 8cb..8cb+31 */
+        if (sr < dk) {
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) S[n][r] *= eL;
+            const int ks_c = (Lc + 7) / 8;
+            for (int ks = 0; ks < ks_c; ks++) {
+                uint32_t ak[4], b01[4], b23[4];
+                load_a(ak, Ks + ks * 8 * LDK + sr, 1, LDK, ek + ks * 8, g, t);
+                ldsm4(b01, Vt + (cb * 8 + brow) * LDV + ks * 8 + bcol);
+                ldsm4(b23, Vt + ((cb + 2) * 8 + brow) * LDV + ks * 8 + bcol);
+                mma_tf32(S[0], ak, b01[0], b01[1]);
+                mma_tf32(S[1], ak, b01[2], b01[3]);
+                mma_tf32(S[2], ak, b23[0], b23[1]);
+                mma_tf32(S[3], ak, b23[2], b23[3]);
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    St[((cb + n) * 8 + 2 * t + (r & 1)) * LDK + sr + g + ((r >> 1) << 3)] = tf32f(S[n][r]);
+        }
+    }
+}
+
 /* Called by the deltanet entry of ops.cu first. *taken = 0 (and VSR_OK) for shapes this
  * path does not take; the caller then runs the recurrent scan. */
 extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
@@ -934,13 +1366,15 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     if (maxlen < DNC_MIN_LEN || chunks > 0x7fffffff / 2) return VSR_OK;
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
-    const char *env_v4 = getenv("VSR_CUDA_DN_V4"), *env_stage = getenv("VSR_CUDA_DN_STAGE");
-    /* 4: v4 (VSR_CUDA_DN_V4=1, the previous default kept for A/B); 5: v5 (default) */
-    const int ver = env_v4 && env_v4[0] == '1' ? 4 : 5;
+    const char *env_v4 = getenv("VSR_CUDA_DN_V4"), *env_v5 = getenv("VSR_CUDA_DN_V5"),
+               *env_stage = getenv("VSR_CUDA_DN_STAGE"), *env_grp = getenv("VSR_CUDA_DN6_GROUP");
+    /* 4: v4 (VSR_CUDA_DN_V4=1); 5: v5 (VSR_CUDA_DN_V5=1, the previous default kept for A/B);
+     * 6: v6 (default) */
+    const int ver = env_v4 && env_v4[0] == '1' ? 4 : env_v5 && env_v5[0] == '1' ? 5 : 6;
     /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
     const bool intra_only = env_stage && !strcmp(env_stage, "intra");
     /* shared memory: v4's / v5's ~218 KB need Hopper (A100: 163 KB) */
-    const size_t need = ver == 5 ? STATE5_SMEM : STATE4_SMEM;
+    const size_t need = ver >= 5 ? STATE5_SMEM : STATE4_SMEM;
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess ||
         (size_t)optin < need) {
@@ -954,15 +1388,30 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     vsr_status st;
     void *scr;
     const int vec = qkv_stride % 4 == 0 && ((uintptr_t)qkv & 15) == 0;
-    /* T [ch][64][64] first (16-byte aligned rows), then gc, beta [rows][Hv] */
-    if ((st = cuda_scratch(c, sizeof(float) * (nP + 2 * ng), &scr, err))) return st;
-    float *Tg = (float *)scr, *gcg = Tg + nP, *btg = gcg + ng;
+    /* v6 also: q^, k^ [rows][Hk][dk] (normalised, TF32) */
+    const size_t nn = ver == 6 ? ((size_t)rows * Hk * dk + 63) / 64 * 64 : 0;
+    /* T [ch][64][64] first (16-byte aligned rows), then gc, beta [rows][Hv], then Qn, Kn */
+    if ((st = cuda_scratch(c, sizeof(float) * (nP + 2 * ng + 2 * nn), &scr, err))) return st;
+    float *Tg = (float *)scr, *gcg = Tg + nP, *btg = gcg + ng, *Qn = btg + ng, *Kn = Qn + nn;
     if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  (int)INTRA3_SMEM),
                          "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
         return st;
     dim3 gi((unsigned)chunks, (unsigned)Hv);
-    if (ver == 5) {
+    if (ver == 6) {
+        /* value heads per intra block: all Hv/Hk of a key head once the per-head grid would
+         * take more than two waves of 3 blocks per SM (8x512: 3072 -> 1024 blocks), else one */
+        const int G = Hv / Hk;
+        const bool grp = env_grp && env_grp[0] ? env_grp[0] == '1' : chunks * Hv > 2LL * 3 * c->sm_count;
+        const int hpb = grp ? G : 1;
+        dim3 g6((unsigned)chunks, (unsigned)Hk, (unsigned)(G / hpb));
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn6_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)INTRA3_SMEM),
+                             "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
+            return st;
+        k_dn6_intra<<<g6, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
+                                                         dk, hpb, Tg, gcg, btg, Qn, Kn);
+    } else if (ver == 5) {
         if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      (int)INTRA3_SMEM),
                              "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
@@ -974,7 +1423,15 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
                                                          dk, Tg, gcg, btg, ver == 4);
     }
     if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
-    if (!intra_only && ver == 5) {
+    if (!intra_only && ver == 6) {
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn6_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)STATE5_SMEM),
+                             "deltanet (chunked): shared memory of the state kernel", err)))
+            return st;
+        k_dn6_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE5_SMEM, c->stream>>>(
+            Qn, Kn, qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
+        if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+    } else if (!intra_only && ver == 5) {
         if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      (int)STATE5_SMEM),
                              "deltanet (chunked): shared memory of the state kernel", err)))
