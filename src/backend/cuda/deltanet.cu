@@ -12,9 +12,11 @@
  * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
  *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
  *
- * Two generations, selected at each call: v5 (the default: v4 with the next chunk's copies issued
- * earlier and a less serial intra kernel; see "==== v5") and v4 (VSR_CUDA_DN_V4=1: ldmatrix
- * operands and a double-buffered k; see "==== v4"). Both run two kernels: an intra-chunk kernel
+ * Three generations, selected at each call: v6 (the default: q, k normalised once per (chunk,
+ * key head) by the intra kernel, which on large grids also does all value heads of a key head per
+ * block; see "==== v6"), v5 (VSR_CUDA_DN_V5=1: v4 with the next chunk's copies issued earlier and a
+ * less serial intra kernel; see "==== v5") and v4 (VSR_CUDA_DN_V4=1: ldmatrix operands and a
+ * double-buffered k; see "==== v4"). All run two kernels: an intra-chunk kernel
  * per (chunk, value head) that computes T = (I + L)^-1 (blocked by 16; only T crosses device
  * memory, the design of v3, whose intra kernel v4 still runs), and a state kernel per (sequence,
  * value head, 64 value columns) that carries S across the sequence's chunks. The earlier
@@ -502,7 +504,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn4_state(const float *__restrict_
     }
 }
 
-/* ==== v5 (the default; VSR_CUDA_DN_V4=1 runs v4 above) ====
+/* ==== v5 (VSR_CUDA_DN_V5=1; the default before v6) ====
  * Not yet run on a GPU when written (bench/NOTES.md "DeltaNet v5 (not yet run)"). v4's math,
  * block shape and operand layouts; what changed is when the next chunk's data is copied:
  *  - k, T, gc and beta of chunk c+1 are issued right after chunk c's top barrier (k and T into
