@@ -398,25 +398,29 @@ TEST(swiglu_strided) {
 /* ---- linear_swiglu: the gate|up product and SwiGLU in one op ---- */
 
 /* y = silu(g) * u from one stacked gate|up weight, against the CPU backend's FP32 linear + swiglu on
- * the same weight: BF16 and FP8 keep the product in BF16 (within BF16 rounding: 8e-3 of the largest
- * output), int4 and FP8 below 128 rows take the FP32 product (bit-identical to the GPU's own
- * linear + swiglu). Then y's twin for the down projection, declared and sole, as swiglu's. */
+ * the same weight: BF16 keeps the product in BF16 (within BF16 rounding: 8e-3 of the largest
+ * output); int4 takes the FP32 product (bit-identical to the GPU's own linear + swiglu). FP8 (the
+ * CPU has none: its FP8 linear is held to the reference in test_cuda_quant) is held to the GPU's own
+ * FP8 linear + swiglu bit for bit: from 128 rows that linear widens the same BF16 product the fused op
+ * reads. Then y's twin for the down projection, declared and sole, as swiglu's. */
 static void linear_swiglu_case(const char *what, vsr_weight_view *parts, int64_t M, int kept) {
     vsr_err e;
     vsr_backend cb;
     CHECK_OK(vsr_backend_cpu_new(1, &cb, &e), e);
+    const int cpu_ref = parts[0].kind != VSR_WK_FP8;
     const int64_t K = parts[0].K, I = parts[0].N, N2 = 2 * I;
     vsr_bweight *WG = NULL, *WC = NULL;
     CHECK_OK(GB.ops->weight_upload_cat(GB.ctx, parts, 2, &WG, &e), e);
-    CHECK_OK(cb.ops->weight_upload_cat ? cb.ops->weight_upload_cat(cb.ctx, parts, 2, &WC, &e) : VSR_OK, e);
+    if (cpu_ref && cb.ops->weight_upload_cat) CHECK_OK(cb.ops->weight_upload_cat(cb.ctx, parts, 2, &WC, &e), e);
     vsr_bweight *WC0 = NULL, *WC1 = NULL;
-    if (!WC) {
+    if (cpu_ref && !WC) {
         CHECK_OK(cb.ops->weight_upload(cb.ctx, &parts[0], &WC0, &e), e);
         CHECK_OK(cb.ops->weight_upload(cb.ctx, &parts[1], &WC1, &e), e);
     }
-    if (!WG || (!WC && (!WC0 || !WC1))) return;
+    if (!WG || (cpu_ref && !WC && (!WC0 || !WC1))) return;
     float *hx = hrand(M * K, 1.0f), *gu = malloc(sizeof(float) * (size_t)(M * N2)), *yc = malloc(sizeof(float) * (size_t)(M * I));
-    if (WC) {
+    if (!cpu_ref) {
+    } else if (WC) {
         CHECK_OK(cb.ops->linear(cb.ctx, hx, M, WC, gu, 0, &e), e);
         CHECK_OK(cb.ops->swiglu(cb.ctx, gu, gu + I, N2, M, I, yc, &e), e);
     } else {
@@ -428,14 +432,17 @@ static void linear_swiglu_case(const char *what, vsr_weight_view *parts, int64_t
     }
     void *x = up(hx, M * K), *work = up(NULL, M * N2), *y = up(NULL, M * I), *w2 = up(NULL, M * N2), *y2 = up(NULL, M * I);
     CHECK_OK(GB.ops->linear_swiglu(GB.ctx, x, M, WG, work, y, &e), e);
+    if (!cpu_ref && M >= 128)
+        CHECK_MSG(strstr(cuda_quant_last_path(), "bf16-kept") != NULL, "%s M %lld: path %s", what, (long long)M,
+                  cuda_quant_last_path());
     float *yg = down(y, M * I);
-    double d = test_nerr(yg, yc, M * I);
+    double d = cpu_ref ? test_nerr(yg, yc, M * I) : 0.0;
     /* the GPU's own linear + swiglu: the same answer bit for bit unless the product was kept in BF16 */
     CHECK_OK(GB.ops->linear(GB.ctx, x, M, WG, w2, 0, &e), e);
     CHECK_OK(GB.ops->swiglu(GB.ctx, w2, (float *)w2 + I, N2, M, I, y2, &e), e);
     int eq = same(y, y2, M * I);
-    printf("  linear_swiglu %s M=%lld I=%lld: against the CPU %.3g, %s the GPU's linear + swiglu\n", what, (long long)M,
-           (long long)I, d, eq ? "bit-identical to" : "differs from");
+    printf("  linear_swiglu %s M=%lld I=%lld: against the CPU %.3g%s, %s the GPU's linear + swiglu\n", what,
+           (long long)M, (long long)I, d, cpu_ref ? "" : " (no CPU FP8: not compared)", eq ? "bit-identical to" : "differs from");
     CHECK_MSG(d <= 8e-3, "%s M %lld: linear_swiglu is %.3g from the CPU's linear + swiglu", what, (long long)M, d);
     CHECK_MSG(kept ? !eq : eq, "%s M %lld: the product was %s in BF16, expected %s", what, (long long)M,
               eq ? "not kept" : "kept", kept ? "kept" : "the FP32 product");
@@ -490,8 +497,7 @@ TEST(linear_swiglu) {
         vsr_weight_view f8[2] = {{.kind = VSR_WK_FP8, .N = I, .K = K, .w = q0, .scale = f0, .name = "gate"},
                                  {.kind = VSR_WK_FP8, .N = I, .K = K, .w = q1, .scale = f1, .name = "up"}};
         linear_swiglu_case("fp8", f8, 37, 0);  /* below 128 rows: the FP32 product */
-        linear_swiglu_case("fp8", f8, 300, 1); /* the BF16 product, as the FP8 linear makes it, kept */
-        CHECK_MSG(strstr(cuda_quant_last_path(), "bf16-kept") != NULL, "fp8 M 300: path %s", cuda_quant_last_path());
+        linear_swiglu_case("fp8", f8, 300, 0); /* the BF16 product the FP8 linear makes, read as it is */
         free(q0), free(q1), free(f0), free(f1);
     }
     /* a weight of an odd number of outputs is not a gate|up pair */
@@ -502,6 +508,101 @@ TEST(linear_swiglu) {
     GB.ops->weight_free(GB.ctx, W);
     GB.ops->buf_free(GB.ctx, x), GB.ops->buf_free(GB.ctx, work), GB.ops->buf_free(GB.ctx, y);
     free(w0), free(w1), free(p0), free(p1), free(s0), free(s1);
+}
+
+/* ---- keep_product_bf16: a stacked projection's product held only in BF16 for its op readers ---- */
+
+/* The DeltaNet input projection's consumers (conv1d_silu on its qkv columns, rmsnorm_gated on z,
+ * deltanet on b and a) reading the product kept in BF16, against the same ops on the FP32 product:
+ * within BF16 rounding for BF16 weights; bit-identical for FP8 from 128 rows (its FP32 product is
+ * the same BF16 product widened); ignored (FP32 written, bit-identical) for int4. Any other op
+ * reading the kept product is refused, and a later FP32 write ends it. */
+static void keep_case(const char *what, const vsr_weight_view *wv, int64_t T, int kept) {
+    vsr_err e;
+    const int Hk = 2, Hv = 4, dk = 32, dv = 32;
+    const int64_t K = wv->K, C = 2 * Hk * dk + Hv * dv, Vd = (int64_t)Hv * dv, N = C + Vd + 2 * Hv;
+    if (wv->N != N) {
+        CHECK_MSG(0, "keep_case: weight of %lld outputs, expected %lld", (long long)wv->N, (long long)N);
+        return;
+    }
+    vsr_bweight *W = NULL;
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, wv, &W, &e), e);
+    if (!W) return;
+    int64_t start[2] = {0, T / 3}, len[2] = {T / 3, T - T / 3}, pos0[2] = {0, 0};
+    vsr_segs sg = {2, start, len, pos0};
+    float *hx = hrand(T * K, 1.0f), *hcw = hrand(C * 4, 0.5f), *hg = hrand(T * Vd, 1.0f), *hn = hrand(dv, 0.5f),
+          *hA = hrand(Hv, 0.5f), *hd = hrand(Hv, 0.5f);
+    void *x = up(hx, T * K), *cw = up(hcw, C * 4), *xg = up(hg, T * Vd), *nw = up(hn, dv), *A = up(hA, Hv),
+         *dt = up(hd, Hv), *stt = up(NULL, 2 * Hv * dk * dv);
+    void *y[2], *cv[2], *gn[2], *dn[2];
+    for (int i = 0; i < 2; i++) { /* i = 0: the FP32 product; 1: declared */
+        y[i] = up(NULL, T * N), cv[i] = up(NULL, T * C), gn[i] = up(NULL, T * Vd), dn[i] = up(NULL, T * Vd);
+        if (i == 1) GB.ops->keep_product_bf16(GB.ctx, y[i], T, N);
+        CHECK_OK(GB.ops->linear(GB.ctx, x, T, W, y[i], 0, &e), e);
+        if (i == 1 && wv->kind == VSR_WK_FP8 && kept)
+            CHECK_MSG(strstr(cuda_quant_last_path(), "bf16-kept") != NULL, "%s: path %s", what, cuda_quant_last_path());
+        float *yi = (float *)y[i];
+        CHECK_OK(GB.ops->conv1d_silu(GB.ctx, yi, N, &sg, C, cw, 4, cv[i], &e), e);
+        CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, xg, yi + C, Hv, N, T * Hv, dv, nw, 1e-6f, gn[i], &e), e);
+        CHECK_OK(GB.ops->deltanet(GB.ctx, cv[i], C, yi + C + Vd, yi + C + Vd + Hv, N, A, dt, &sg, Hk, Hv, dk, dv, stt,
+                                  dn[i], &e), e);
+    }
+    float *c0 = down(cv[0], T * C), *c1 = down(cv[1], T * C), *g0 = down(gn[0], T * Vd), *g1 = down(gn[1], T * Vd),
+          *d0 = down(dn[0], T * Vd), *d1 = down(dn[1], T * Vd);
+    double ec = test_nerr(c1, c0, T * C), eg = test_nerr(g1, g0, T * Vd), ed = test_nerr(d1, d0, T * Vd);
+    printf("  kept product %s T=%lld: conv %.3g, gated norm %.3g, deltanet %.3g from the FP32 product's\n", what,
+           (long long)T, ec, eg, ed);
+    if (kept && wv->kind == VSR_WK_BF16) {
+        CHECK_MSG(ec <= 8e-3 && eg <= 8e-3 && ed <= 1e-2, "%s: the kept product's readers are further than BF16 "
+                  "rounding from the FP32 product's (conv %.3g, norm %.3g, deltanet %.3g)", what, ec, eg, ed);
+        CHECK_MSG(ec > 0, "%s: conv reading the kept product gave the FP32 product's answer bit for bit", what);
+    } else {
+        CHECK_MSG(ec == 0 && eg == 0 && ed == 0, "%s: expected bit-identical readers (conv %.3g, norm %.3g, deltanet %.3g)",
+                  what, ec, eg, ed);
+    }
+    if (kept) {
+        /* an op that cannot read it, and reading it back, are refused; a later FP32 write ends it */
+        void *h = up(NULL, T * N);
+        float *yk = (float *)y[1];
+        CHECK_ERR(GB.ops->rmsnorm(GB.ctx, yk, N, T, N, nw, 1.0f, 1e-6f, h, N, &e), e, VSR_E_INTERNAL, "held only in BF16");
+        CHECK_ERR(GB.ops->swiglu(GB.ctx, yk, yk + 8, N, T, 8, h, &e), e, VSR_E_INTERNAL, "held only in BF16");
+        CHECK_ERR(GB.ops->linear(GB.ctx, yk, T, W, h, 0, &e), e, VSR_E_INTERNAL, "held only in BF16");
+        float tmp[4];
+        CHECK_ERR(GB.ops->buf_get(GB.ctx, tmp, yk + 3, sizeof tmp, &e), e, VSR_E_INTERNAL, "buf_get");
+        CHECK_OK(GB.ops->linear(GB.ctx, x, T, W, yk, 0, &e), e); /* undeclared: FP32 */
+        CHECK_MSG(same(y[0], y[1], T * N), "%s: the FP32 product after the kept one differs", what);
+        GB.ops->buf_free(GB.ctx, h);
+    }
+    free(c0), free(c1), free(g0), free(g1), free(d0), free(d1);
+    free(hx), free(hcw), free(hg), free(hn), free(hA), free(hd);
+    void *bufs[] = {x, cw, xg, nw, A, dt, stt, y[0], y[1], cv[0], cv[1], gn[0], gn[1], dn[0], dn[1]};
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    GB.ops->weight_free(GB.ctx, W);
+}
+
+TEST(keep_product_bf16) {
+    const int64_t K = 128, N = 2 * 2 * 32 + 4 * 32 + 4 * 32 + 2 * 4;
+    uint16_t *wb = malloc(2 * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) wb[i] = vsr_f32_to_bf16(test_rndf() * 0.1f);
+    vsr_weight_view bf = {.kind = VSR_WK_BF16, .N = N, .K = K, .w = wb, .name = "in_proj"};
+    keep_case("bf16", &bf, 40, 1);
+    keep_case("bf16", &bf, 300, 1);
+    const int group = 64;
+    uint32_t *pk = malloc(4 * (size_t)(N * K / 8));
+    uint16_t *sc = malloc(2 * (size_t)(N * (K / group)));
+    vsr_quantize_int4_rtn(wb, N, K, group, true, NULL, pk, sc, NULL);
+    vsr_weight_view i4 = {.kind = VSR_WK_INT4, .N = N, .K = K, .w = pk, .scale = sc, .group = group, .name = "in_proj"};
+    keep_case("int4 (declaration ignored)", &i4, 40, 0);
+    if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89) {
+        uint8_t *q = malloc((size_t)(N * K));
+        uint16_t *f = malloc(2 * (size_t)N);
+        vsr_quantize_fp8_rtn(wb, N, K, q, f);
+        vsr_weight_view f8 = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = q, .scale = f, .name = "in_proj"};
+        keep_case("fp8 (below 128 rows: FP32)", &f8, 40, 0);
+        keep_case("fp8", &f8, 300, 1);
+        free(q), free(f);
+    }
+    free(wb), free(pk), free(sc);
 }
 
 /* mul_sigmoid and rmsnorm_gated on their 4-wide and scalar paths against the CPU backend */
@@ -695,6 +796,7 @@ int main(void) {
     RUN(stacked_weights);
     RUN(swiglu_strided);
     RUN(linear_swiglu);
+    RUN(keep_product_bf16);
     RUN(vector_and_scalar_paths);
     RUN(strided_conv_and_gated_norm);
     RUN(graphs_replay_bit_identical);

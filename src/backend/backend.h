@@ -190,6 +190,14 @@ typedef struct vsr_backend_ops {
      * linear + swiglu, never further. y is a producer output as swiglu's is (feed_linears applies). */
     vsr_status (*linear_swiglu)(void *ctx, const float *x, int64_t M, const vsr_bweight *w_gu, float *work, float *y,
                                 vsr_err *err);
+    /* Declares that the next linear, when it writes y [rows, N] (contiguous, not accumulating), may hold
+     * its product only in BF16, because until y is written again the only ops reading it are among
+     * those that read such a product: conv1d_silu's x, rmsnorm_gated's z, deltanet's b and a (the
+     * DeltaNet input projection's consumers). They read it within BF16 rounding (the precision
+     * transformers keeps a BF16 model's activations in). Any other op reading it is refused
+     * (VSR_E_INTERNAL), as a read of memory never written. The declaration is for the next linear
+     * only; a backend may ignore it (then y is FP32 as usual). */
+    void (*keep_product_bf16)(void *ctx, const float *y, int64_t rows, int64_t N);
 } vsr_backend_ops;
 
 typedef struct vsr_backend {

@@ -622,6 +622,7 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
     if (L->in_all) {
         qs = zs = bs = m->C + m->Vd + 2LL * m->Hv;
         z = a->t0 + m->C, bb = z + m->Vd, aa = bb + m->Hv, out = a->t2;
+        if (B->keep_product_bf16) B->keep_product_bf16(X, a->t0, T, qs); /* read by conv, deltanet, gated norm only */
         if ((st = B->linear(X, a->h, T, L->in_all, a->t0, 0, err))) return st;
     } else {
         qs = m->C, zs = m->Vd, bs = m->Hv;

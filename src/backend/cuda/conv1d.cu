@@ -15,7 +15,8 @@
  * Anything else (other Kc, C not a multiple of 4, unaligned buffers), and VSR_CUDA_CONV_OLD=1
  * (kept so one binary can time both), runs the generic kernel: one thread per (row, channel).
  * x may be the first C columns of a wider row (row stride xst, e.g. a stacked projection's output);
- * y is contiguous.
+ * y is contiguous. x may also be BF16 (a stacked projection's product kept in BF16 by the linear,
+ * backend.h keep_product_bf16): the same kernels, each element widened to FP32 as it is loaded.
  * Numerics: FP32 FMAs in tap order, silu as the CPU op (device_math.cuh). */
 #include <stdlib.h>
 
@@ -24,6 +25,17 @@
 
 #define CV_MAX_SEGS 128 /* = CUDA_MAX_SEGS of ops.cu: one call's sequences */
 
+/* x element loads, FP32 or BF16 (4 channels: 16 or 8 bytes, aligned) */
+__device__ __forceinline__ float cv_ld(const float *p) { return *p; }
+__device__ __forceinline__ float cv_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float4 cv_ld4(const float *p) { return __ldg(reinterpret_cast<const float4 *>(p)); }
+__device__ __forceinline__ float4 cv_ld4(const __nv_bfloat16 *p) {
+    uint2 v = __ldg(reinterpret_cast<const uint2 *>(p));
+    float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v.x)),
+           b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
 typedef struct cv_tab {
     int n;
     int64_t start[CV_MAX_SEGS], len[CV_MAX_SEGS];
@@ -31,7 +43,8 @@ typedef struct cv_tab {
 } cv_tab;
 
 /* Generic: block (row, channel range); any C, any Kc. */
-__global__ void k_conv1d_silu_gen(const float *__restrict__ x, int64_t xst, const cv_tab tb, int64_t C,
+template <typename TX>
+__global__ void k_conv1d_silu_gen(const TX *__restrict__ x, int64_t xst, const cv_tab tb, int64_t C,
                                   const float *__restrict__ w, int Kc, float *__restrict__ y) {
     const int64_t r = blockIdx.x;
     const int sg = last_le_d(tb.start, tb.n, r);
@@ -41,7 +54,7 @@ __global__ void k_conv1d_silu_gen(const float *__restrict__ x, int64_t xst, cons
         float acc = 0;
         for (int k = 0; k < Kc; k++) {
             int64_t tt = t - (Kc - 1) + k;
-            if (tt >= 0) acc += wc[k] * x[(r - t + tt) * xst + ch];
+            if (tt >= 0) acc += wc[k] * cv_ld(x + (r - t + tt) * xst + ch);
         }
         y[r * C + ch] = silu_d(acc);
     }
@@ -52,8 +65,8 @@ __global__ void k_conv1d_silu_gen(const float *__restrict__ x, int64_t xst, cons
  * at one time read whole consecutive rows (a run's R + 3 rows, 40 KB each at the 27B shape) and
  * write whole rows; !CF (VSR_CUDA_CONV_RUNS=1, the previous order): grid (runs, channel blocks),
  * so resident blocks read 2 KB pieces of rows ~R rows apart. */
-template <int R, bool CF>
-__global__ void __launch_bounds__(128) k_conv1d_silu_v4(const float *__restrict__ x, int64_t xst, const cv_tab tb,
+template <typename TX, int R, bool CF>
+__global__ void __launch_bounds__(128) k_conv1d_silu_v4(const TX *__restrict__ x, int64_t xst, const cv_tab tb,
                                                         int64_t C, const float *__restrict__ w, float *__restrict__ y) {
     const int64_t q = (int64_t)(CF ? blockIdx.x : blockIdx.y) * 128 + threadIdx.x; /* channel quad */
     if (4 * q >= C) return;
@@ -61,7 +74,7 @@ __global__ void __launch_bounds__(128) k_conv1d_silu_v4(const float *__restrict_
     const int sg = last_le_d(tb.rfirst, tb.n, run);
     const int64_t t0 = (int64_t)(run - tb.rfirst[sg]) * R;
     const int n = (int)min((int64_t)R, tb.len[sg] - t0); /* tokens of this run, 1..R */
-    const float *xs = x + (tb.start[sg] + t0) * xst + 4 * q; /* row t0 of the sequence (x rows at stride xst) */
+    const TX *xs = x + (tb.start[sg] + t0) * xst + 4 * q; /* row t0 of the sequence (x rows at stride xst) */
     float *ys = y + (tb.start[sg] + t0) * C + 4 * q;
     const float4 *w4 = reinterpret_cast<const float4 *>(w) + 4 * q; /* w[4q + cc][0..3] = w4[cc] */
     float4 wv[4];
@@ -72,8 +85,7 @@ __global__ void __launch_bounds__(128) k_conv1d_silu_v4(const float *__restrict_
 #pragma unroll
     for (int k = 0; k < R + 3; k++) {
         const int64_t tt = t0 - 3 + k;
-        win[k] = (tt >= 0 && k - 3 < n) ? __ldg(reinterpret_cast<const float4 *>(xs + (int64_t)(k - 3) * xst))
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        win[k] = (tt >= 0 && k - 3 < n) ? cv_ld4(xs + (int64_t)(k - 3) * xst) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int k = 0; k < R; k++) {
@@ -88,8 +100,9 @@ __global__ void __launch_bounds__(128) k_conv1d_silu_v4(const float *__restrict_
     }
 }
 
-extern "C" vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, int64_t xst, const vsr_segs *seg, int64_t C,
-                                       const float *w, int Kc, float *y, vsr_err *err) {
+template <typename TX>
+static vsr_status conv1d_run(cuda_ctx *c, const TX *x, int64_t xst, const vsr_segs *seg, int64_t C, const float *w,
+                             int Kc, float *y, vsr_err *err) {
     if (seg->n < 0 || seg->n > CV_MAX_SEGS)
         return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: conv1d_silu: %d sequences in one call (at most %d)",
                            c->device, seg->n, CV_MAX_SEGS);
@@ -102,7 +115,7 @@ extern "C" vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, int64_t xst,
     for (int i = 0; i < seg->n; i++) tb.start[i] = seg->start[i], tb.len[i] = seg->len[i];
     const char *old = getenv("VSR_CUDA_CONV_OLD");
     const bool fast = Kc == 4 && C % 4 == 0 && xst % 4 == 0 && !(old && old[0] == '1') &&
-                      (((uintptr_t)x | (uintptr_t)y | (uintptr_t)w) & 15) == 0;
+                      (((uintptr_t)y | (uintptr_t)w) & 15) == 0 && ((uintptr_t)x & (4 * sizeof(TX) - 1)) == 0;
     const char *runs_env = getenv("VSR_CUDA_CONV_RUNS");
     const bool runs_first = runs_env && runs_env[0] == '1';
     if (fast) {
@@ -120,16 +133,21 @@ extern "C" vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, int64_t xst,
             return vsr_err_set(err, VSR_E_UNSUPPORTED, "conv1d_silu: %lld channels", (long long)C);
         if (!runs_first && runs <= 65535) { /* gridDim.y limit; longer batches take the run order */
             dim3 grid((unsigned)qblocks, (unsigned)runs);
-            k_conv1d_silu_v4<8, true><<<grid, 128, 0, c->stream>>>(x, xst, tb, C, w, y);
+            k_conv1d_silu_v4<TX, 8, true><<<grid, 128, 0, c->stream>>>(x, xst, tb, C, w, y);
         } else {
             dim3 grid((unsigned)runs, (unsigned)qblocks);
-            if (R == 16) k_conv1d_silu_v4<16, false><<<grid, 128, 0, c->stream>>>(x, xst, tb, C, w, y);
-            else k_conv1d_silu_v4<8, false><<<grid, 128, 0, c->stream>>>(x, xst, tb, C, w, y);
+            if (R == 16) k_conv1d_silu_v4<TX, 16, false><<<grid, 128, 0, c->stream>>>(x, xst, tb, C, w, y);
+            else k_conv1d_silu_v4<TX, 8, false><<<grid, 128, 0, c->stream>>>(x, xst, tb, C, w, y);
         }
         return cuda_check_launch(c, "conv1d_silu", err);
     }
     const int64_t cb = (C + 255) / 256;
     dim3 grid((unsigned)rows, (unsigned)(cb > 64 ? 64 : cb));
-    k_conv1d_silu_gen<<<grid, 256, 0, c->stream>>>(x, xst, tb, C, w, Kc, y);
+    k_conv1d_silu_gen<TX><<<grid, 256, 0, c->stream>>>(x, xst, tb, C, w, Kc, y);
     return cuda_check_launch(c, "conv1d_silu", err);
+}
+
+extern "C" vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const __nv_bfloat16 *xb, int64_t xst,
+                                       const vsr_segs *seg, int64_t C, const float *w, int Kc, float *y, vsr_err *err) {
+    return xb ? conv1d_run(c, xb, xst, seg, C, w, Kc, y, err) : conv1d_run(c, x, xst, seg, C, w, Kc, y, err);
 }

@@ -87,9 +87,9 @@ vsr_status cuda_f32_to_bf16(cuda_ctx *c, const float *x, int64_t n, __nv_bfloat1
 vsr_status cuda_gemm_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const __nv_bfloat16 *W,
                           int64_t N, int64_t K, float *y, int accumulate, vsr_err *err);
 
-/* Causal depthwise conv1d + silu (backend.h conv1d_silu), conv1d.cu. */
-vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, int64_t xs, const vsr_segs *seg, int64_t C, const float *w, int Kc,
-                            float *y, vsr_err *err);
+/* Causal depthwise conv1d + silu (backend.h conv1d_silu), conv1d.cu; x FP32, or xb BF16 (x NULL). */
+vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const __nv_bfloat16 *xb, int64_t xs, const vsr_segs *seg,
+                            int64_t C, const float *w, int Kc, float *y, vsr_err *err);
 
 /* ---- hooks for the quantized linears (quant_*.cu; weak refusing defaults in weak_quant.cu) ---- */
 
@@ -120,6 +120,14 @@ vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float 
 vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
                                    const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd, int *ran,
                                    vsr_err *err);
+/* The same product, written to dst [M, N] (row stride N) instead of the workspace (one more pass when
+ * the weight is padded to Np > N). */
+vsr_status cuda_fp8_linear_bf16_to(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
+                                   const vsr_bweight *w, __nv_bfloat16 *dst, int *ran, vsr_err *err);
+/* autotune.cu: the choice recorded for (kernel, key) under --autotune-cache, as text (path: the
+ * file); VSR_E_NOT_FOUND when none is recorded yet. */
+vsr_status autotune_recorded(cuda_ctx *c, const char *kernel, const char *key, char *choice, size_t n, char *path,
+                             size_t path_n, vsr_err *err);
 /* y[M, N] = A . W^T as cuda_gemm_bf16, the result rounded to BF16 (D BF16, row stride N). */
 vsr_status cuda_gemm_bf16_out_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const __nv_bfloat16 *W, int64_t N,
                                    int64_t K, __nv_bfloat16 *y, vsr_err *err);

@@ -502,9 +502,11 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
     return cuda_check_launch(c, "FP8 epilogue", err);
 }
 
-extern "C" vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx,
-                                              int64_t M, const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd,
-                                              int *ran, vsr_err *err) {
+/* Path (b)'s product alone, kept in BF16: into dst [M, N] when given (and Np == N), else into the
+ * workspace [M, Np]. *ran = 0 where cuda_fp8_linear_prequant would not itself take path (b). */
+static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
+                               const vsr_bweight *w, __nv_bfloat16 *dst, const __nv_bfloat16 **d, int64_t *ldd,
+                               int *ran, vsr_err *err) {
     *ran = 0;
     if (M <= 0) return VSR_OK;
     quant_wmeta *m = (quant_wmeta *)w->q;
@@ -517,7 +519,7 @@ extern "C" vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const
     quant_state *q;
     vsr_status st = quant_state_get(c, &q, err);
     if (st) return st;
-    int64_t K = w->v.K, Kp = m->Kp, Np = m->Np;
+    int64_t K = w->v.K, N = w->v.N, Kp = m->Kp, Np = m->Np;
     if (!xq) {
         if ((st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(M * Kp) + sizeof(float) * (size_t)M,
                              "FP8 activations", err)))
@@ -527,14 +529,41 @@ extern "C" vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const
         if ((st = fp8_quantize(c, x, M, K, Kp, xa, sa, err))) return st;
         xq = xa, sx = sa;
     }
+    void *out = dst && Np == N ? (void *)dst : NULL;
+    if (!out) {
+        if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product", err)))
+            return st;
+        out = q->wtmp;
+    }
     fp8_plan *p;
     int done = 0;
-    if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product", err)) ||
-        (st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, &p, err)) ||
-        (st = run_plan(c, p, w->w, xq, (const float *)w->scale, sx, q->wtmp, 0, &done, err)))
+    if ((st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, &p, err)) ||
+        (st = run_plan(c, p, w->w, xq, (const float *)w->scale, sx, out, 0, &done, err)))
         return st;
     if (!done) return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
     quant_set_last_path("fp8:scaled(outer-vec,bf16-kept,a%d,%s)", p->chosen, p->src);
-    *d = (const __nv_bfloat16 *)q->wtmp, *ldd = Np, *ran = 1;
+    if (dst && out != dst) {
+        if ((st = cuda_check(c, cudaMemcpy2DAsync(dst, sizeof(__nv_bfloat16) * (size_t)N, out,
+                                                  sizeof(__nv_bfloat16) * (size_t)Np, sizeof(__nv_bfloat16) * (size_t)N,
+                                                  (size_t)M, cudaMemcpyDeviceToDevice, c->stream),
+                             "FP8 product copy", err)))
+            return st;
+        out = dst, Np = N;
+    }
+    if (d) *d = (const __nv_bfloat16 *)out;
+    if (ldd) *ldd = Np;
+    *ran = 1;
     return VSR_OK;
+}
+
+extern "C" vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx,
+                                              int64_t M, const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd,
+                                              int *ran, vsr_err *err) {
+    return bf16_product(c, x, xq, sx, M, w, NULL, d, ldd, ran, err);
+}
+
+extern "C" vsr_status cuda_fp8_linear_bf16_to(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx,
+                                              int64_t M, const vsr_bweight *w, __nv_bfloat16 *dst, int *ran,
+                                              vsr_err *err) {
+    return bf16_product(c, x, xq, sx, M, w, dst, NULL, NULL, ran, err);
 }
