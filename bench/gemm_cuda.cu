@@ -4,16 +4,19 @@
  * cuBLASLt path with the sm_90a kernel off, fp8_wgmma = that kernel at every row count, fp8_pq_* = the
  * kernel alone on prequantized activations per tile width / accumulation mode), our int4
  * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
- * with the streaming kernel off, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations). Writes CSV to stdout:
+ * with the streaming kernel off, int4_v4 / int4_v4_bf16in = the register-streaming kernel forced on (off by
+ * default until verified), int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path). VSR_FP8=0
+ * skips the FP8 rows. Writes CSV to stdout:
  *   variant,shape,K,N,M,us,tflops,tbps
  * us is the median of per-launch event timings; weights rotate over enough copies to exceed
  * the 60 MB L2 several times. tbps counts the weight bytes as stored on the device plus FP32
  * activations read and FP32 outputs written once. First lines (# ...) are the ceilings.
- * Usage: gemm_cuda [rows,rows,...] [--shapes=name,name,...] */
+ * Usage: gemm_cuda [rows,rows,...] [--shapes=name,name,...] | gemm_cuda --lt-search (see lt_search_bench) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <algorithm>
 #include <vector>
@@ -21,6 +24,8 @@
 #include "backend/backend_cuda.h"
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
+/* quant_int4.cu: the register-streaming int4 kernel's switch (1 on; 0 the third pass's kernel, the default) */
+extern "C" int cuda_quant_force_int4_v4(int on);
 
 struct shape {
     const char *name;
@@ -107,12 +112,112 @@ static void row(const char *variant, const shape &s, int64_t M, float us, double
     fflush(stdout);
 }
 
+/* ---- --lt-search: the BF16 cuBLASLt GEMM at the 27B shapes, heuristic vs the widened search ----
+ * Modes, each on a fresh backend: heur1 = no cache (the heuristic's first); heur16 = cache, search
+ * off (VSR_CUDA_LT_SEARCH=0: the heuristic's 16 timed); wide = cache, widened search (tunes); wide2
+ * = a second backend on wide's cache (loads the recorded configuration, times nothing). GEMM alone:
+ * BF16 activations, FP32 output (gate_up_o: BF16 output, cuda_gemm_bf16_out_bf16). CSV rows:
+ *   lt,mode,shape,K,N,M,us,tflops,tune_ms,path */
+__global__ void k_fill_bf16(__nv_bfloat16 *p, int64_t n, uint32_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        unsigned short b = (unsigned short)(0x3C00 | (h & 0x80FF)); /* +-[2^-7, 2^-5] */
+        p[i] = *(__nv_bfloat16 *)&b;
+    }
+}
+
+extern "C" const char *cuda_lt_last_choice(void); /* ops.cu */
+static int lt_search_bench(void) {
+    struct lshape {
+        const char *name;
+        int64_t K, N;
+        int bf16_out;
+    };
+    static const lshape LS[] = {{"gate_up", 5120, 34816, 0}, {"gate_up_o", 5120, 34816, 1}, {"down", 17408, 5120, 0},
+                                {"in_proj", 5120, 16480, 0}, {"q_proj", 5120, 12288, 0},     {"o_proj", 6144, 5120, 0},
+                                {"kv_proj", 5120, 1024, 0}};
+    static const int64_t LM[] = {384, 4096};
+    static const char *MODES[] = {"heur1", "heur16", "wide", "wide2"};
+    const int NS = sizeof LS / sizeof LS[0], NM = 2;
+    static float res[4][16][2];
+    static char cfg[16][2][64];
+    printf("lt,mode,shape,K,N,M,us,tflops,tune_ms,path\n");
+    for (int mode = 0; mode < 4; mode++) {
+        vsr_err e;
+        if (vsr_backend_cuda_new(0, &B, &e)) {
+            fprintf(stderr, "SKIP: no CUDA device (%s)\n", e.msg);
+            return 0;
+        }
+        C = (cuda_ctx *)B.ctx;
+        if (mode == 1) setenv("VSR_CUDA_LT_SEARCH", "0", 1);
+        else unsetenv("VSR_CUDA_LT_SEARCH");
+        if (mode) CK(cuda_quant_set_options(B.ctx, NULL, mode == 1 ? "/tmp/vsr-lt-h" : "/tmp/vsr-lt-w", &e));
+        if (mode == 0) printf("# device %s (cc %d.%d, %d SMs)\n", C->dev_name, C->cc_major, C->cc_minor, C->sm_count);
+        __nv_bfloat16 *xb;
+        void *y;
+        cudaMalloc(&xb, sizeof(__nv_bfloat16) * 4096 * 17408);
+        cudaMalloc(&y, sizeof(float) * 4096 * 34816);
+        k_fill_bf16<<<1024, 256, 0, C->stream>>>(xb, (int64_t)4096 * 17408, 7u);
+        for (int si = 0; si < NS; si++) {
+            const lshape &s = LS[si];
+            int nw = (int)std::min<int64_t>(32, std::max<int64_t>(2, (256ll << 20) / (2 * s.N * s.K) + 1));
+            std::vector<__nv_bfloat16 *> W(nw);
+            for (int i = 0; i < nw; i++) {
+                cudaMalloc(&W[i], sizeof(__nv_bfloat16) * s.N * s.K);
+                k_fill_bf16<<<1024, 256, 0, C->stream>>>(W[i], s.N * s.K, 1000u + (uint32_t)i);
+            }
+            for (int mi = 0; mi < NM; mi++) {
+                int64_t M = LM[mi];
+                auto call = [&](int i) {
+                    if (s.bf16_out)
+                        CK(cuda_gemm_bf16_out_bf16(C, xb, M, W[i % nw], s.N, s.K, (__nv_bfloat16 *)y, &e));
+                    else
+                        CK(cuda_gemm_bf16(C, xb, M, W[i % nw], s.N, s.K, (float *)y, 0, &e));
+                };
+                cudaStreamSynchronize(C->stream);
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                call(0);
+                cudaStreamSynchronize(C->stream);
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                double tune_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+                const char *path = mode >= 2 ? cuda_lt_last_choice() : "-";
+                float us = time_us(call, 20, 40000);
+                double tf = 2.0 * M * s.N * s.K / us * 1e-6;
+                res[mode][si][mi] = us;
+                if (mode == 2) snprintf(cfg[si][mi], 64, "%s", path);
+                printf("lt,%s,%s,%lld,%lld,%lld,%.2f,%.1f,%.1f,%s\n", MODES[mode], s.name, (long long)s.K,
+                       (long long)s.N, (long long)M, us, tf, tune_ms, path);
+                fflush(stdout);
+            }
+            for (auto w : W) cudaFree(w);
+        }
+        cudaFree(xb), cudaFree(y);
+        vsr_backend_destroy(&B);
+    }
+    unsetenv("VSR_CUDA_LT_SEARCH");
+    printf("\n| shape | M | floor us (774) | heur1 us | heur16 us | wide us | wide2 us | TFLOP/s heur16 -> wide2 | "
+           "wide/heur16 | config |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int si = 0; si < NS; si++)
+        for (int mi = 0; mi < NM; mi++) {
+            double fl = 2.0 * LM[mi] * LS[si].N * LS[si].K;
+            printf("| %s | %lld | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f -> %.0f | %.3f | %s |\n", LS[si].name,
+                   (long long)LM[mi], fl / 774e6, res[0][si][mi], res[1][si][mi], res[2][si][mi], res[3][si][mi],
+                   fl / res[1][si][mi] * 1e-6, fl / res[3][si][mi] * 1e-6, res[3][si][mi] / res[1][si][mi],
+                   cfg[si][mi]);
+        }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     std::vector<int64_t> rows = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 8192};
     const char *only = NULL; /* --shapes=a,b: measure these shapes only */
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--shapes=", 9)) {
             only = argv[i] + 9;
+        } else if (!strcmp(argv[i], "--lt-search")) {
+            return lt_search_bench();
         } else if (argv[i][0] != '-') {
             rows.clear();
             for (char *p = strtok(argv[i], ","); p; p = strtok(NULL, ",")) rows.push_back(atoll(p));
@@ -220,6 +325,8 @@ int main(int argc, char **argv) {
             row("bf16_gemm", s, M, us, by_bf16, 2.0 * M * K + 4.0 * M * N);
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, Wb[i % Wb.size()], y, 0, &e)); });
             row("bf16_linear", s, M, us, by_bf16, act);
+            const char *fp8e = getenv("VSR_FP8");
+            if (fp8e && !strcmp(fp8e, "0")) goto int4_rows;
             cuda_quant_force_fp8_path(0);
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld fp8 path %s\n", s.name, (long long)M, cuda_quant_last_path());
@@ -259,6 +366,7 @@ int main(int argc, char **argv) {
             cuda_quant_set_fp8_fast_accum(0);
             unsetenv("VSR_FP8_GEMM_BN");
             unsetenv("VSR_FP8_GEMM");
+        int4_rows:
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld int4 path %s\n", s.name, (long long)M, cuda_quant_last_path());
             row("int4_linear", s, M, us, by_i4, act);
@@ -274,6 +382,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s M %lld int4 prev path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_prev", s, M, us, by_i4, act);
                 cuda_quant_force_int4_stream(1);
+                cuda_quant_force_int4_v4(1); /* the register-streaming kernel (no staging launch) */
+                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
+                fprintf(stderr, "%s M %lld int4 v4 path %s\n", s.name, (long long)M, cuda_quant_last_path());
+                row("int4_v4", s, M, us, by_i4, act);
+                us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
+                row("int4_v4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
+                cuda_quant_force_int4_v4(0);
                 us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);

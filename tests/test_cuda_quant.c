@@ -37,6 +37,9 @@
 struct cuda_ctx;
 vsr_status cuda_fp8_linear_prequant(struct cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
                                     const vsr_bweight *w, float *y, int accumulate, vsr_err *err);
+/* from src/backend/cuda/quant_int4.cu: the register-streaming int4 kernel (<= 16 rows), 1 on, 0 off (the
+ * default unless VSR_CUDA_INT4_V4=1: the third pass's streaming kernel); previous value, or -1 if unknown */
+int cuda_quant_force_int4_v4(int on);
 #endif
 
 #ifdef VSR_HAVE_CUDA
@@ -237,12 +240,16 @@ TEST(int4_every_candidate) {
     static const int cases[] = {0, 1, 2, 3, 6, 7, 8}; /* GPTQ g128 (computed groups), AWQ g32 (looked-up groups),
                                                        * act-order g64, channel-wise, and the streaming cases */
     static const int64_t rows[] = {1, 5, 16, 33, 256};
-    int total = 0, total_stream = 0;
-    for (size_t cs = 0; cs < 2 * sizeof cases / sizeof cases[0]; cs++) {
-        /* each case twice: with the streaming kernel's list (<= 16 rows), then the previous kernels' */
-        const size_t ci = cs % (sizeof cases / sizeof cases[0]);
-        const int stream = cs < sizeof cases / sizeof cases[0];
+    const size_t nc = sizeof cases / sizeof cases[0];
+    int total = 0, total_stream = 0, total_v4 = 0;
+    for (size_t cs = 0; cs < 3 * nc; cs++) {
+        /* each case three times: the register-streaming kernel's list (<= 16 rows; forced on, it is off by
+         * default until verified on a GPU), then the third pass's streaming kernel (the default), then the
+         * previous kernels' (streaming off) */
+        const size_t ci = cs % nc;
+        const int pass = (int)(cs / nc), stream = pass < 2, v4 = pass == 0;
         cuda_quant_force_int4_stream(stream);
+        cuda_quant_force_int4_v4(v4);
         const i4case *c = &I4_CASES[cases[ci]];
         i4w w;
         vsr_bweight *bw;
@@ -252,7 +259,7 @@ TEST(int4_every_candidate) {
         vsr_int4_weight cw = i4_cpu(&w);
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             int64_t M = rows[ri], N = c->N, K = c->K;
-            if (!stream && M > 16) continue; /* above 16 rows the lists are the same: walked once */
+            if (pass > 0 && M > 16) continue; /* above 16 rows the lists are the same: walked once */
             /* the streaming list applies at <= 16 rows where the group of a 64-column chunk is computable */
             const int want_stream = stream && M <= 16 && c->group != 32;
             float *x = malloc(sizeof(float) * (size_t)(M * K)), *xb = malloc(sizeof(float) * (size_t)(M * K));
@@ -274,9 +281,10 @@ TEST(int4_every_candidate) {
                 char path[160];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
-                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == want_stream, "case %d M %lld stream %d: path %s",
-                          cases[ci], (long long)M, stream, path);
-                total_stream += want_stream;
+                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !v4) &&
+                              (strncmp(path, "int4:fused(v-", 13) == 0) == (want_stream && v4),
+                          "case %d M %lld stream %d v4 %d: path %s", cases[ci], (long long)M, stream, v4, path);
+                total_stream += want_stream && !v4, total_v4 += want_stream && v4;
                 double eb = nerr(y, refb, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
@@ -296,8 +304,12 @@ TEST(int4_every_candidate) {
         i4_free(&w);
     }
     cuda_quant_force_int4_stream(1);
+    cuda_quant_force_int4_v4(1);
     CHECK(cuda_quant_force_int4_stream(2) == -1 && cuda_quant_force_int4_stream(1) == 1);
-    printf("  int4: %d fused configurations checked (%d of the streaming kernel)\n", total, total_stream);
+    CHECK(cuda_quant_force_int4_v4(-1) == -1 && cuda_quant_force_int4_v4(2) == -1 && cuda_quant_force_int4_v4(0) == 1);
+    CHECK(cuda_quant_force_int4_v4(0) == 0); /* back to the default (off) */
+    printf("  int4: %d fused configurations checked (%d of the register-streaming kernel, %d of the third pass's)\n",
+           total, total_v4, total_stream);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or

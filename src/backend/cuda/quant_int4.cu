@@ -24,6 +24,8 @@
  * At <= 16 rows, groups computable per 64-column chunk, the weight-streaming kernel k_i4_stream
  * (third pass; per-warp cp.async rings, BF16 activations) replaces both, with its own candidate list
  * ("-v3s" keys); VSR_CUDA_INT4_STREAM=0 / cuda_quant_force_int4_stream(0) keeps the two above.
+ * The register-streaming kernel k_i4_v4 (fourth pass, "-v4" keys) replaces k_i4_stream there under
+ * VSR_CUDA_INT4_V4=1 / cuda_quant_force_int4_v4(1); OFF by default: not yet verified on a GPU.
  * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (ops.cu). */
@@ -39,6 +41,26 @@
 extern int quant_forced_int4_path(void);
 extern int quant_forced_int4_cfg(void);
 extern int quant_int4_stream_on(void);
+
+/* the register-streaming kernel (kind 3, M <= 16): OFF unless VSR_CUDA_INT4_V4=1 (read once) or switched on
+ * by cuda_quant_force_int4_v4(1), because it has not yet run correctly on a GPU (its one run, 2026-11-29,
+ * failed every launch at the shared-memory attribute, fixed since but not re-run); off, the <= 16-row path is
+ * k_i4_stream as before (its own list and key) */
+static int g_int4_v4 = -1;
+static int quant_int4_v4_on(void) {
+    if (g_int4_v4 < 0) {
+        const char *e = getenv("VSR_CUDA_INT4_V4");
+        g_int4_v4 = (e && strcmp(e, "1") == 0) ? 1 : 0;
+    }
+    return g_int4_v4;
+}
+/* test/bench knob: 1 on, 0 off; returns the previous value, or -1 for an unknown value (nothing changed) */
+extern "C" int cuda_quant_force_int4_v4(int on) {
+    if (on < 0 || on > 1) return -1;
+    const int old = quant_int4_v4_on();
+    g_int4_v4 = on;
+    return old;
+}
 
 #define I4_MAX_FUSED_ROWS 256
 #define I4_MAX_KS 16
@@ -685,6 +707,280 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; /* ready for the next launch (stream-ordered) */
 }
 
+/* ---- the register-streaming kernel (fourth pass, M <= 16) ----
+ * Why: k_i4_stream streams 1.5-1.9 TB/s at 1 row and is as slow L2-warm (gate_up 24 us from L2), so it is
+ * not short of bytes in flight but of issue: ~107 instructions per 512-byte chunk, a cp.async wait and
+ * volatile shared loads that keep every chunk of a warp serial, a separate staging launch for FP32
+ * activations (2.5-3.5 us) and per-launch cudaFuncSetAttribute calls. Here:
+ *  - weights go global -> registers (ld.global.nc, L1 bypassed, 16 bytes per lane per chunk) in groups of
+ *    U chunks, double-buffered: group g+1 is in flight while group g is dequantized and multiplied; the
+ *    loads and shared reads are ordinary (non-volatile) so the compiler interleaves chunks;
+ *  - the block's activations (M rows x its K slice) are read straight from the caller's FP32 or BF16 rows
+ *    (act-order gathered through perm) and written to shared memory already in B-fragment order, so a
+ *    lane reads a chunk's 8 fragment words with two 16-byte loads; no staging launch; the first weight
+ *    group is issued before the staging so the two latencies overlap;
+ *  - scales (u32 bias|scale per group and row) are loaded with their weights, once per SC chunks when two
+ *    neighbouring chunks share a group (group a multiple of 128 columns, or channel-wise);
+ *  - grid (ceil(NT / (NW * tpw)), KS): each warp owns tpw 16-row n-tiles of its block in turn over the
+ *    block's K slice; the register pipeline runs across the n-tiles, so a warp ramps once;
+ *    KS > 1: partials to ws and the last block of an n-block adds them in split order (deterministic).
+ * Arithmetic per n-tile: the same dequantization (exact subtraction, one rounding of the product) and the
+ * same mma order along K as k_i4_stream. Tokens of the 8-token tile beyond M read the last valid row
+ * (their outputs are never stored). */
+typedef struct i4v {
+    const uint4 *wq;
+    const uint32_t *sz;
+    const float *x32;        /* FP32 [M, K] (row stride K), or NULL */
+    const __nv_bfloat16 *xb; /* BF16 [M, K] (row stride K), or NULL */
+    const int32_t *perm;     /* act-order: permuted column -> original column (-1 padding), or NULL */
+    int64_t M, K, N, Np, KC;
+    int G, gchunks, KS, per, tpw, accumulate, fastx; /* per: chunks per split; fastx: 16-byte pieces readable */
+    float *y, *ws;
+    unsigned *counters;
+} i4v;
+
+__device__ __forceinline__ uint4 ldg_stream(const uint4 *p) { /* read once: no L1 allocation */
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t bf2_rn(float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *(uint32_t *)&v;
+}
+
+/* 8 permuted columns [kp, kp + 8) of row t as 4 bf16x2 words (column order within the piece) */
+__device__ __forceinline__ uint4 i4v_piece(const i4v &p, int64_t t, int64_t kp) {
+    if (p.fastx && kp + 8 <= p.K) {
+        if (p.x32) {
+            const float4 a = __ldg((const float4 *)(p.x32 + t * p.K + kp)), b = __ldg((const float4 *)(p.x32 + t * p.K + kp) + 1);
+            return make_uint4(bf2_rn(a.x, a.y), bf2_rn(a.z, a.w), bf2_rn(b.x, b.y), bf2_rn(b.z, b.w));
+        }
+        return __ldg((const uint4 *)(p.xb + t * p.K + kp));
+    }
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const int64_t k = p.perm ? (int64_t)__ldg(p.perm + kp + e) : (kp + e < p.K ? kp + e : -1);
+        f[e] = k < 0 ? 0.0f : (p.x32 ? __ldg(p.x32 + t * p.K + k) : __bfloat162float(p.xb[t * p.K + k]));
+    }
+    return make_uint4(bf2_rn(f[0], f[1]), bf2_rn(f[2], f[3]), bf2_rn(f[4], f[5]), bf2_rn(f[6], f[7]));
+}
+
+/* the load side of a warp's pipeline: the next group's weights (src: lane's uint4 of its first chunk), its
+ * scale row, and the group (gq) and chunk within it (gr) of that first chunk */
+typedef struct i4v_ls {
+    const uint4 *src;
+    const uint32_t *srow;
+    int gq, gr;
+} i4v_ls;
+
+/* one group of nvalid (<= U) chunks into w / s0 / s8, then advance the load side by U chunks; a full group
+ * is unguarded so the compiler can interleave its loads */
+template <int U, int SC>
+__device__ __forceinline__ void i4v_load(const i4v &p, i4v_ls &ls, int nvalid, uint4 (&w)[U], uint32_t (&s0)[U / SC],
+                                         uint32_t (&s8)[U / SC]) {
+    const int gl = p.G - 1;
+    if (nvalid == U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            w[u] = ldg_stream(ls.src + u * 32);
+            if (u % SC == 0) {
+                const int64_t g = ls.gq < gl ? ls.gq : gl;
+                s0[u / SC] = __ldg(ls.srow + g * p.Np);
+                s8[u / SC] = __ldg(ls.srow + g * p.Np + 8);
+            }
+            if (u % SC == SC - 1 && (ls.gr += SC) >= p.gchunks) ls.gr -= p.gchunks, ls.gq++;
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (u < nvalid) {
+                w[u] = ldg_stream(ls.src + u * 32);
+                if (u % SC == 0) {
+                    const int64_t g = ls.gq < gl ? ls.gq : gl;
+                    s0[u / SC] = __ldg(ls.srow + g * p.Np);
+                    s8[u / SC] = __ldg(ls.srow + g * p.Np + 8);
+                }
+            }
+            if (u % SC == SC - 1 && (ls.gr += SC) >= p.gchunks) ls.gr -= p.gchunks, ls.gq++;
+        }
+    }
+    ls.src += U * 32;
+}
+
+template <int MT, int SC>
+__device__ __forceinline__ void i4v_chunk(const uint4 &w, uint32_t s0, uint32_t s8, bool newscale,
+                                          const uint4 *const (&xr)[MT], int kl, uint32_t &br, uint32_t &sr,
+                                          uint32_t &br8, uint32_t &sr8, float (&acc)[MT][4]) {
+    if (newscale) {
+        br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232);
+        br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
+    }
+    uint4 blo[MT], bhi[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) blo[mt] = xr[mt][kl * 8], bhi[mt] = xr[mt][kl * 8 + 1];
+    const uint32_t wd[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t a0 = dq2s(wd[j], 0, br, sr), a1 = dq2s(wd[j], 1, br8, sr8);
+        const uint32_t a2 = dq2s(wd[j], 2, br, sr), a3 = dq2s(wd[j], 3, br8, sr8);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const uint4 &b = j < 2 ? blo[mt] : bhi[mt];
+            mma16816(acc[mt], a0, a1, a2, a3, (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
+        }
+    }
+}
+
+/* multiply one group (chunks kl .. kl + nvalid - 1 of the block's slice); full groups unguarded */
+template <int MT, int U, int SC>
+__device__ __forceinline__ void i4v_mul(const uint4 (&w)[U], const uint32_t (&s0)[U / SC], const uint32_t (&s8)[U / SC],
+                                        const uint4 *const (&xr)[MT], int kl, int nvalid, float (&acc)[MT][4]) {
+    uint32_t br = 0, sr = 0, br8 = 0, sr8 = 0;
+    if (nvalid == U) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            i4v_chunk<MT, SC>(w[u], s0[u / SC], s8[u / SC], u % SC == 0, xr, kl + u, br, sr, br8, sr8, acc);
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (u < nvalid) i4v_chunk<MT, SC>(w[u], s0[u / SC], s8[u / SC], u % SC == 0, xr, kl + u, br, sr, br8, sr8, acc);
+    }
+}
+
+/* dynamic shared memory of k_i4_v4 at vt rows: the activation rows, (per * 32 + 4) words each */
+static __host__ __device__ inline size_t i4v_smem(int64_t vt, int64_t per) { return (size_t)vt * (size_t)(per * 32 + 4) * 4; }
+
+template <int MT, int NW, int U, int SC>
+__global__ void __launch_bounds__(NW * 32, 8 / NW * 2) k_i4_v4(const i4v p) {
+    static_assert(U % SC == 0 && U % 2 == 0, "U even, a multiple of SC");
+    extern __shared__ __align__(16) uint32_t i4v_sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3, r = lane >> 2;
+    const int64_t NT = p.Np / 16;
+    const int z = blockIdx.y;
+    const int64_t kc0 = (int64_t)z * p.per, kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
+    const int nk = (int)(kc1 - kc0); /* >= 1 (the candidate rule leaves no empty split) */
+    const int ng = (nk + U - 1) / U;
+    const int vt = (int)p.M;
+    const int RS = p.per * 32 + 4; /* words per activation row: 4 banks past a multiple of 32 */
+    const int64_t tb0 = (int64_t)blockIdx.x * NW * p.tpw; /* the block's first n-tile */
+    const int64_t rem = NT - tb0 - warp;
+    const int ni = rem <= 0 ? 0 : (int)((rem + NW - 1) / NW < p.tpw ? (rem + NW - 1) / NW : p.tpw); /* this warp's tiles */
+    const int gtot = ni * ng;
+
+    uint4 wA[U], wB[U];
+    uint32_t sA0[U / SC], sA8[U / SC], sB0[U / SC], sB8[U / SC];
+    /* the load side starts at this warp's first tile, chunk kc0; the first group is issued before the
+     * activations are staged, so both latencies overlap */
+    const int gq0 = (int)(kc0 / p.gchunks), gr0 = (int)(kc0 - (int64_t)gq0 * p.gchunks);
+    i4v_ls ls = {p.wq + ((tb0 + warp) * p.KC + kc0) * 32 + lane, p.sz + (tb0 + warp) * 16 + (lane >> 2), gq0, gr0};
+    int lg = 0, litem = 0; /* the group and tile the load side is at */
+    auto advance = [&]() { /* after a group is issued: the next group, or the first of the next tile */
+        if (++lg == ng) {
+            lg = 0, litem++;
+            const int64_t nt = tb0 + (int64_t)litem * NW + warp;
+            ls.src = p.wq + (nt * p.KC + kc0) * 32 + lane, ls.srow = p.sz + nt * 16 + (lane >> 2);
+            ls.gq = gq0, ls.gr = gr0;
+        }
+    };
+    if (gtot > 0) {
+        i4v_load<U, SC>(p, ls, nk < U ? nk : U, wA, sA0, sA8);
+        advance();
+    }
+
+    /* activations -> shared memory in B-fragment order: natural word 4a + e of a chunk (piece a of 8
+     * columns, e its column pair) goes to position 8e + a, so lane (r, q) finds its words 8j + 4h + q at
+     * 8q + 2j + h: two 16-byte loads per chunk */
+    {
+        const int npc = nk * 8, total = vt * npc;
+        for (int base = threadIdx.x; base < total; base += NW * 32 * 4) {
+            uint4 v[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int idx = base + k * NW * 32;
+                if (idx < total) {
+                    const int t = idx / npc, pc = idx - t * npc;
+                    v[k] = i4v_piece(p, t, kc0 * 64 + (int64_t)pc * 8);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int idx = base + k * NW * 32;
+                if (idx < total) {
+                    const int t = idx / npc, pc = idx - t * npc;
+                    uint32_t *d = i4v_sm + (size_t)t * RS + (pc >> 3) * 32 + (pc & 7);
+                    d[0] = v[k].x, d[8] = v[k].y, d[16] = v[k].z, d[24] = v[k].w;
+                }
+            }
+        }
+    }
+    __syncthreads();
+
+    const uint4 *xr[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int row = mt * 8 + r < vt ? mt * 8 + r : vt - 1;
+        xr[mt] = (const uint4 *)(i4v_sm + (size_t)row * RS + q * 8);
+    }
+    float acc[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[mt][e] = 0.0f;
+
+    int item = 0, g = 0; /* of group gi (the multiply side) */
+    for (int gi = 0; gi < gtot; gi++) {
+        const int nv = nk - g * U < U ? nk - g * U : U, nvl = nk - lg * U < U ? nk - lg * U : U;
+        if (gi & 1) {
+            if (gi + 1 < gtot) i4v_load<U, SC>(p, ls, nvl, wA, sA0, sA8), advance();
+            i4v_mul<MT, U, SC>(wB, sB0, sB8, xr, g * U, nv, acc);
+        } else {
+            if (gi + 1 < gtot) i4v_load<U, SC>(p, ls, nvl, wB, sB0, sB8), advance();
+            i4v_mul<MT, U, SC>(wA, sA0, sA8, xr, g * U, nv, acc);
+        }
+        if (g == ng - 1) { /* the tile's K slice is done: store, and start the next tile from zero */
+            const int64_t nt = tb0 + (int64_t)item * NW + warp;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                    const int64_t m = mt * 8 + q * 2 + (e & 1);
+                    if (n < p.N && m < p.M) {
+                        if (p.KS == 1)
+                            p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[mt][e] : acc[mt][e];
+                        else
+                            p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[mt][e];
+                    }
+                    acc[mt][e] = 0.0f;
+                }
+        }
+        if (++g == ng) g = 0, item++;
+    }
+    if (p.KS == 1) return;
+    /* split K: the last block to arrive for this n-block adds the partials in split order */
+    __shared__ int last_flag;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_flag = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)p.KS - 1;
+    __syncthreads();
+    if (!last_flag) return;
+    __threadfence();
+    const int64_t n0 = tb0 * 16, nrows = (int64_t)NW * p.tpw * 16;
+    for (int64_t idx = threadIdx.x; idx < nrows * vt; idx += NW * 32) {
+        const int64_t n = n0 + idx % nrows, m = idx / nrows;
+        if (n >= p.N) continue;
+        float s = 0.0f;
+        for (int zz = 0; zz < p.KS; zz++) s += __ldcg(p.ws + ((int64_t)zz * p.M + m) * p.N + n);
+        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + s : s;
+    }
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; /* ready for the next launch (stream-ordered) */
+}
+
 /* bf16 x [M, K] -> bf16 [M, Kp] (permuted, zero padded): act-order or unaligned input for the
  * streaming kernel, and the unpack path's rows when the caller gives BF16 */
 __global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M, int64_t K,
@@ -754,8 +1050,8 @@ __global__ void __launch_bounds__(256) k_i4_unpack16(const uint4 *__restrict__ w
  * kind 1: k_i4_shared (activations shared in shared memory, one n-tile per warp), w = NW warps. */
 
 typedef struct i4_cfg {
-    int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kind 2's n-tiles per warp (TN) */
-    int d;                  /* kind 2: ring slots per warp */
+    int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kind 2's n-tiles per warp (TN); kind 3's U */
+    int d;                  /* kind 2: ring slots per warp; kind 3: n-tiles per warp in turn (tpw) */
 } i4_cfg;
 
 typedef void (*i4_kern)(const uint4 *, const uint32_t *, const int4 *, const uint4 *, int64_t, int64_t, int64_t,
@@ -805,6 +1101,76 @@ static i4t_kern i4t_kernel_for(int mt, int nw, int tn, int d) {
     return NULL;
 }
 
+/* kind 3, the register-streaming kernel (M <= 16): MT token tiles, NW warps, U chunks per register group, SC
+ * chunks per scale load (2 where neighbouring chunks share a group) */
+typedef void (*i4v_kern)(const i4v);
+static const struct {
+    int mt, nw, u, sc;
+    i4v_kern k;
+} I4V_TAB[] = {
+    /* U = 8 only where the scales are shared by chunk pairs at one token tile: the other U = 8 builds spill
+     * (ptxas: 56-116 bytes at the 128-register cap) */
+    {1, 8, 8, 2, k_i4_v4<1, 8, 8, 2>}, {1, 4, 8, 2, k_i4_v4<1, 4, 8, 2>}, {1, 8, 4, 1, k_i4_v4<1, 8, 4, 1>},
+    {1, 4, 4, 1, k_i4_v4<1, 4, 4, 1>}, {2, 8, 4, 2, k_i4_v4<2, 8, 4, 2>}, {2, 4, 4, 2, k_i4_v4<2, 4, 4, 2>},
+    {2, 8, 4, 1, k_i4_v4<2, 8, 4, 1>}, {2, 4, 4, 1, k_i4_v4<2, 4, 4, 1>},
+};
+#define I4V_N ((int)(sizeof I4V_TAB / sizeof I4V_TAB[0]))
+#define I4V_MAX_DEV 16
+/* per table entry: registers (read once), and on which devices the shared-memory attributes are set (once,
+ * not per launch: the third pass set them on every call) */
+static int g_i4v_regs[I4V_N], g_i4v_static[I4V_N];
+static unsigned g_i4v_attr[I4V_N];
+static int g_i4v_optin[I4V_MAX_DEV], g_i4v_smsm[I4V_MAX_DEV];
+
+static int i4v_index(int mt, int nw, int u, int sc) {
+    for (int i = 0; i < I4V_N; i++)
+        if (I4V_TAB[i].mt == mt && I4V_TAB[i].nw == nw && I4V_TAB[i].u == u && I4V_TAB[i].sc == sc) return i;
+    return -1;
+}
+/* the device's opt-in shared memory per block and shared memory per multiprocessor (read once per device) */
+static void i4v_dev_limits(cuda_ctx *c, int *optin, int *smsm) {
+    const int d = c->device >= 0 && c->device < I4V_MAX_DEV ? c->device : 0;
+    if (!g_i4v_optin[d]) {
+        int a = 0, b = 0;
+        if (cudaDeviceGetAttribute(&a, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess || a <= 0)
+            a = 48 * 1024, cudaGetLastError();
+        if (cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerMultiprocessor, c->device) != cudaSuccess || b <= 0)
+            b = a, cudaGetLastError();
+        g_i4v_smsm[d] = b, g_i4v_optin[d] = a;
+    }
+    *optin = g_i4v_optin[d], *smsm = g_i4v_smsm[d];
+}
+/* registers and static shared memory of table entry ti (read once) */
+static void i4v_attrs(int ti) {
+    if (!g_i4v_regs[ti]) {
+        cudaFuncAttributes fa;
+        const int ok = cudaFuncGetAttributes(&fa, I4V_TAB[ti].k) == cudaSuccess;
+        cudaGetLastError();
+        g_i4v_static[ti] = ok ? (int)fa.sharedSizeBytes : 1024;
+        g_i4v_regs[ti] = ok && fa.numRegs > 0 ? fa.numRegs : 128;
+    }
+}
+/* the most dynamic shared memory entry ti may ask for: the opt-in limit less its static shared memory (the
+ * first GPU run set the attribute to the whole opt-in limit, which the runtime refuses: invalid argument) */
+static size_t i4v_maxdyn(cuda_ctx *c, int ti) {
+    int optin, smsm;
+    i4v_dev_limits(c, &optin, &smsm);
+    i4v_attrs(ti);
+    return optin > g_i4v_static[ti] ? (size_t)(optin - g_i4v_static[ti]) : 0;
+}
+/* resident blocks per multiprocessor of table entry ti at smem bytes (registers in 256-register warp units) */
+static int i4v_occupancy(cuda_ctx *c, int ti, size_t smem) {
+    i4v_attrs(ti);
+    int optin, smsm;
+    i4v_dev_limits(c, &optin, &smsm);
+    const int nw = I4V_TAB[ti].nw, wregs = (g_i4v_regs[ti] * 32 + 255) / 256 * 256;
+    int occ = 65536 / (wregs * nw);
+    const int by_smem = (int)((size_t)smsm / (smem + (size_t)g_i4v_static[ti] + 1024));
+    if (by_smem < occ) occ = by_smem;
+    if (64 / nw < occ) occ = 64 / nw;
+    return occ < 1 ? 1 : occ;
+}
+
 static i4s_kern i4s_kernel_for(int mt, int nw, int u) {
     for (size_t i = 0; i < sizeof I4S_TAB / sizeof I4S_TAB[0]; i++)
         if (I4S_TAB[i].mt == mt && I4S_TAB[i].nw == nw && I4S_TAB[i].u == u) return I4S_TAB[i].k;
@@ -818,6 +1184,7 @@ typedef struct i4_run {
     const float *x;   /* the caller's FP32 activations (kind 1 reads them directly) */
     const uint4 *xf;  /* staged fragments (kind 0), filled by i4_launch */
     const __nv_bfloat16 *xb; /* kind 2: bf16 [M, ldx] in permuted order, columns >= kvalid read as zero */
+    const __nv_bfloat16 *xbin; /* kind 3: the caller's BF16 [M, K] (x NULL), read and gathered in the kernel */
     int64_t ldx, kvalid;
     int64_t M, Mt;
     i4_cfg cand[I4_MAX_CAND];
@@ -829,7 +1196,15 @@ typedef struct i4_run {
 static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
     if (cfg.kind == 2) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
+    if (cfg.kind == 3) return (NT + cfg.w * cfg.d - 1) / (cfg.w * cfg.d) * cfg.ks;
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
+}
+
+/* kind 3: chunks per split: ceil(KC / ks) rounded up to even (a scale load may serve a chunk pair) */
+static int64_t i4v_per(int64_t KC, int ks, int u) {
+    (void)u;
+    const int64_t per = (KC + ks - 1) / ks;
+    return per + (per & 1);
 }
 
 /* kind 2: shared memory of a configuration at vt rows (per: chunks per split) */
@@ -868,6 +1243,35 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
             q->counters = (unsigned *)p, q->counters_n = need;
         }
         ws = (float *)q->aux;
+    }
+    if (cfg.kind == 3) {
+        const int sc = (m->G == 1 || m->gchunks % 2 == 0) ? 2 : 1;
+        const int ti = i4v_index(cfg.mt, cfg.w, cfg.u, sc);
+        const int64_t per = i4v_per(KC, cfg.ks, cfg.u);
+        if (ti < 0 || r->M > cfg.mt * 8 || (!r->x && !r->xbin) || m->gchunks <= 0 || (cfg.ks - 1) * per >= KC)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no register-streaming kernel for mt=%d nw=%d u=%d ks=%d (M %lld)",
+                               cfg.mt, cfg.w, cfg.u, cfg.ks, (long long)r->M);
+        const size_t smem = i4v_smem(r->M, per);
+        const int dv = c->device >= 0 && c->device < I4V_MAX_DEV ? c->device : 0;
+        const size_t maxdyn = i4v_maxdyn(c, ti);
+        if (smem > maxdyn)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: register-streaming kernel needs %zu bytes of shared memory (at "
+                               "most %zu)", smem, maxdyn);
+        if (!(g_i4v_attr[ti] & (1u << dv))) { /* once per kernel and device: the opt-in maximum less static */
+            if ((st = cuda_check(c, cudaFuncSetAttribute(I4V_TAB[ti].k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
+                                 "int4 register-streaming kernel: carveout", err)) ||
+                (st = cuda_check(c, cudaFuncSetAttribute(I4V_TAB[ti].k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         (int)maxdyn),
+                                 "int4 register-streaming kernel: shared memory attribute", err)))
+                return st;
+            g_i4v_attr[ti] |= 1u << dv;
+        }
+        const int fastx = !r->w->g_idx && ((uintptr_t)(r->x ? (const void *)r->x : (const void *)r->xbin) & 15) == 0;
+        i4v p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->x, r->x ? NULL : r->xbin, r->w->g_idx, r->M,
+                 r->w->v.K, N, m->Np, KC, m->G, m->gchunks, cfg.ks, (int)per, cfg.d, accumulate, fastx, y, ws, q->counters};
+        dim3 grid((unsigned)((NT + cfg.w * cfg.d - 1) / (cfg.w * cfg.d)), (unsigned)cfg.ks);
+        I4V_TAB[ti].k<<<grid, cfg.w * 32, smem, c->stream>>>(p);
+        return cuda_check_launch(c, "int4 fused (register streaming)", err);
     }
     if (cfg.kind == 2) {
         i4t_kern k = i4t_kernel_for(cfg.mt, cfg.w, cfg.u, cfg.d);
@@ -995,6 +1399,75 @@ static void i4_candidates_stream(cuda_ctx *c, i4_run *r, int64_t bucket) {
             added = 1, prev_blocks = nb * ks;
         }
     }
+}
+
+/* kind 3's list for bucket 1 (<= 8 rows) or 2 (<= 16 rows): the table's kernels of that MT and this weight's
+ * scale sharing, n-tiles per warp 1, 2, 4 and the splits whose shared memory fits at 8 * bucket rows, no
+ * split empty; no split, then grids from half a wave of multiprocessors to 12 blocks per multiprocessor. Depends on the
+ * bucket and shape only (never on M), so the autotune key holds. */
+static void i4_candidates_v4(cuda_ctx *c, i4_run *r, int64_t bucket) {
+    static const int KSL[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16};
+    static const int TPW[] = {1, 2, 4};
+    const quant_wmeta *m = r->m;
+    const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
+    const int sc = (m->G == 1 || m->gchunks % 2 == 0) ? 2 : 1;
+    r->n = 0;
+    for (int ti = 0; ti < I4V_N; ti++) {
+        if (I4V_TAB[ti].mt != (int)bucket || I4V_TAB[ti].sc != sc) continue;
+        const int nw = I4V_TAB[ti].nw, u = I4V_TAB[ti].u;
+        for (size_t a = 0; a < sizeof TPW / sizeof TPW[0]; a++) {
+            const int tpw = TPW[a];
+            const int64_t nb = (NT + nw * tpw - 1) / (nw * tpw);
+            if (tpw > 1 && (NT + nw * (tpw / 2) - 1) / (nw * (tpw / 2)) == nb) break; /* no fewer blocks than tpw/2 */
+            for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
+                const int ks = KSL[b];
+                const int64_t per = i4v_per(KC, ks, u);
+                if (ks > 1 && (ks - 1) * per >= KC) break; /* an empty split */
+                if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
+                if (nb * ks > 12 * (int64_t)c->sm_count) break;
+                if (i4v_smem(bucket * 8, per) > i4v_maxdyn(c, ti)) continue;
+                const int64_t nextper = b + 1 < sizeof KSL / sizeof KSL[0] ? i4v_per(KC, KSL[b + 1], u) : 0;
+                const int last = b + 1 == sizeof KSL / sizeof KSL[0] || (KSL[b + 1] - 1) * nextper >= KC;
+                /* ks 1 always (no reduction); more splits only from half a wave up, or the last split possible */
+                if (ks > 1 && nb * ks * 2 < c->sm_count && !last) continue;
+                if (r->n >= I4_MAX_CAND) return;
+                r->cand[r->n] = (i4_cfg){3, (int)bucket, nw, ks, u, tpw};
+                snprintf(r->names[r->n], sizeof r->names[0], "v-mt%d-nw%d-u%d-tp%d-ks%d", (int)bucket, nw, u, tpw, ks);
+                r->name_ptr[r->n] = r->names[r->n];
+                r->n++;
+            }
+        }
+    }
+}
+
+/* kind 3's default (no autotune cache): the candidate with the least estimated time per multiprocessor,
+ * counting for the busiest multiprocessor its blocks' weight chunks and activation staging (L2 bytes at half
+ * the cost of weight bytes), scaled up when fewer than 16 warps are resident, plus the split-K partials and
+ * a fixed cost per split for the last block's reduction; all at the bucket's rows and FP32 activations, so
+ * the choice depends on the autotune key alone (both entries, any M of the bucket, pick the same) */
+static int i4_default_v4(cuda_ctx *c, const i4_run *r) {
+    const quant_wmeta *m = r->m;
+    const int64_t KC = m->Kp / 64, N = r->w->v.N, sm = c->sm_count > 0 ? c->sm_count : 1;
+    const int sc = (m->G == 1 || m->gchunks % 2 == 0) ? 2 : 1;
+    double best_cost = 1e300;
+    int best = 0;
+    for (int i = 0; i < r->n; i++) {
+        const i4_cfg *g = &r->cand[i];
+        const int ti = i4v_index(g->mt, g->w, g->u, sc);
+        if (ti < 0) continue;
+        const int64_t per = i4v_per(KC, g->ks, g->u), blocks = i4_tiles(r, *g);
+        const int64_t vt = (int64_t)g->mt * 8; /* the bucket's rows, not M: the choice depends on the key only */
+        const int occ = i4v_occupancy(c, ti, i4v_smem(vt, per));
+        const int64_t on_sm = (blocks + sm - 1) / sm; /* blocks of the busiest multiprocessor */
+        const int64_t resident = on_sm < occ ? on_sm : occ;
+        double warps = (double)(resident * g->w);
+        if (warps > 16) warps = 16;
+        const double act = (double)vt * per * 64 * 4 / 512.0 * 0.5; /* FP32 rows, in 512-byte chunks */
+        double cost = (double)on_sm * ((double)g->w * g->d * per + act) * (16.0 / warps);
+        if (g->ks > 1) cost += (double)g->ks * vt * N * 8 / 512.0 / sm + 64.0 * g->ks;
+        if (cost < best_cost) best_cost = cost, best = i;
+    }
+    return best;
 }
 
 /* kind 2's default: 4 warps, one n-tile each, 16 slots; the smallest split giving >= 4 blocks per
@@ -1159,6 +1632,10 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
     /* the streaming kernel (kind 2) at <= 16 rows, groups computable per chunk; VSR_CUDA_INT4_STREAM=0 or
      * cuda_quant_force_int4_stream(0) keeps the previous fused kernels (their own candidate list and key) */
     const int stream = fused && M <= 16 && m->gchunks > 0 && quant_int4_stream_on();
+    /* within it, the register-streaming kernel (kind 3, fourth pass) when VSR_CUDA_INT4_V4=1 or
+     * cuda_quant_force_int4_v4(1) (off by default until verified on a GPU): it reads the caller's FP32 or BF16
+     * rows itself (no staging launch) */
+    const int v4 = stream && quant_int4_v4_on();
     if (fused && !stream && !x) { /* the previous fused kernels read FP32: widen (exact) */
         if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * K), "int4 FP32 activations", err)))
             return st;
@@ -1174,7 +1651,16 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
         int64_t bucket = 1;
         while (bucket < Mt) bucket *= 2;
         char key[96];
-        if (stream) {
+        if (v4) {
+            r.xbin = xb;
+            i4_candidates_v4(c, &r, bucket);
+            if (r.n == 0)
+                return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no register-streaming int4 configuration fits (N %lld "
+                                   "K %lld)", c->device, w->name, (long long)N, (long long)K);
+            /* "-v4": this kernel's list */
+            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v4", (long long)N, (long long)K, w->v.group,
+                     (long long)bucket);
+        } else if (stream) {
             /* BF16 rows in permuted order: the caller's in place when they are (no act-order, 16-byte
              * aligned), else one staging pass (FP32 -> BF16, or a BF16 gather) into [M, Kp] */
             if (xb && !w->g_idx && ((uintptr_t)xb & 15) == 0) {
@@ -1214,7 +1700,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                    c->device, w->name, fc, key, r.n);
             choice = fc, src = "forced";
         } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr,
-                                         stream ? i4_default_stream(c, &r) : i4_default(c, &r), i4_tune_launch, &r,
+                                         v4 ? i4_default_v4(c, &r) : stream ? i4_default_stream(c, &r) : i4_default(c, &r),
+                                         i4_tune_launch, &r,
                                          sizeof(float) * (size_t)(r.M * r.w->v.N), &choice, &src, err)))
             return st;
         i4_cfg cfg = r.cand[choice];
