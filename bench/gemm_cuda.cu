@@ -114,7 +114,7 @@ static void row(const char *variant, const shape &s, int64_t M, float us, double
 
 /* ---- --lt-search: the BF16 cuBLASLt GEMM at the 27B shapes, heuristic vs the widened search ----
  * Modes, each on a fresh backend: heur1 = no cache (the heuristic's first); heur16 = cache, search
- * off (VSR_CUDA_LT_SEARCH=0: the heuristic's 16 timed); wide = cache, widened search (tunes); wide2
+ * off (the default: the heuristic's 16 timed); wide = cache, VSR_CUDA_LT_SEARCH=1 (tunes); wide2
  * = a second backend on wide's cache (loads the recorded configuration, times nothing). GEMM alone:
  * BF16 activations, FP32 output (gate_up_o: BF16 output, cuda_gemm_bf16_out_bf16). CSV rows:
  *   lt,mode,shape,K,N,M,us,tflops,tune_ms,path */
@@ -150,7 +150,7 @@ static int lt_search_bench(void) {
             return 0;
         }
         C = (cuda_ctx *)B.ctx;
-        if (mode == 1) setenv("VSR_CUDA_LT_SEARCH", "0", 1);
+        if (mode >= 2) setenv("VSR_CUDA_LT_SEARCH", "1", 1); /* the widened search is off by default */
         else unsetenv("VSR_CUDA_LT_SEARCH");
         if (mode) CK(cuda_quant_set_options(B.ctx, NULL, mode == 1 ? "/tmp/vsr-lt-h" : "/tmp/vsr-lt-w", &e));
         if (mode == 0) printf("# device %s (cc %d.%d, %d SMs)\n", C->dev_name, C->cc_major, C->cc_minor, C->sm_count);

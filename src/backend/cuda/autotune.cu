@@ -10,6 +10,10 @@
  * configuration, bit-identical answers. Without a directory the caller's default is used
  * (no timing, deterministic).
  *
+ * Callers whose candidates are not one fixed list (lt_gemm's widened cuBLASLt search: the
+ * candidates depend on timings) record a choice that names the configuration in full and read it
+ * back with autotune_recorded(), rebuilding and checking it themselves.
+ *
  * File: {"format":"vsr-autotune/1","kernel":"int4_fused","device":"NVIDIA H200",
  *        "key":"n1024-k5120-g128-t2","choice":"mt2-w4-ks8","timings_us":{"mt2-w4-ks1":12.1,...}} */
 #include <errno.h>
@@ -69,7 +73,8 @@ static void safe_name(const char *s, char *out, size_t n) {
 /* Reads a cache file. VSR_E_NOT_FOUND when absent; VSR_E_FORMAT naming the file when it is not
  * one of ours for this kernel, device and key, or names a configuration we do not have. */
 static vsr_status load_file(cuda_ctx *c, const char *path, const char *kernel, const char *key, int n_cand,
-                            const char *const *names, int *choice, vsr_err *err) {
+                            const char *const *names, int *choice, vsr_err *err, char *text = NULL,
+                            size_t text_n = 0) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno == ENOENT || errno == ENOTDIR) return VSR_E_NOT_FOUND; /* ENOTDIR: reported below */
@@ -100,7 +105,13 @@ static vsr_status load_file(cuda_ctx *c, const char *path, const char *kernel, c
                          "autotune cache file %s: expected {\"format\":\"%s\",\"kernel\":\"%s\",\"device\":\"%s\","
                          "\"key\":\"%s\",\"choice\":...}",
                          path, TUNE_FORMAT, kernel, c->dev_name, key);
-    else {
+    else if (text) { /* autotune_recorded: the caller validates the name */
+        if (strlen(ch) >= text_n)
+            st = vsr_err_set(err, VSR_E_FORMAT, "autotune cache file %s: choice longer than %zu bytes", path,
+                             text_n - 1);
+        else
+            snprintf(text, text_n, "%s", ch);
+    } else {
         int found = -1;
         for (int i = 0; i < n_cand; i++)
             if (strcmp(names[i], ch) == 0) found = i;
@@ -181,6 +192,45 @@ static float time_candidate(cuda_ctx *c, tune_launch_fn launch, int cand, void *
     return ms < 0 ? -1 : ms * 1000.0f;
 }
 
+/* DIR/<kernel>-<device>-<key>.json */
+static vsr_status tune_path(cuda_ctx *c, const char *kernel, const char *key, char *path, size_t n, vsr_err *err) {
+    char dev[128];
+    safe_name(c->dev_name, dev, sizeof dev);
+    int pn = snprintf(path, n, "%s/%s-%s-%s.json", c->autotune_dir, kernel, dev, key);
+    if (pn < 0 || (size_t)pn >= n)
+        return vsr_err_set(err, VSR_E_INVALID, "autotune cache directory %s: path too long", c->autotune_dir);
+    return VSR_OK;
+}
+
+/* the cache directory exists (made if missing) and is a directory */
+static vsr_status tune_dir_ok(cuda_ctx *c, vsr_err *err) {
+    struct stat sb;
+    if (stat(c->autotune_dir, &sb) != 0 && mkdir(c->autotune_dir, 0777) != 0 && errno != EEXIST)
+        return vsr_err_set(err, VSR_E_IO, "autotune cache directory %s: cannot create: %s", c->autotune_dir,
+                           strerror(errno));
+    if (stat(c->autotune_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return vsr_err_set(err, VSR_E_IO, "autotune cache directory %s: not a directory", c->autotune_dir);
+    return VSR_OK;
+}
+
+/* The recorded choice of (kernel, key) as text, for callers whose configurations are not a fixed
+ * list (lt_gemm's widened cuBLASLt search names each configuration in full and rebuilds it from
+ * the name). VSR_E_NOT_FOUND when nothing is recorded yet (the directory is then checked, so
+ * a caller that times next fails before timing); VSR_E_FORMAT naming the file as load_file does;
+ * path gets the file's name for the caller's own messages. */
+extern "C" vsr_status autotune_recorded(cuda_ctx *c, const char *kernel, const char *key, char *choice, size_t n,
+                                        char *path, size_t path_n, vsr_err *err) {
+    if (!c->autotune_dir[0]) return VSR_E_NOT_FOUND;
+    vsr_status st = tune_path(c, kernel, key, path, path_n, err);
+    if (st) return st;
+    if ((st = load_file(c, path, kernel, key, 0, NULL, NULL, err, choice, n)) == VSR_OK) g_loads++;
+    if (st == VSR_E_NOT_FOUND) {
+        vsr_status d = tune_dir_ok(c, err);
+        if (d) return d;
+    }
+    return st;
+}
+
 extern "C" vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const char *key, int n_cand,
                                       const char *const *names, int default_cand, tune_launch_fn launch, void *arg,
                                       size_t out_bytes, int *choice, const char **source, vsr_err *err) {
@@ -197,11 +247,8 @@ extern "C" vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const cha
         *choice = default_cand < n_cand ? default_cand : 0, *source = "default";
         return remember(c, q, kernel, key, *choice, *source, err);
     }
-    char dev[128], path[1200];
-    safe_name(c->dev_name, dev, sizeof dev);
-    int pn = snprintf(path, sizeof path, "%s/%s-%s-%s.json", c->autotune_dir, kernel, dev, key);
-    if (pn < 0 || (size_t)pn >= sizeof path)
-        return vsr_err_set(err, VSR_E_INVALID, "autotune cache directory %s: path too long", c->autotune_dir);
+    char path[1200];
+    if ((st = tune_path(c, kernel, key, path, sizeof path, err))) return st;
     st = load_file(c, path, kernel, key, n_cand, names, choice, err);
     if (st == VSR_OK) {
         g_loads++;
@@ -209,12 +256,7 @@ extern "C" vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const cha
         return remember(c, q, kernel, key, *choice, *source, err);
     }
     if (st != VSR_E_NOT_FOUND) return st;
-    struct stat sb;
-    if (stat(c->autotune_dir, &sb) != 0 && mkdir(c->autotune_dir, 0777) != 0 && errno != EEXIST)
-        return vsr_err_set(err, VSR_E_IO, "autotune cache directory %s: cannot create: %s", c->autotune_dir,
-                           strerror(errno));
-    if (stat(c->autotune_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return vsr_err_set(err, VSR_E_IO, "autotune cache directory %s: not a directory", c->autotune_dir);
+    if ((st = tune_dir_ok(c, err))) return st;
     /* timing needs synchronisation; inside a graph capture keep the default and record nothing */
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(c->stream, &cap);

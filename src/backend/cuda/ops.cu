@@ -350,7 +350,9 @@ static int lt_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err) 
  * the cuBLASLt enum values) and later processes rebuild exactly that algorithm from the name
  * (cublasLtMatmulAlgoInit + the nine config attributes) and check it, so split-K's summation order
  * is reproduced bit for bit; a name the device rejects is refused with the file's name.
- * VSR_CUDA_LT_SEARCH=0 keeps the previous behaviour (the heuristic's 16, recorded by index). */
+ * Off by default: VSR_CUDA_LT_SEARCH=1 turns it on (first H200 run, 2026-11-29: no reliable gain over
+ * the heuristic's 16 once a later process loads the winner; bench/NOTES.md "Widened cuBLASLt search").
+ * Otherwise the previous behaviour (the heuristic's 16, recorded by index under "lt_gemm"). */
 
 /* tile id -> rows x columns of D's tile, index = cublasLtMatmulTile_t (CUDA 13 header, ids 0-634) */
 static const uint16_t LT_TILE_MN[][2] = {
@@ -586,6 +588,18 @@ static int lt_cmp_us(const void *a, const void *b) {
 #define LT_STAGE2_TOP 6       /* structures expanded over stages and swizzle */
 #define LT_STAGE2_EACH 8      /* variants each */
 
+/* The last decision of lt_choose_wide ("lt:<config>,<timed|cache>" or "lt:heuristic(...)"), for tests
+ * and benchmarks; kept apart from the quant paths' cuda_quant_last_path, which an int4 linear sets
+ * before its BF16 GEMM. Not synchronised: one thread decides at a time per process in tests. */
+static char lt_last[96];
+extern "C" const char *cuda_lt_last_choice(void) { return lt_last; }
+static void lt_set_last(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(lt_last, sizeof lt_last, fmt, ap);
+    va_end(ap);
+}
+
 static double lt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -769,7 +783,7 @@ static vsr_status lt_choose_wide(cuda_ctx *c, lt_plan *p, const void *A, const v
         cudaStreamIsCapturing(c->stream, &cap);
         if (cap != cudaStreamCaptureStatusNone) { /* no timing inside a graph capture: the heuristic's first */
             p->run = p->algos[0], p->cfg[0] = 0;
-            quant_set_last_path("lt:heuristic(a0,default(capturing))");
+            lt_set_last("lt:heuristic(a0,default(capturing))");
             return VSR_OK;
         }
         quant_state *q;
@@ -782,7 +796,7 @@ static vsr_status lt_choose_wide(cuda_ctx *c, lt_plan *p, const void *A, const v
         if (!l.n) { /* nothing rebuilt: the heuristic's first, not recorded */
             free(l.v);
             p->run = p->algos[0], p->cfg[0] = 0;
-            quant_set_last_path("lt:heuristic(a0,default(no rebuilt candidate))");
+            lt_set_last("lt:heuristic(a0,default(no rebuilt candidate))");
             return VSR_OK;
         }
         const char **np = (const char **)malloc(sizeof *np * (size_t)l.n);
@@ -803,7 +817,7 @@ static vsr_status lt_choose_wide(cuda_ctx *c, lt_plan *p, const void *A, const v
         }
         free(np), free(al), free(l.v);
         if (st == VSR_OK) {
-            quant_set_last_path("lt:%s,%s", p->cfg, src);
+            lt_set_last("lt:%s,%s", p->cfg, src);
             return VSR_OK;
         }
         if (st != VSR_E_FORMAT) return st;
@@ -823,7 +837,7 @@ static vsr_status lt_choose_wide(cuda_ctx *c, lt_plan *p, const void *A, const v
                            "cuda:%d (%s) for this shape: %s; delete the file to time again", path, rec, c->device,
                            c->dev_name, why);
     snprintf(p->cfg, sizeof p->cfg, "%s", rec);
-    quant_set_last_path("lt:%s,%s", p->cfg, src);
+    lt_set_last("lt:%s,%s", p->cfg, src);
     return VSR_OK;
 }
 
@@ -834,12 +848,11 @@ static vsr_status lt_gemm(cuda_ctx *c, cudaDataType_t ty, const void *A, int64_t
     vsr_status st = lt_plan_get(c, ty, dty, M, N, K, &p, err);
     if (st) return st;
     if (p->chosen < 0) {
-        /* with --autotune-cache: BF16 searches cuBLASLt's configurations beyond the heuristic's list
-         * (lt_choose_wide; VSR_CUDA_LT_SEARCH=0: not); otherwise the heuristic's candidates timed
-         * once per shape and device, the winner recorded (autotune.cu); without a cache, the
-         * heuristic's first, as cuBLASLt suggests */
+        /* with --autotune-cache: the heuristic's candidates timed once per shape and device, the
+         * winner recorded (autotune.cu), or with VSR_CUDA_LT_SEARCH=1 (BF16) the widened search
+         * (lt_choose_wide); without a cache, the heuristic's first, as cuBLASLt suggests */
         const char *ls = getenv("VSR_CUDA_LT_SEARCH");
-        if (ty == CUDA_R_16BF && c->autotune_dir[0] && !(ls && strcmp(ls, "0") == 0)) {
+        if (ty == CUDA_R_16BF && c->autotune_dir[0] && ls && strcmp(ls, "1") == 0) {
             if ((st = lt_choose_wide(c, p, A, W, err))) return st;
             p->chosen = 0;
         } else {
