@@ -430,11 +430,14 @@ TEST(op_deltanet) {
     CHECK_ERR(st, e, VSR_E_UNSUPPORTED, "key head dim up to 128");
 }
 
-/* Head dims 32/64/128/256 run on the BF16 tensor-core kernel (attention.cu): q, k, v and the
+/* Head dims 32/64/128/256 run on the BF16 tensor-core kernels (attention.cu): q, k, v and the
  * probabilities are rounded to BF16 (2^-9 relative each) with FP32 accumulation, so they get the
  * BF16 linears' budget, 1e-2 (measured on the H200: bench/NOTES.md "### Tensor-core attention").
  * Other head dims stay on the FP32 kernel and its 1e-4. qpad > 0 makes q's row stride odd
- * (the kernel's unvectorised Q load). */
+ * (the kernels' unvectorised Q load). Head dims 64/128/256 are checked on every kernel version
+ * (VSR_CUDA_ATTN_VER: 3 and 2 are the wgmma kernels where the device is sm_90, 1 is mma.sync),
+ * each against the CPU op; the output is poisoned (NaN) before each, so a row left unwritten
+ * fails. */
 static void attn_case_p(int nseq, const int64_t *lens, int H, int Hkv, int d, int causal, int qpad) {
     vsr_err e;
     segset s = mkseg(nseq, lens);
@@ -443,13 +446,23 @@ static void attn_case_p(int nseq, const int64_t *lens, int H, int Hkv, int d, in
     float *q = hrand(T * qs, 1.0f), *k = hrand(T * Hkv * d, 1.0f), *v = hrand(T * Hkv * d, 1.0f);
     pair pq = both(q, T * qs), pk = both(k, T * Hkv * d), pv = both(v, T * Hkv * d), po = both(NULL, T * H * d);
     float scale = 1.0f / sqrtf((float)d) * 2.0f; /* sharper than 1/sqrt(d): exercises the running max */
-    CHECK_OK(GB.ops->attention(GB.ctx, pq.g, qs, pk.g, pv.g, &sg, H, Hkv, d, scale, causal, po.g, &e), e);
     CHECK_OK(CB.ops->attention(CB.ctx, pq.c, qs, pk.c, pv.c, &sg, H, Hkv, d, scale, causal, po.c, &e), e);
-    char what[96];
-    int tc = d == 32 || d == 64 || d == 128 || d == 256;
-    snprintf(what, sizeof what, "attention %s %d seqs T%lld H%d/%d d%d%s%s", causal ? "causal" : "full", nseq,
-             (long long)T, H, Hkv, d, tc ? " bf16-tc" : " fp32", qpad ? " q-stride-odd" : "");
-    cmp(po, what, tc ? 1e-2 : 1e-4);
+    int tc = d == 32 || d == 64 || d == 128 || d == 256, wg = d == 64 || d == 128 || d == 256;
+    float *nan = malloc(sizeof(float) * (size_t)(T * H * d));
+    for (int64_t i = 0; i < T * H * d; i++) nan[i] = NAN;
+    static const char *vers[] = {"3", "2", "1"};
+    for (int vi = 0; vi < (wg ? 3 : 1); vi++) {
+        setenv("VSR_CUDA_ATTN_VER", vers[vi], 1);
+        CHECK_OK(GB.ops->buf_set(GB.ctx, po.g, nan, sizeof(float) * (size_t)(T * H * d), &e), e);
+        CHECK_OK(GB.ops->attention(GB.ctx, pq.g, qs, pk.g, pv.g, &sg, H, Hkv, d, scale, causal, po.g, &e), e);
+        char what[112];
+        snprintf(what, sizeof what, "attention %s %d seqs T%lld H%d/%d d%d%s%s%s%s", causal ? "causal" : "full", nseq,
+                 (long long)T, H, Hkv, d, tc ? " bf16-tc" : " fp32", qpad ? " q-stride-odd" : "", wg ? " v" : "",
+                 wg ? vers[vi] : "");
+        cmp(po, what, tc ? 1e-2 : 1e-4);
+    }
+    unsetenv("VSR_CUDA_ATTN_VER");
+    free(nan);
     pfree(pq), pfree(pk), pfree(pv), pfree(po);
     free(q), free(k), free(v);
 }
@@ -467,6 +480,9 @@ TEST(op_attention) {
         attn_case(3, (int64_t[]){130, 7, 65}, 12, 2, 128, causal); /* GQA 6, rows not a multiple of 64 */
         attn_case(2, (int64_t[]){257, 130}, 24, 4, 256, causal);   /* the 27B shape: 24/4 heads of 256 */
         attn_case_p(2, (int64_t[]){31, 40}, 6, 1, 64, causal, 1);
+        /* 9 key tiles of 64 (the last 8 keys), 17 blocks of 128 rows, the last with one live
+         * warpgroup: the wgmma kernels' pipelines past their first tiles */
+        attn_case(1, (int64_t[]){520}, 8, 2, 256, causal);
     }
     vsr_err e;
     int64_t l1 = 1;

@@ -286,6 +286,458 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2)
     }
 }
 
+/* ---- v2: wgmma (sm_90a), two warpgroups per block ----
+ *
+ * Why: v1 runs 4 independent warps per 64 rows, each reading every K and V fragment from shared
+ * memory by ldmatrix for its own 16 rows (80 ldmatrix.x4 per 128 mma.sync per tile: ~380 TFLOP/s
+ * of shared-memory bound, 137 measured). wgmma reads B (and A, for S = Q K^T) from shared memory
+ * once per 64 rows of a warpgroup, straight into the tensor cores, so the bound moves to the
+ * tensor cores; and two warpgroups (128 rows) share each K/V tile, halving the L2 -> SM bytes of
+ * v1's 64-row blocks (8x512: 400 MB instead of 800 MB a call).
+ *
+ * Block: 256 threads = 2 warpgroups; rows r0 .. r0 + 127 of a (sequence, kv head) as in v1
+ * (query-major over the G heads); warpgroup wg owns rows wg * 64 .. + 63, its warp w (0..3) 16 of
+ * them. K/V tiles of 64 keys, double-buffered by cp.async from the BF16 copies.
+ * Shared memory, all in the 128-byte swizzle of wgmma (16-byte chunk c of a 128-byte row r sits
+ * at chunk c ^ (r & 7); atoms of 8 rows = 1024 bytes, so every region is 1024-aligned):
+ *   Q  [D/64][128 rows][128 B]     A of S = Q K^T, K-major (descriptor SBO 1024)
+ *   K  [2][D/64][64 keys][128 B]   B of S, K-major ([n][k]): SBO 1024
+ *   V  [2][D/64][64 keys][128 B]   B of O += P V, MN-major ([k][n], trans-b): LBO = 64 * 128 bytes
+ *                                  to the next 64 head dims, SBO 1024 to the next 8 keys
+ * D 256: 64 + 2 * (32 + 32) = 192 KB (+1 KB to align): one block per SM.
+ * S (64 x 64 per warpgroup, 32 FP32 a thread) and O (64 x D, D/2 a thread) are wgmma
+ * accumulators: element e of 8-column block j of a thread is row 16 w + g + 8 (e >> 1), column
+ * 8 j + 2 t4 + (e & 1) (g = lane / 4, t4 = lane % 4), the mma.sync C layout v1 uses, so the
+ * softmax is v1's and P feeds O += P V as register A fragments exactly as v1 feeds mma.sync.
+ * cp.async and the Q stores write through the generic proxy and wgmma reads through the async
+ * proxy: each thread fences (fence.proxy.async) before the barrier that publishes a tile. */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_WG_ON 1
+#endif
+
+#define WG_ROWS 128 /* rows per block: 2 warpgroups x 64 */
+#define WG_BN 64    /* keys per K/V tile */
+
+template <int D> struct wg_cfg {
+    static constexpr uint32_t qbytes = WG_ROWS * D * 2, tbytes = WG_BN * D * 2; /* Q; one K (or V) tile */
+    static constexpr size_t smem = 1024 + qbytes + 4 * (size_t)tbytes;       /* Q, 2x K, 2x V, alignment */
+};
+
+#ifdef ATTN_WG_ON
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* pins a register's value to this point (the accumulators are written behind the compiler's back
+ * until wgmma.wait_group returns) */
+__device__ __forceinline__ void reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void reg_fence(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
+
+/* 2^x without exp2f's denormal-range fix-up (ex2.approx.ftz: ~2 ulp, results under 2^-126
+ * flushed to 0, -inf -> 0): the softmax's p and alpha */
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+/* shared-memory matrix descriptor: address, leading / stride byte offsets, 128-byte swizzle */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+
+/* S (64 x 64, FP32) (+)= Q (64 x 16, K-major in shared memory) . K^T (K tile 64 x 16, K-major);
+ * acc 0 on a tile's first k-step (D = A.B) */
+__device__ __forceinline__ void wg_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc)
+                 : "memory");
+}
+/* O (64 x 64, FP32) += P (64 x 16 keys, BF16 A fragments in registers) . V (16 keys x 64, MN-major:
+ * trans-b 1) */
+__device__ __forceinline__ void wg_rs_n64(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db)
+                 : "memory");
+}
+/* O (64 x 128, FP32) += P (64 x 16 keys, BF16 A fragments in registers) . V (16 keys x 128, MN-major:
+ * trans-b 1) */
+__device__ __forceinline__ void wg_rs_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db)
+                 : "memory");
+}
+/* O (64 x 256, FP32) += P (64 x 16 keys, BF16 A fragments in registers) . V (16 keys x 256, MN-major:
+ * trans-b 1) */
+__device__ __forceinline__ void wg_rs_n256(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, {%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db)
+                 : "memory");
+}
+
+template <int D>
+__device__ __forceinline__ void wg_pv(float (&o)[D / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                      uint64_t db) {
+    if constexpr (D == 64) wg_rs_n64(o, a0, a1, a2, a3, db);
+    else if constexpr (D == 128) wg_rs_n128(o, a0, a1, a2, a3, db);
+    else wg_rs_n256(o, a0, a1, a2, a3, db);
+}
+
+/* issue S = Q K^T for one tile: D/16 k-steps; k-step kk is 32 bytes into 64-column sub-tile kk / 4
+ * (descriptor address fields advance in 16-byte units; addresses stay under 256 KB, no carry) */
+template <int D> __device__ __forceinline__ void wg_issue_s(float (&sc)[32], uint64_t qd, uint64_t kd) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wg_ss_n64(sc, qd + (uint64_t)(((kk >> 2) * (WG_ROWS * 128) + (kk & 3) * 32) >> 4),
+                  kd + (uint64_t)(((kk >> 2) * (WG_BN * 128) + (kk & 3) * 32) >> 4), kk > 0);
+}
+/* issue O += P V for one tile: 16 keys a step, 2 swizzle atoms (2048 bytes) into every sub-tile */
+template <int D> __device__ __forceinline__ void wg_issue_pv(float (&o)[D / 2], const uint32_t (&pa)[WG_BN / 16][4],
+                                                             uint64_t vd) {
+#pragma unroll
+    for (int ks = 0; ks < WG_BN / 16; ks++)
+        wg_pv<D>(o, pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3], vd + (uint64_t)((ks * 16 * 128) >> 4));
+}
+/* mask, scale and the online softmax of one S tile (v1's, on the same layout), in place: sc
+ * becomes p (FP32); new m, l, and the factor alpha for O */
+__device__ __forceinline__ void wg_softmax(float (&sc)[32], int k0, int t4, const int (&lim)[2], float scale_log2,
+                                           float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+    constexpr int NJ = WG_BN / 8;
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int key = k0 + 8 * j + 2 * t4 + (e & 1);
+            float x = key < lim[e >> 1] ? sc[4 * j + e] * scale_log2 : -INFINITY;
+            sc[4 * j + e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    float mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        mu[h] = mx[h] == -INFINITY ? 0.f : mx[h]; /* a row with no key yet: p = 0 */
+        alpha[h] = ex2_ftz(m[h] - mu[h]);         /* m = -inf: 0 */
+        m[h] = mx[h];
+        l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = ex2_ftz(sc[4 * j + e] - mu[e >> 1]);
+            sc[4 * j + e] = p;
+            l[e >> 1] += p; /* this thread's partial row sum; the quad adds them at the end */
+        }
+}
+/* p (FP32, S layout) -> BF16 A fragments of O += P V: 8-key block j is half j & 1 of 16-key step
+ * j / 2 (a0 / a1: rows g / g + 8 at keys +0..7; a2 / a3: at +8..15) */
+__device__ __forceinline__ void wg_pack(const float (&sc)[32], uint32_t (&pa)[WG_BN / 16][4]) {
+#pragma unroll
+    for (int j = 0; j < WG_BN / 8; j++) {
+        pa[j >> 1][(j & 1) * 2 + 0] = pack_bf16(sc[4 * j + 0], sc[4 * j + 1]);
+        pa[j >> 1][(j & 1) * 2 + 1] = pack_bf16(sc[4 * j + 2], sc[4 * j + 3]);
+    }
+}
+#endif
+
+/* PIPE false ("v2"): per tile, S = Q K^T, wait, softmax, O += P V, wait; K and V of a tile load
+ * together one tile ahead.
+ * PIPE true ("v3", flash-attention-3's intra-warpgroup overlap): iteration t issues S_t and then
+ * O += P_{t-1} V_{t-1}, waits for S_t only, runs softmax t while the tensor cores do P V, then
+ * waits for P V and rescales O. V_{t-1} must stay while S_t's tile arrives, so K and V load
+ * separately: K_{t+1} at the top of iteration t (its stage held K_{t-1}, read by S_{t-1} which
+ * finished in iteration t-1), V_{t+1} after the barrier in the middle of iteration t (its stage held
+ * V_{t-1}, whose P V finished just before). cp.async groups in commit order: K0 V0 K1 V1 K2 ...;
+ * at the top of iteration t, after committing K_{t+1}, wait_group 2 leaves V_t and K_{t+1} in
+ * flight, so K_t and V_{t-1} have landed. */
+template <int D, bool PIPE>
+__global__ void __launch_bounds__(256, 1)
+    k_attn_wg(const float *__restrict__ q, int64_t qs, const __nv_bfloat16 *__restrict__ kb,
+              const __nv_bfloat16 *__restrict__ vb, const tc_segs s, int H, int Hkv, float scale_log2, int causal,
+              int qvec, float *__restrict__ out) {
+#ifdef ATTN_WG_ON
+    constexpr int CH = D / 8; /* 16-byte chunks per row */
+    constexpr int DJ = D / 8; /* 8-column blocks of O */
+    constexpr uint32_t QB = wg_cfg<D>::qbytes, TB = wg_cfg<D>::tbytes;
+    extern __shared__ __align__(16) unsigned char smraw[];
+    const uint32_t sbase = (smem_u32(smraw) + 1023u) & ~1023u;
+    const uint32_t Qs = sbase, Ks = Qs + QB, Vs = Ks + 2 * TB; /* K, V: stage st at + st * TB */
+
+    const int sg = blockIdx.z, hk = blockIdx.y, G = H / Hkv;
+    const int64_t L = s.len[sg], s0 = s.start[sg], nrows = L * G;
+    const int64_t rb = causal ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int64_t r0 = rb * WG_ROWS;
+    if (r0 >= nrows) return;
+    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+    const int64_t kvs = (int64_t)Hkv * D, os = (int64_t)H * D;
+
+    /* keys the block needs, and the tiles a warpgroup computes (wgmma is warpgroup-wide, so the
+     * causal skip is per warpgroup; a warpgroup wholly past the sequence computes nothing) */
+    const int64_t rlast = r0 + WG_ROWS - 1 < nrows - 1 ? r0 + WG_ROWS - 1 : nrows - 1;
+    const int64_t nk = causal ? rlast / G + 1 : L;
+    const int ntiles = (int)((nk + WG_BN - 1) / WG_BN);
+    const int64_t wfirst = r0 + wg * 64, wlast = wfirst + 63 < nrows - 1 ? wfirst + 63 : nrows - 1;
+    const int64_t wlim = wfirst >= nrows ? 0 : causal ? wlast / G + 1 : L;
+
+    const __nv_bfloat16 *kbase = kb + s0 * kvs + (int64_t)hk * D;
+    const __nv_bfloat16 *vbase = vb + s0 * kvs + (int64_t)hk * D;
+    /* one tile of K (which 0) or V (1) or both (2) into stage st (keys past nk: zero-filled) */
+    auto load = [&](int t, int st, int which) {
+        const int64_t k0 = (int64_t)t * WG_BN;
+#pragma unroll 4
+        for (int i = tid; i < WG_BN * CH; i += 256) {
+            int j = i / CH, cc = i % CH;
+            bool in = k0 + j < nk;
+            int64_t off = in ? (k0 + j) * kvs + cc * 8 : 0;
+            uint32_t so = st * TB + (uint32_t)((cc >> 3) * (WG_BN * 128) + j * 128 + (((cc & 7) ^ (j & 7)) << 4));
+            if (which != 1) cp_async16(Ks + so, kbase + off, in ? 16 : 0);
+            if (which != 0) cp_async16(Vs + so, vbase + off, in ? 16 : 0);
+        }
+    };
+    if (PIPE) {
+        load(0, 0, 0);
+        cp_async_commit();
+        load(0, 0, 1);
+        cp_async_commit();
+    } else {
+        load(0, 0, 2);
+        cp_async_commit();
+    }
+
+    /* Q rows -> BF16, swizzled (rows past the sequence: zeros) */
+    {
+        constexpr int C4 = D / 4;
+#pragma unroll 8
+        for (int i = tid; i < WG_ROWS * C4; i += 256) {
+            int row = i / C4, c = (i % C4) * 4, cc = c >> 3;
+            int64_t r = r0 + row;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r < nrows) {
+                const float *src = q + (s0 + r / G) * qs + (int64_t)(hk * G + (int)(r % G)) * D + c;
+                if (qvec) x = *(const float4 *)src;
+                else x = make_float4(src[0], src[1], src[2], src[3]);
+            }
+            uint32_t so = (uint32_t)((cc >> 3) * (WG_ROWS * 128) + row * 128 + (((cc & 7) ^ (row & 7)) << 4) +
+                                     (c & 4) * 2);
+            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(Qs + so), "r"(pack_bf16(x.x, x.y)),
+                         "r"(pack_bf16(x.z, x.w))
+                         : "memory");
+        }
+    }
+
+    const int g = lane >> 2, t4 = lane & 3;
+    int lim[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        int64_t r = r0 + wg * 64 + w * 16 + g + 8 * e;
+        int64_t qi = r < nrows ? r / G : L - 1; /* rows past the end: any finite softmax, not stored */
+        lim[e] = (int)(causal ? qi + 1 : L);
+    }
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; /* m in log2 units (scaled) */
+    /* descriptors: this warpgroup's 64 rows of Q; stage 0 of K and V (K-major / MN-major, see above) */
+    const uint64_t qd = wg_desc(Qs + (uint32_t)(wg * 64 * 128), 16, 1024);
+    const uint64_t kd = wg_desc(Ks, 16, 1024), vd = wg_desc(Vs, WG_BN * 128, 1024);
+    constexpr uint64_t TD = TB >> 4; /* one stage, in descriptor address units */
+    float sc[32];
+    float alpha[2];
+    uint32_t pa[WG_BN / 16][4];
+
+    if (!PIPE) {
+        for (int t = 0; t < ntiles; t++) {
+            const int st = t & 1;
+            if (t + 1 < ntiles) load(t + 1, st ^ 1, 2);
+            cp_async_commit();
+            cp_async_wait<1>();
+            proxy_fence();
+            __syncthreads();
+            const int k0 = t * WG_BN;
+            if (k0 < wlim) {
+                wg_fence();
+                wg_issue_s<D>(sc, qd, kd + st * TD);
+                wg_commit();
+                wg_wait0();
+#pragma unroll
+                for (int i = 0; i < 32; i++) reg_fence(sc[i]);
+                wg_softmax(sc, k0, t4, lim, scale_log2, m, l, alpha);
+                wg_pack(sc, pa);
+#pragma unroll
+                for (int j = 0; j < DJ; j++) {
+                    o[4 * j + 0] *= alpha[0], o[4 * j + 1] *= alpha[0];
+                    o[4 * j + 2] *= alpha[1], o[4 * j + 3] *= alpha[1];
+                }
+#pragma unroll
+                for (int i = 0; i < D / 2; i++) reg_fence(o[i]);
+                wg_fence();
+                wg_issue_pv<D>(o, pa, vd + st * TD);
+                wg_commit();
+                wg_wait0();
+#pragma unroll
+                for (int i = 0; i < D / 2; i++) reg_fence(o[i]);
+#pragma unroll
+                for (int i = 0; i < WG_BN / 16; i++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) reg_fence(pa[i][e]);
+            }
+            __syncthreads(); /* the next iteration refills this stage */
+        }
+    } else {
+        /* Every warpgroup computes every tile of the block (the causal tiles past a warpgroup's
+         * last query are masked to p = 0, at most one tile): wgmma under a branch makes ptxas
+         * serialise them all (C7518). Iteration 0 is peeled (no P V due yet). */
+        /* P of the previous tile, read by its in-flight P V. It is packed from p only after that
+         * P V has finished (wait_group 0): registers a wgmma reads, written while it is in flight,
+         * make ptxas serialise every wgmma of the kernel (C7513); the softmax works in place on
+         * the S accumulators, whose wgmma has finished. */
+        uint32_t (&pp)[WG_BN / 16][4] = pa;
+        auto rescale = [&]() {
+#pragma unroll
+            for (int j = 0; j < DJ; j++) {
+                o[4 * j + 0] *= alpha[0], o[4 * j + 1] *= alpha[0];
+                o[4 * j + 2] *= alpha[1], o[4 * j + 3] *= alpha[1];
+            }
+        };
+        /* tile 0 */
+        if (1 < ntiles) load(1, 1, 0);
+        cp_async_commit();
+        cp_async_wait<2>(); /* K_0 */
+        proxy_fence();
+        __syncthreads();
+        wg_fence();
+        wg_issue_s<D>(sc, qd, kd);
+        wg_commit();
+        wg_wait0();
+#pragma unroll
+        for (int i = 0; i < 32; i++) reg_fence(sc[i]);
+        wg_softmax(sc, 0, t4, lim, scale_log2, m, l, alpha);
+        rescale();
+        wg_pack(sc, pp);
+        __syncthreads(); /* (kept for one pattern: V stage 1 holds nothing yet) */
+        if (1 < ntiles) load(1, 1, 1);
+        cp_async_commit();
+        for (int t = 1; t < ntiles; t++) {
+            const int st = t & 1;
+            if (t + 1 < ntiles) load(t + 1, st ^ 1, 0);
+            cp_async_commit();
+            cp_async_wait<2>(); /* K_t and V_{t-1} */
+            proxy_fence();
+            __syncthreads();
+            wg_fence();
+            wg_issue_s<D>(sc, qd, kd + st * TD);
+            wg_commit();
+            wg_issue_pv<D>(o, pp, vd + (st ^ 1) * TD);
+            wg_commit();
+            wg_wait1(); /* S_t */
+#pragma unroll
+            for (int i = 0; i < 32; i++) reg_fence(sc[i]);
+            wg_softmax(sc, t * WG_BN, t4, lim, scale_log2, m, l, alpha);
+            /* pin the softmax before the wait (else the compiler sinks it past, losing the overlap) */
+#pragma unroll
+            for (int i = 0; i < 32; i++) reg_fence(sc[i]);
+            reg_fence(l[0]), reg_fence(l[1]), reg_fence(alpha[0]), reg_fence(alpha[1]);
+            wg_wait0(); /* P_{t-1} V_{t-1} */
+#pragma unroll
+            for (int i = 0; i < D / 2; i++) reg_fence(o[i]);
+            rescale();
+            wg_pack(sc, pp);
+            __syncthreads(); /* every warpgroup is done with V_{t-1}: its stage takes V_{t+1} */
+            if (t + 1 < ntiles) load(t + 1, st ^ 1, 1);
+            cp_async_commit();
+        }
+        cp_async_wait<0>();
+        proxy_fence();
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) reg_fence(o[i]);
+        wg_fence();
+        wg_issue_pv<D>(o, pp, vd + ((ntiles - 1) & 1) * TD);
+        wg_commit();
+        wg_wait0();
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) reg_fence(o[i]);
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        int64_t r = r0 + wg * 64 + w * 16 + g + 8 * e;
+        if (r >= nrows) continue;
+        float inv = 1.0f / l[e]; /* l > 0: key 0 is allowed for every live row */
+        float *dst = out + (s0 + r / G) * os + (int64_t)(hk * G + (int)(r % G)) * D + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < DJ; j++)
+            *(float2 *)(dst + 8 * j) = make_float2(o[4 * j + 2 * e] * inv, o[4 * j + 2 * e + 1] * inv);
+    }
+#endif
+}
+
 /* ---- host side ---- */
 
 template <int D, int BN>
@@ -304,6 +756,36 @@ static vsr_status tc_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_
     k_attn_tc<D, BN><<<grid, TC_WARPS * 32, smem, c->stream>>>(q, qs, kb, vb, s, H, Hkv, scale * 1.4426950408889634f,
                                                               causal, qvec, out);
     return cuda_check_launch(c, "attention (tensor cores)", err);
+}
+
+template <int D, bool PIPE>
+static vsr_status wg_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_bfloat16 *kb, const __nv_bfloat16 *vb,
+                            const tc_segs &s, int64_t max_len, int H, int Hkv, float scale, int causal, int qvec,
+                            float *out, vsr_err *err) {
+    size_t smem = wg_cfg<D>::smem;
+    vsr_status st = cuda_check(c, cudaFuncSetAttribute(k_attn_wg<D, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       (int)smem),
+                               "attention (wgmma): shared memory limit", err);
+    if (st) return st;
+    int64_t bx = (max_len * (H / Hkv) + WG_ROWS - 1) / WG_ROWS;
+    if (bx > 0x7fffffff) return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: attention: %lld tokens in one sequence",
+                                            c->device, (long long)max_len);
+    dim3 grid((unsigned)bx, (unsigned)Hkv, (unsigned)s.n);
+    k_attn_wg<D, PIPE><<<grid, 256, smem, c->stream>>>(q, qs, kb, vb, s, H, Hkv, scale * 1.4426950408889634f, causal, qvec,
+                                                 out);
+    return cuda_check_launch(c, "attention (wgmma)", err);
+}
+
+/* Which kernel (bench/NOTES.md "Attention on wgmma"): VSR_CUDA_ATTN_V1=1 or VSR_CUDA_ATTN_VER=1:
+ * v1 (mma.sync); VSR_CUDA_ATTN_VER=2: wgmma without overlap; VSR_CUDA_ATTN_VER=3: wgmma with the
+ * softmax overlapping P V. For A/B timing and for the tests, which run every version. */
+#define ATTN_DEFAULT_VER 3
+static int attn_version(void) {
+    const char *v1 = getenv("VSR_CUDA_ATTN_V1");
+    if (v1 && v1[0] == '1') return 1;
+    const char *v = getenv("VSR_CUDA_ATTN_VER");
+    if (v && v[0] >= '1' && v[0] <= '3' && v[1] == 0) return v[0] - '0';
+    return ATTN_DEFAULT_VER;
 }
 
 extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs, const float *k, const float *v,
@@ -336,7 +818,16 @@ extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs,
     if (nb > 0x7fffffff) return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: attention: %lld rows", c->device, (long long)rows);
     k_kv_to_bf16<<<dim3((unsigned)nb, 2), 256, 0, c->stream>>>(k, v, n, kb, vb);
     if ((st = cuda_check_launch(c, "attention: k, v to bf16", err))) return st;
-    /* BN: keys per tile, so two blocks fit on a multiprocessor (d 256: 101 KB each) */
+    /* v2 / v3 (wgmma) where the build has sm_90a code, i.e. compute capability 9.0, for head dims
+     * 64 / 128 / 256 (one 128-byte swizzle row is 64 BF16); the others stay on v1 */
+    int ver = attn_version();
+    if (ver > 1 && c->cc_major == 9 && c->cc_minor == 0 && (d == 64 || d == 128 || d == 256)) {
+#define WGL(D, P) wg_launch<D, P>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err)
+        if (ver == 3) return d == 64 ? WGL(64, true) : d == 128 ? WGL(128, true) : WGL(256, true);
+        return d == 64 ? WGL(64, false) : d == 128 ? WGL(128, false) : WGL(256, false);
+#undef WGL
+    }
+    /* v1, BN: keys per tile, so two blocks fit on a multiprocessor (d 256: 101 KB each) */
     switch (d) {
     case 32: return tc_launch<32, 64>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err);
     case 64: return tc_launch<64, 64>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err);
