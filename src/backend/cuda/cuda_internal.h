@@ -113,13 +113,15 @@ vsr_status cuda_int4_linear_bf16(cuda_ctx *c, const __nv_bfloat16 *xb, int64_t M
 vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
                                     const vsr_bweight *w, float *y, int accumulate, vsr_err *err);
 /* FP8 product kept in BF16 for a consumer that reads it (linear_swiglu): where
- * cuda_fp8_linear_prequant would itself go through a BF16 product (scaled, outer-vector, M >= 128
- * under --dtype auto), runs that product alone and sets *ran = 1, *d = BF16 [M, *ldd] in a quant
- * workspace valid until the next quantized linear; else *ran = 0 and nothing ran. x FP32 [M, K] is
+ * cuda_fp8_linear_prequant would itself go through a BF16 product (M >= 128 under --dtype auto: the
+ * outer-vector-scaled one, or the unscaled one (b') where cuBLASLt has no outer-vector algorithm),
+ * runs that product alone and sets *ran = 1, *d = BF16 [M, *ldd] in a quant workspace valid until the
+ * next quantized linear, and *dsx, *dsw = the per-row and per-column scales the reader must apply
+ * (NULL when the product is already scaled); else *ran = 0 and nothing ran. x FP32 [M, K] is
  * quantized here unless xq, sx are given (as for prequant). */
 vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
-                                   const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd, int *ran,
-                                   vsr_err *err);
+                                   const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd, const float **dsx,
+                                   const float **dsw, int *ran, vsr_err *err);
 /* The same product, written to dst [M, N] (row stride N) instead of the workspace (one more pass when
  * the weight is padded to Np > N). */
 vsr_status cuda_fp8_linear_bf16_to(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,

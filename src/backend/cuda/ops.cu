@@ -996,11 +996,23 @@ __global__ void k_mul_sigmoid(float *x, int64_t M, int H, int hd, const float *_
     }
 }
 
+/* SwiGLU's inputs with their FP8 scales applied when sc is given (linear_swiglu on an unscaled FP8
+ * product: g = t * sx[r] * sg[c], the FP8 epilogue's order), else as they are */
+struct sw_scales {
+    const float *sx, *sg, *su; /* [M], [N], [N]; sx NULL: none */
+};
+__device__ __forceinline__ float4 sw_scale4(float4 v, float s, const float *w) {
+    return make_float4(v.x * s * w[0], v.y * s * w[1], v.z * s * w[2], v.w * s * w[3]);
+}
+
 template <typename TI>
-__global__ void k_swiglu(const TI *g, const TI *__restrict__ u, int64_t gs, int64_t N, int64_t n, float *y) {
+__global__ void k_swiglu(const TI *g, const TI *__restrict__ u, int64_t gs, int64_t N, int64_t n, float *y,
+                         sw_scales sc) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / N, c = i % N;
-        y[i] = silu_d(ldf(g + r * gs + c)) * ldf(u + r * gs + c);
+        float a = ldf(g + r * gs + c), b = ldf(u + r * gs + c);
+        if (sc.sx) a = a * sc.sx[r] * sc.sg[c], b = b * sc.sx[r] * sc.su[c];
+        y[i] = silu_d(a) * b;
     }
 }
 
@@ -1315,11 +1327,12 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
  * aligned): g, u rows at stride gs, y and yb contiguous [M, N] */
 template <typename TI>
 __global__ void k_swiglu4(const TI *g, const TI *__restrict__ u, int64_t gs, int64_t M, int64_t N, float *y,
-                          __nv_bfloat16 *yb) {
+                          __nv_bfloat16 *yb, sw_scales sc) {
     const int64_t N4 = N / 4, n4 = M * N4;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / N4, c = (i % N4) * 4;
         float4 a = ld4f(g + r * gs + c), b = ld4f(u + r * gs + c);
+        if (sc.sx) a = sw_scale4(a, sc.sx[r], sc.sg + c), b = sw_scale4(b, sc.sx[r], sc.su + c);
         float4 o = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
         if (y) *(float4 *)(y + r * N + c) = o;
         if (yb) store_bf16x4(yb + r * N + c, o);
@@ -1332,7 +1345,7 @@ __global__ void k_swiglu4(const TI *g, const TI *__restrict__ u, int64_t gs, int
 template <typename TI, int VEC>
 __global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const TI *g, const TI *__restrict__ u, int64_t gs, int N,
                                                          float *y, uint8_t *__restrict__ tw, int64_t twld,
-                                                         float *__restrict__ tsx) {
+                                                         float *__restrict__ tsx, sw_scales sc) {
     __shared__ float sh[33];
     const int64_t r = blockIdx.x;
     const TI *gr = g + r * gs, *ur = u + r * gs;
@@ -1344,6 +1357,7 @@ __global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const TI *g, const TI *
         int i = threadIdx.x + j * blockDim.x;
         if (i < N4) {
             float4 a = ld4f(gr + 4 * i), b = ld4f(ur + 4 * i);
+            if (sc.sx) a = sw_scale4(a, sc.sx[r], sc.sg + 4 * i), b = sw_scale4(b, sc.sx[r], sc.su + 4 * i);
             v[j] = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
             if (yr) yr[i] = v[j];
         } else {
@@ -2326,7 +2340,7 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
  * declared; the caller has checked gs >= N and opened the profile scope. */
 template <typename TI>
 static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, int64_t M, int64_t N, float *y,
-                             vsr_err *err) {
+                             sw_scales sc, vsr_err *err) {
     const int64_t n = M * N;
     const uintptr_t al = sizeof(TI) * 4 - 1; /* 4 elements: float4, or 4 BF16 (8 bytes) */
     int vec = ((uintptr_t)g & al) == 0 && ((uintptr_t)u & al) == 0 && ((uintptr_t)y & 15) == 0 && N % 4 == 0 &&
@@ -2341,16 +2355,17 @@ static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, 
         thr = thr > 1024 ? 1024 : thr;
         if (thr * 4 >= n4) /* up to 4 float4 per thread */
             k_swiglu_row_fp8<TI, 4><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
-                                                                                (uint8_t *)t.data, t.Kp, t.sx);
+                                                                                (uint8_t *)t.data, t.Kp, t.sx, sc);
         else
             k_swiglu_row_fp8<TI, SW_VEC><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
-                                                                                     (uint8_t *)t.data, t.Kp, t.sx);
+                                                                                     (uint8_t *)t.data, t.Kp, t.sx, sc);
     }
     else if (vec)
         k_swiglu4<TI><<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
-            g, u, gs, M, N, yo, (__nv_bfloat16 *)t.data);
+            g, u, gs, M, N, yo, (__nv_bfloat16 *)t.data, sc);
     else
-        k_swiglu<TI><<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, gs, N, n, y);
+        k_swiglu<TI><<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, gs, N, n, y,
+                                                                                                  sc);
     if ((st = cuda_check_launch(c, "swiglu", err))) return st;
     twin_commit(c, &t);
     return VSR_OK;
@@ -2369,7 +2384,7 @@ static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t g
     if ((st = kp_guard(c, g, sizeof(float) * (size_t)((M - 1) * gs + N), "swiglu", err)) ||
         (st = kp_guard(c, u, sizeof(float) * (size_t)((M - 1) * gs + N), "swiglu", err)))
         return st;
-    return swiglu_run(c, g, u, gs, M, N, y, err);
+    return swiglu_run(c, g, u, gs, M, N, y, sw_scales{NULL, NULL, NULL}, err);
 }
 
 /* linear_swiglu (backend.h): BF16 and FP8 weights keep the product in BF16 where their GEMM can write
@@ -2387,6 +2402,7 @@ static vsr_status cu_linear_swiglu(void *ctx, const float *x, int64_t M, const v
     vsr_status st;
     priv(c)->kp_req = NULL; /* a keep_product_bf16 declaration is for the next linear only */
     const __nv_bfloat16 *gu = NULL; /* the product kept in BF16 [M, ld] */
+    sw_scales sc = {NULL, NULL, NULL}; /* and the scales its reader applies (an unscaled FP8 product) */
     int64_t ld = N2;
     if (w->v.kind == VSR_WK_BF16 || w->v.kind == VSR_WK_FP8) {
         char pname[72] = "";
@@ -2409,11 +2425,13 @@ static vsr_status cu_linear_swiglu(void *ctx, const float *x, int64_t M, const v
             const float *sx = NULL;
             const void *xq = twin_find(c, x, M, K, TW_FP8, &sx);
             int ran = 0;
-            if ((st = cuda_fp8_linear_bf16out(c, x, (const uint8_t *)xq, sx, M, w, &gu, &ld, &ran, err)))
+            const float *dsx = NULL, *dsw = NULL;
+            if ((st = cuda_fp8_linear_bf16out(c, x, (const uint8_t *)xq, sx, M, w, &gu, &ld, &dsx, &dsw, &ran, err)))
                 return vsr_err_prefix(err, "%s", w->name);
             if (!ran) gu = NULL;
+            else sc = sw_scales{dsx, dsw, dsw ? dsw + N : NULL};
         }
-        if (gu) return swiglu_run(c, gu, gu + N, ld, M, N, y, err);
+        if (gu) return swiglu_run(c, gu, gu + N, ld, M, N, y, sc, err);
     }
     /* the FP32 product, then SwiGLU over its two halves */
     if ((st = cu_linear(ctx, x, M, w, work, 0, err)) || (st = cu_swiglu(ctx, work, work + N, N2, M, N, y, err)))

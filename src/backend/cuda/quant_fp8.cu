@@ -43,7 +43,9 @@ extern int quant_fp8_fast_accum(void);
 #define FP8_PLANS 64
 #define FP8_ALGOS 8
 #define FP8_BF16_MIN_ROWS 128
-enum { D_F32 = 0, D_F32_SCALED = 1, D_BF16_SCALED = 2 }; /* a plan's output type and scales */
+enum { D_F32 = 0, D_F32_SCALED = 1, D_BF16_SCALED = 2, D_BF16 = 3 }; /* a plan's output type and scales */
+static inline int dmode_scaled(int d) { return d == D_F32_SCALED || d == D_BF16_SCALED; }
+static inline int dmode_bf16(int d) { return d == D_BF16_SCALED || d == D_BF16; }
 #define QROW_THREADS 256
 #define QROW_VEC 20 /* float4 per thread held in registers: rows up to 256*4*20 = 20480 */
 
@@ -164,6 +166,62 @@ static void fp8_epilogue(cuda_ctx *c, const float *t, int64_t ldt, const float *
         k_fp8_epilogue<<<(unsigned)((M * N + 255) / 256), 256, 0, c->stream>>>(t, ldt, sx, sw, M, N, y, accumulate);
 }
 
+/* From the unscaled product rounded to BF16 (t [M, ldt], path (b')):
+ *   SCALE_TO_BF16 = 0: y[m, n] (+)= float(t) * sx[m] * sw[n], y FP32 [M, N] (the FP32 epilogue's order);
+ *   SCALE_TO_BF16 = 1: yb[m, n] = bf16(float(t) * sx[m] * sw[n]), yb BF16 [M, N] (may be t itself when
+ *   ldt == N: each element is read before it is written by the same thread).
+ * 8 columns per thread when N, ldt are multiples of 8 (16-byte rows), else one. */
+template <int SCALE_TO_BF16>
+__global__ void k_fp8_epilogue_bf16(const __nv_bfloat16 *t, int64_t ldt, const float *__restrict__ sx,
+                                    const float *__restrict__ sw, int64_t M, int64_t N, void *out, int accumulate) {
+    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (N % 8 == 0 && ldt % 8 == 0) {
+        const int64_t n8 = N / 8;
+        if (id >= M * n8) return;
+        const int64_t m = id / n8, n = (id % n8) * 8;
+        uint4 v = *(const uint4 *)(t + m * ldt + n);
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+        const float s = sx[m];
+        float o[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __bfloat1622float2(h[j]);
+            o[2 * j] = f.x * s * sw[n + 2 * j], o[2 * j + 1] = f.y * s * sw[n + 2 * j + 1];
+        }
+        if (SCALE_TO_BF16) {
+            uint4 r;
+            __nv_bfloat162 *rh = (__nv_bfloat162 *)&r;
+#pragma unroll
+            for (int j = 0; j < 4; j++) rh[j] = __floats2bfloat162_rn(o[2 * j], o[2 * j + 1]);
+            *(uint4 *)((__nv_bfloat16 *)out + m * N + n) = r;
+        } else {
+            float4 *yo = (float4 *)((float *)out + m * N + n);
+            float4 lo = make_float4(o[0], o[1], o[2], o[3]), hi = make_float4(o[4], o[5], o[6], o[7]);
+            if (accumulate) {
+                float4 y0 = yo[0], y1 = yo[1];
+                lo.x = y0.x + lo.x, lo.y = y0.y + lo.y, lo.z = y0.z + lo.z, lo.w = y0.w + lo.w;
+                hi.x = y1.x + hi.x, hi.y = y1.y + hi.y, hi.z = y1.z + hi.z, hi.w = y1.w + hi.w;
+            }
+            yo[0] = lo, yo[1] = hi;
+        }
+        return;
+    }
+    if (id >= M * N) return;
+    const int64_t m = id / N, n = id % N;
+    const float v = __bfloat162float(t[m * ldt + n]) * sx[m] * sw[n];
+    if (SCALE_TO_BF16) ((__nv_bfloat16 *)out)[id] = __float2bfloat16_rn(v);
+    else ((float *)out)[id] = accumulate ? ((float *)out)[id] + v : v;
+}
+
+static vsr_status fp8_epilogue_bf16(cuda_ctx *c, const __nv_bfloat16 *t, int64_t ldt, const float *sx, const float *sw,
+                                    int64_t M, int64_t N, void *out, int to_bf16, int accumulate, vsr_err *err) {
+    const int64_t items = (N % 8 == 0 && ldt % 8 == 0) ? M * (N / 8) : M * N;
+    const unsigned blocks = (unsigned)((items + 255) / 256);
+    if (to_bf16) k_fp8_epilogue_bf16<1><<<blocks, 256, 0, c->stream>>>(t, ldt, sx, sw, M, N, out, 0);
+    else k_fp8_epilogue_bf16<0><<<blocks, 256, 0, c->stream>>>(t, ldt, sx, sw, M, N, out, accumulate);
+    return cuda_check_launch(c, "FP8 epilogue (BF16 product)", err);
+}
+
 /* y[m, n] = (accumulate ? y : 0) + d[m, n] (BF16, row stride ldd); 8 outputs per thread when aligned */
 __global__ void k_fp8_bf16_out(const __nv_bfloat16 *__restrict__ d, int64_t ldd, int64_t M, int64_t N,
                                float *__restrict__ y, int accumulate) {
@@ -250,7 +308,7 @@ static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, in
     if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)Kp, (uint64_t)N, Kp) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)Kp, (uint64_t)M, Kp) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&p->ld, dmode == D_BF16_SCALED ? CUDA_R_16BF : CUDA_R_32F, (uint64_t)N, (uint64_t)M,
+        cublasLtMatrixLayoutCreate(&p->ld, dmode_bf16(dmode) ? CUDA_R_16BF : CUDA_R_32F, (uint64_t)N, (uint64_t)M,
                                    ldd) != CUBLAS_STATUS_SUCCESS) {
         plan_free(p);
         return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d: cuBLASLt: cannot create an FP8 matmul description", c->device);
@@ -258,7 +316,7 @@ static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, in
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof fa);
-    if (dmode != D_F32) {
+    if (dmode_scaled(dmode)) {
         int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
         if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) !=
                 CUBLAS_STATUS_SUCCESS ||
@@ -307,7 +365,7 @@ static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void 
                            void *d, int accumulate, int *ran, vsr_err *err) {
     *ran = 0;
     if (!p->ok) return VSR_OK;
-    if (p->dmode != D_F32) {
+    if (dmode_scaled(p->dmode)) {
         if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw) ||
             cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx)) {
             p->ok = 0;
@@ -488,6 +546,19 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
                 return cuda_check_launch(c, "FP8 BF16 output", err);
             }
         }
+        /* (b') no outer-vector algorithm (CUDA 13.0 on the H200 has none): the unscaled product
+         * rounded to BF16 (half the bytes of the FP32 one, written and read back), then the scales */
+        if (forced == 0 && M >= FP8_BF16_MIN_ROWS) {
+            if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product",
+                                 err)) ||
+                (st = plan_get(c, q, M, Np, Kp, Np, D_BF16, &p, err)) ||
+                (st = run_plan(c, p, w->w, xq, NULL, NULL, q->wtmp, 0, &ran, err)))
+                return st;
+            if (ran) {
+                quant_set_last_path("fp8:unscaled(bf16-out,a%d,%s)+epilogue", p->chosen, p->src);
+                return fp8_epilogue_bf16(c, (const __nv_bfloat16 *)q->wtmp, Np, sx, sw, M, N, y, 0, accumulate, err);
+            }
+        }
     }
     /* (c) unscaled FP8 product into FP32, then the scales */
     if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product", err)) ||
@@ -506,8 +577,9 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
  * workspace [M, Np]. *ran = 0 where cuda_fp8_linear_prequant would not itself take path (b). */
 static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
                                const vsr_bweight *w, __nv_bfloat16 *dst, const __nv_bfloat16 **d, int64_t *ldd,
-                               int *ran, vsr_err *err) {
+                               const float **osx, const float **osw, int *ran, vsr_err *err) {
     *ran = 0;
+    if (osx) *osx = NULL, *osw = NULL;
     if (M <= 0) return VSR_OK;
     quant_wmeta *m = (quant_wmeta *)w->q;
     if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
@@ -537,11 +609,32 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
     }
     fp8_plan *p;
     int done = 0;
+    const float *sw = (const float *)w->scale;
     if ((st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, &p, err)) ||
-        (st = run_plan(c, p, w->w, xq, (const float *)w->scale, sx, out, 0, &done, err)))
+        (st = run_plan(c, p, w->w, xq, sw, sx, out, 0, &done, err)))
         return st;
-    if (!done) return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
-    quant_set_last_path("fp8:scaled(outer-vec,bf16-kept,a%d,%s)", p->chosen, p->src);
+    if (done) {
+        quant_set_last_path("fp8:scaled(outer-vec,bf16-kept,a%d,%s)", p->chosen, p->src);
+    } else if (forced == 0) {
+        /* (b'): the unscaled product in BF16; its scales go to the reader (linear_swiglu's SwiGLU), or are
+         * applied here into dst, rounded to BF16 again (keep_product_bf16) */
+        if ((st = plan_get(c, q, M, Np, Kp, Np, D_BF16, &p, err)) ||
+            (st = run_plan(c, p, w->w, xq, NULL, NULL, out, 0, &done, err)))
+            return st;
+        if (!done) return VSR_OK;
+        if (dst) {
+            if ((st = fp8_epilogue_bf16(c, (const __nv_bfloat16 *)out, Np, sx, sw, M, N, dst, 1, 0, err))) return st;
+            quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)+scaled into BF16", p->chosen, p->src);
+            out = dst, Np = N;
+        } else {
+            if (!osx) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: unscaled FP8 product without its scales",
+                                         c->device, w->name);
+            *osx = sx, *osw = sw;
+            quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)", p->chosen, p->src);
+        }
+    } else {
+        return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
+    }
     if (dst && out != dst) {
         if ((st = cuda_check(c, cudaMemcpy2DAsync(dst, sizeof(__nv_bfloat16) * (size_t)N, out,
                                                   sizeof(__nv_bfloat16) * (size_t)Np, sizeof(__nv_bfloat16) * (size_t)N,
@@ -558,12 +651,12 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
 
 extern "C" vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx,
                                               int64_t M, const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd,
-                                              int *ran, vsr_err *err) {
-    return bf16_product(c, x, xq, sx, M, w, NULL, d, ldd, ran, err);
+                                              const float **dsx, const float **dsw, int *ran, vsr_err *err) {
+    return bf16_product(c, x, xq, sx, M, w, NULL, d, ldd, dsx, dsw, ran, err);
 }
 
 extern "C" vsr_status cuda_fp8_linear_bf16_to(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx,
                                               int64_t M, const vsr_bweight *w, __nv_bfloat16 *dst, int *ran,
                                               vsr_err *err) {
-    return bf16_product(c, x, xq, sx, M, w, dst, NULL, NULL, ran, err);
+    return bf16_product(c, x, xq, sx, M, w, dst, NULL, NULL, NULL, NULL, ran, err);
 }
