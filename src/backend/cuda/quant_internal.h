@@ -125,8 +125,9 @@ void fp8_plans_free(quant_state *q); /* quant_fp8.cu */
  * a second process racing it loads the first one's file); later processes load the file and
  * never time. Without a directory, the caller's default is used and nothing is timed
  * (deterministic).
- * Timing: autotune_choose calls launch(c, cand, arg, out) once (warm-up), then TUNE_REPS times
- * between two events on c->stream; `out` is a private buffer of out_bytes (never the caller's y).
+ * Timing: autotune_choose calls launch(c, cand, arg, out) in timed windows between two events on
+ * c->stream (a warm-up launch before each; an estimate of 5 launches, then 3 interleaved rounds of
+ * about 2 ms each per candidate, the median round counts: autotune.cu); `out` is a private buffer of out_bytes (never the caller's y).
  * launch returns 0 when it launched, TUNE_SKIP for a candidate that cannot run here (it counts
  * as very slow), or -1 with err set. */
 #define TUNE_SKIP 1
