@@ -435,9 +435,9 @@ TEST(op_deltanet) {
  * BF16 linears' budget, 1e-2 (measured on the H200: bench/NOTES.md "### Tensor-core attention").
  * Other head dims stay on the FP32 kernel and its 1e-4. qpad > 0 makes q's row stride odd
  * (the kernels' unvectorised Q load). Head dims 64/128/256 are checked on every kernel version
- * (VSR_CUDA_ATTN_VER: 3 and 2 are the wgmma kernels where the device is sm_90, 1 is mma.sync),
- * each against the CPU op; the output is poisoned (NaN) before each, so a row left unwritten
- * fails. */
+ * (VSR_CUDA_ATTN_VER: 2 and 3 are the wgmma kernels where the device is sm_90, each also with
+ * VSR_CUDA_ATTN_QBATCH=1; 1 is mma.sync), each against the CPU op; the output is poisoned (NaN)
+ * before each, so a row left unwritten fails. */
 static void attn_case_p(int nseq, const int64_t *lens, int H, int Hkv, int d, int causal, int qpad) {
     vsr_err e;
     segset s = mkseg(nseq, lens);
@@ -450,18 +450,22 @@ static void attn_case_p(int nseq, const int64_t *lens, int H, int Hkv, int d, in
     int tc = d == 32 || d == 64 || d == 128 || d == 256, wg = d == 64 || d == 128 || d == 256;
     float *nan = malloc(sizeof(float) * (size_t)(T * H * d));
     for (int64_t i = 0; i < T * H * d; i++) nan[i] = NAN;
-    static const char *vers[] = {"3", "2", "1"};
-    for (int vi = 0; vi < (wg ? 3 : 1); vi++) {
-        setenv("VSR_CUDA_ATTN_VER", vers[vi], 1);
+    /* version, Q load batched (VSR_CUDA_ATTN_QBATCH), label */
+    static const char *vers[][3] = {{"2", "0", "v2"}, {"3", "0", "v3"}, {"2", "1", "v2q"}, {"3", "1", "v3q"},
+                                    {"1", "0", "v1"}};
+    for (int vi = 0; vi < (wg ? 5 : 1); vi++) {
+        setenv("VSR_CUDA_ATTN_VER", vers[vi][0], 1);
+        setenv("VSR_CUDA_ATTN_QBATCH", vers[vi][1], 1);
         CHECK_OK(GB.ops->buf_set(GB.ctx, po.g, nan, sizeof(float) * (size_t)(T * H * d), &e), e);
         CHECK_OK(GB.ops->attention(GB.ctx, pq.g, qs, pk.g, pv.g, &sg, H, Hkv, d, scale, causal, po.g, &e), e);
         char what[112];
         snprintf(what, sizeof what, "attention %s %d seqs T%lld H%d/%d d%d%s%s%s%s", causal ? "causal" : "full", nseq,
-                 (long long)T, H, Hkv, d, tc ? " bf16-tc" : " fp32", qpad ? " q-stride-odd" : "", wg ? " v" : "",
-                 wg ? vers[vi] : "");
+                 (long long)T, H, Hkv, d, tc ? " bf16-tc" : " fp32", qpad ? " q-stride-odd" : "", wg ? " " : "",
+                 wg ? vers[vi][2] : "");
         cmp(po, what, tc ? 1e-2 : 1e-4);
     }
     unsetenv("VSR_CUDA_ATTN_VER");
+    unsetenv("VSR_CUDA_ATTN_QBATCH");
     free(nan);
     pfree(pq), pfree(pk), pfree(pv), pfree(po);
     free(q), free(k), free(v);

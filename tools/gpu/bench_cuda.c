@@ -126,19 +126,25 @@ static void run_shape(int R, int L) {
          o->attention(c, t1, H * hd, t2, t3, &sg, (int)H, (int)Hkv, (int)hd, 0.0625f, 0, t4, &E));
     TIME("attention (causal)", 4.0 * T * (H + 2 * Hkv) * hd + 4.0 * T * H * hd, 2.0 * R * L * L * H * hd,
          o->attention(c, t1, H * hd, t2, t3, &sg, (int)H, (int)Hkv, (int)hd, 0.0625f, 1, t4, &E));
-    /* the other attention kernels on the same inputs (VSR_CUDA_ATTN_VER 2: wgmma without the
-     * softmax overlap; 1: the mma.sync kernel), for A/B in one process; not in the totals */
-    for (int ver = 2; ver >= 1; ver--) {
-        static const char *nm[3][2] = {{0}, {"attention (non-causal, v1)", "attention (causal, v1)"},
-                                       {"attention (non-causal, v2)", "attention (causal, v2)"}};
-        setenv("VSR_CUDA_ATTN_VER", ver == 2 ? "2" : "1", 1);
+    /* the other attention kernels on the same inputs (VSR_CUDA_ATTN_VER 3: wgmma with the softmax
+     * overlapping P V; 1: the mma.sync kernel; "q": VSR_CUDA_ATTN_QBATCH=1), for A/B in one
+     * process; not in the totals */
+    static const char *att_alt[][4] = {{"3", "0", "attention (non-causal, v3)", "attention (causal, v3)"},
+                                       {"2", "1", "attention (non-causal, v2q)", "attention (causal, v2q)"},
+                                       {"3", "1", "attention (non-causal, v3q)", "attention (causal, v3q)"},
+                                       {"1", "0", "attention (non-causal, v1)", "attention (causal, v1)"}};
+    for (int ai = 0; ai < 4; ai++) {
+        setenv("VSR_CUDA_ATTN_VER", att_alt[ai][0], 1);
+        setenv("VSR_CUDA_ATTN_QBATCH", att_alt[ai][1], 1);
         for (int cz = 0; cz < 2; cz++) {
-            TIME(nm[ver][cz], 4.0 * T * (H + 2 * Hkv) * hd + 4.0 * T * H * hd, (4.0 - 2.0 * cz) * R * L * L * H * hd,
+            TIME(att_alt[ai][2 + cz], 4.0 * T * (H + 2 * Hkv) * hd + 4.0 * T * H * hd,
+                 (4.0 - 2.0 * cz) * R * L * L * H * hd,
                  o->attention(c, t1, H * hd, t2, t3, &sg, (int)H, (int)Hkv, (int)hd, 0.0625f, cz, t4, &E));
             total_us -= rows[nrows - 1].us;
         }
-        unsetenv("VSR_CUDA_ATTN_VER");
     }
+    unsetenv("VSR_CUDA_ATTN_VER");
+    unsetenv("VSR_CUDA_ATTN_QBATCH");
     TIME("mul_sigmoid", 12.0 * T * H * hd, 0, o->mul_sigmoid(c, t4, T, (int)H, (int)hd, t0 + hd, 2 * H * hd, 2 * hd, &E));
     LIN("linear o_proj (+=)", Wo, D, H * hd, t4, x, 1);
     double at_total = total_us - dn_total;

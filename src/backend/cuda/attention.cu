@@ -510,7 +510,7 @@ __device__ __forceinline__ void wg_pack(const float (&sc)[32], uint32_t (&pa)[WG
  * V_{t-1}, whose P V finished just before). cp.async groups in commit order: K0 V0 K1 V1 K2 ...;
  * at the top of iteration t, after committing K_{t+1}, wait_group 2 leaves V_t and K_{t+1} in
  * flight, so K_t and V_{t-1} have landed. */
-template <int D, bool PIPE>
+template <int D, bool PIPE, bool QBATCH>
 __global__ void __launch_bounds__(256, 1)
     k_attn_wg(const float *__restrict__ q, int64_t qs, const __nv_bfloat16 *__restrict__ kb,
               const __nv_bfloat16 *__restrict__ vb, const tc_segs s, int H, int Hkv, float scale_log2, int causal,
@@ -565,7 +565,9 @@ __global__ void __launch_bounds__(256, 1)
     }
 
     /* Q rows -> BF16, swizzled (rows past the sequence: zeros) */
-    {
+    if (!QBATCH) {
+        /* as measured 2026-11-29: each global load waits for the previous store (the store's memory
+         * clobber orders them): 32 round trips to memory a thread at D 256 */
         constexpr int C4 = D / 4;
 #pragma unroll 8
         for (int i = tid; i < WG_ROWS * C4; i += 256) {
@@ -582,6 +584,35 @@ __global__ void __launch_bounds__(256, 1)
             asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(Qs + so), "r"(pack_bf16(x.x, x.y)),
                          "r"(pack_bf16(x.z, x.w))
                          : "memory");
+        }
+    } else {
+        /* QBATCH (VSR_CUDA_ATTN_QBATCH=1): NB independent loads in flight a thread, then their
+         * stores. Element i of the block's Q (float4 units) is row i / (D/4), columns 4 (i % (D/4)). */
+        constexpr int C4 = D / 4, PER = WG_ROWS * C4 / 256, NB = PER < 16 ? PER : 16;
+        static_assert(PER % NB == 0 && WG_ROWS * C4 % 256 == 0, "Q float4 per thread");
+#pragma unroll 1
+        for (int b0 = 0; b0 < PER; b0 += NB) {
+            float4 x[NB];
+#pragma unroll
+            for (int u = 0; u < NB; u++) {
+                int i = tid + (b0 + u) * 256, row = i / C4, c = (i % C4) * 4;
+                int64_t r = r0 + row;
+                x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (r < nrows) {
+                    const float *src = q + (s0 + r / G) * qs + (int64_t)(hk * G + (int)(r % G)) * D + c;
+                    if (qvec) x[u] = *(const float4 *)src;
+                    else x[u] = make_float4(src[0], src[1], src[2], src[3]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < NB; u++) {
+                int i = tid + (b0 + u) * 256, row = i / C4, c = (i % C4) * 4, cc = c >> 3;
+                uint32_t so = (uint32_t)((cc >> 3) * (WG_ROWS * 128) + row * 128 + (((cc & 7) ^ (row & 7)) << 4) +
+                                         (c & 4) * 2);
+                asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(Qs + so), "r"(pack_bf16(x[u].x, x[u].y)),
+                             "r"(pack_bf16(x[u].z, x[u].w))
+                             : "memory");
+            }
         }
     }
 
@@ -758,12 +789,12 @@ static vsr_status tc_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_
     return cuda_check_launch(c, "attention (tensor cores)", err);
 }
 
-template <int D, bool PIPE>
+template <int D, bool PIPE, bool QBATCH>
 static vsr_status wg_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_bfloat16 *kb, const __nv_bfloat16 *vb,
                             const tc_segs &s, int64_t max_len, int H, int Hkv, float scale, int causal, int qvec,
                             float *out, vsr_err *err) {
     size_t smem = wg_cfg<D>::smem;
-    vsr_status st = cuda_check(c, cudaFuncSetAttribute(k_attn_wg<D, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    vsr_status st = cuda_check(c, cudaFuncSetAttribute(k_attn_wg<D, PIPE, QBATCH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        (int)smem),
                                "attention (wgmma): shared memory limit", err);
     if (st) return st;
@@ -771,15 +802,17 @@ static vsr_status wg_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_
     if (bx > 0x7fffffff) return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: attention: %lld tokens in one sequence",
                                             c->device, (long long)max_len);
     dim3 grid((unsigned)bx, (unsigned)Hkv, (unsigned)s.n);
-    k_attn_wg<D, PIPE><<<grid, 256, smem, c->stream>>>(q, qs, kb, vb, s, H, Hkv, scale * 1.4426950408889634f, causal, qvec,
+    k_attn_wg<D, PIPE, QBATCH><<<grid, 256, smem, c->stream>>>(q, qs, kb, vb, s, H, Hkv, scale * 1.4426950408889634f, causal, qvec,
                                                  out);
     return cuda_check_launch(c, "attention (wgmma)", err);
 }
 
 /* Which kernel (bench/NOTES.md "Attention on wgmma"): VSR_CUDA_ATTN_V1=1 or VSR_CUDA_ATTN_VER=1:
- * v1 (mma.sync); VSR_CUDA_ATTN_VER=2: wgmma without overlap; VSR_CUDA_ATTN_VER=3: wgmma with the
- * softmax overlapping P V. For A/B timing and for the tests, which run every version. */
-#define ATTN_DEFAULT_VER 3
+ * v1 (mma.sync); VSR_CUDA_ATTN_VER=2 (the default: fastest on the H200, 2026-11-29): wgmma
+ * without overlap; VSR_CUDA_ATTN_VER=3: wgmma with the softmax overlapping P V.
+ * VSR_CUDA_ATTN_QBATCH=1: v2 / v3 with the Q load batched (not yet measured; off by default).
+ * For A/B timing and for the tests, which run every version. */
+#define ATTN_DEFAULT_VER 2
 static int attn_version(void) {
     const char *v1 = getenv("VSR_CUDA_ATTN_V1");
     if (v1 && v1[0] == '1') return 1;
@@ -822,9 +855,13 @@ extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs,
      * 64 / 128 / 256 (one 128-byte swizzle row is 64 BF16); the others stay on v1 */
     int ver = attn_version();
     if (ver > 1 && c->cc_major == 9 && c->cc_minor == 0 && (d == 64 || d == 128 || d == 256)) {
-#define WGL(D, P) wg_launch<D, P>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err)
-        if (ver == 3) return d == 64 ? WGL(64, true) : d == 128 ? WGL(128, true) : WGL(256, true);
-        return d == 64 ? WGL(64, false) : d == 128 ? WGL(128, false) : WGL(256, false);
+#define WGL(D, P, B) wg_launch<D, P, B>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err)
+#define WGD(P, B) (d == 64 ? WGL(64, P, B) : d == 128 ? WGL(128, P, B) : WGL(256, P, B))
+        const char *qb = getenv("VSR_CUDA_ATTN_QBATCH");
+        int batch = qb && qb[0] == '1';
+        if (ver == 3) return batch ? WGD(true, true) : WGD(true, false);
+        return batch ? WGD(false, true) : WGD(false, false);
+#undef WGD
 #undef WGL
     }
     /* v1, BN: keys per tile, so two blocks fit on a multiprocessor (d 256: 101 KB each) */
