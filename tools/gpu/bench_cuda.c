@@ -187,7 +187,11 @@ static void run_model(const char *dir) {
     printf("\n## whole forward of %s on %s: load %.2f s, weights %.3f GB on the device\n", dir, d->name, now() - t0,
            vsr_model_memory_bytes(m) / 1e9);
     int shapes[2][2] = {{3, 128}, {8, 512}};
-    for (int s = 0; s < 2; s++) {
+    /* VSR_BENCH_REPS (default 9, at most 9) timed forwards per setting; VSR_BENCH_SHAPES=1: 3 x 128 only
+     * (e.g. under compute-sanitizer) */
+    const char *re = getenv("VSR_BENCH_REPS"), *se = getenv("VSR_BENCH_SHAPES");
+    int reps = re && atoi(re) > 0 && atoi(re) < REPS_E2E ? atoi(re) : REPS_E2E, n_shapes = se && atoi(se) == 1 ? 1 : 2;
+    for (int s = 0; s < n_shapes; s++) {
         int R = shapes[s][0], L = shapes[s][1];
         int32_t *ids[8];
         int lens[8];
@@ -201,14 +205,14 @@ static void run_model(const char *dir) {
             vsr_cuda_graphs_off = g;
             if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
             double t[REPS_E2E];
-            for (int k = 0; k < REPS_E2E; k++) {
+            for (int k = 0; k < reps; k++) {
                 double a = now();
                 if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
                 t[k] = now() - a;
             }
-            qsort(t, REPS_E2E, sizeof *t, cmp_d);
-            printf("forward %d x %d, graphs %s: best of %d %.2f ms, median %.2f ms\n", R, L, g ? "off" : "on", REPS_E2E,
-                   t[0] * 1e3, t[REPS_E2E / 2] * 1e3);
+            qsort(t, (size_t)reps, sizeof *t, cmp_d);
+            printf("forward %d x %d, graphs %s: best of %d %.2f ms, median %.2f ms\n", R, L, g ? "off" : "on", reps,
+                   t[0] * 1e3, t[reps / 2] * 1e3);
         }
         vsr_cuda_graphs_off = 0;
         if (getenv("VSR_BENCH_PROFILE")) { /* one forward with every op timed (slower: events around each op) */
