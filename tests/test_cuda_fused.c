@@ -470,6 +470,36 @@ static void linear_swiglu_case(const char *what, vsr_weight_view *parts, int64_t
     vsr_backend_destroy(&cb);
 }
 
+/* The model's sequence: RMSNorm writing the twin gate|up reads (declared, the only copy), then
+ * linear_swiglu, whose SwiGLU makes y's own twin: the same y as the undeclared ops, bit for bit. (For
+ * FP8 the unscaled product's row scales come from the input twin, which y's twin then overwrites.) */
+static void swiglu_chain(const char *what, vsr_weight_view *parts, int64_t M) {
+    vsr_err e;
+    const int64_t K = parts[0].K, I = parts[0].N;
+    vsr_bweight *WG = NULL;
+    CHECK_OK(GB.ops->weight_upload_cat(GB.ctx, parts, 2, &WG, &e), e);
+    if (!WG) return;
+    float *hx = hrand(M * K, 2.0f), *hw = hrand(K, 0.5f);
+    void *x = up(hx, M * K), *w = up(hw, K), *h1 = up(NULL, M * K), *h2 = up(NULL, M * K), *work = up(NULL, M * 2 * I),
+         *y1 = up(NULL, M * I), *y2 = up(NULL, M * I);
+    CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, K, M, K, w, 1.0f, 1e-6f, h1, K, &e), e);
+    CHECK_OK(GB.ops->linear_swiglu(GB.ctx, h1, M, WG, work, y1, &e), e);
+    const vsr_bweight *rd[1] = {WG};
+    GB.ops->feed_linears(GB.ctx, h2, M, K, rd, 1);
+    CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, K, M, K, w, 1.0f, 1e-6f, h2, K, &e), e);
+    GB.ops->feed_linears(GB.ctx, y2, M, I, NULL, 0);
+    CHECK_OK(GB.ops->linear_swiglu(GB.ctx, h2, M, WG, work, y2, &e), e);
+    int eq = same(y1, y2, M * I);
+    printf("  linear_swiglu %s M=%lld after a sole input twin, making y's twin: %s\n", what, (long long)M,
+           eq ? "bit-identical" : "DIFFERS");
+    CHECK_MSG(eq, "%s M %lld: linear_swiglu on the input twin, making y's twin, differs from the undeclared ops", what,
+              (long long)M);
+    GB.ops->weight_free(GB.ctx, WG);
+    void *bufs[] = {x, w, h1, h2, work, y1, y2};
+    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    free(hx), free(hw);
+}
+
 TEST(linear_swiglu) {
     const int64_t K = 256, I = 520;
     uint16_t *w0 = malloc(2 * (size_t)(I * K)), *w1 = malloc(2 * (size_t)(I * K));
@@ -480,6 +510,7 @@ TEST(linear_swiglu) {
     linear_swiglu_case("bf16", bf, 1, 1);
     linear_swiglu_case("bf16", bf, 37, 1);
     linear_swiglu_case("bf16", bf, 300, 1);
+    swiglu_chain("bf16", bf, 300);
     const int group = 64, G = (int)(K / group);
     uint32_t *p0 = malloc(4 * (size_t)(I * K / 8)), *p1 = malloc(4 * (size_t)(I * K / 8));
     uint16_t *s0 = malloc(2 * (size_t)(I * G)), *s1 = malloc(2 * (size_t)(I * G));
@@ -498,6 +529,8 @@ TEST(linear_swiglu) {
                                  {.kind = VSR_WK_FP8, .N = I, .K = K, .w = q1, .scale = f1, .name = "up"}};
         linear_swiglu_case("fp8", f8, 37, 0);  /* below 128 rows: the FP32 product */
         linear_swiglu_case("fp8", f8, 300, 0); /* the BF16 product the FP8 linear makes, read as it is */
+        swiglu_chain("fp8", f8, 300);
+        swiglu_chain("fp8", f8, 37);
         free(q0), free(q1), free(f0), free(f1);
     }
     /* a weight of an odd number of outputs is not a gate|up pair */

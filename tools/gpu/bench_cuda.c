@@ -127,10 +127,10 @@ static void run_shape(int R, int L) {
     TIME("attention (causal)", 4.0 * T * (H + 2 * Hkv) * hd + 4.0 * T * H * hd, 2.0 * R * L * L * H * hd,
          o->attention(c, t1, H * hd, t2, t3, &sg, (int)H, (int)Hkv, (int)hd, 0.0625f, 1, t4, &E));
     /* the other attention kernels on the same inputs (VSR_CUDA_ATTN_VER 3: wgmma with the softmax
-     * overlapping P V; 1: the mma.sync kernel; "q": VSR_CUDA_ATTN_QBATCH=1), for A/B in one
-     * process; not in the totals */
-    static const char *att_alt[][4] = {{"3", "0", "attention (non-causal, v3)", "attention (causal, v3)"},
-                                       {"2", "1", "attention (non-causal, v2q)", "attention (causal, v2q)"},
+     * overlapping P V; 1: the mma.sync kernel; "q": the Q load batched, the default; "s":
+     * VSR_CUDA_ATTN_QBATCH=0, serial), for A/B in one process; not in the totals */
+    static const char *att_alt[][4] = {{"3", "0", "attention (non-causal, v3s)", "attention (causal, v3s)"},
+                                       {"2", "0", "attention (non-causal, v2s)", "attention (causal, v2s)"},
                                        {"3", "1", "attention (non-causal, v3q)", "attention (causal, v3q)"},
                                        {"1", "0", "attention (non-causal, v1)", "attention (causal, v1)"}};
     for (int ai = 0; ai < 4; ai++) {

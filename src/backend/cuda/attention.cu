@@ -810,7 +810,8 @@ static vsr_status wg_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_
 /* Which kernel (bench/NOTES.md "Attention on wgmma"): VSR_CUDA_ATTN_V1=1 or VSR_CUDA_ATTN_VER=1:
  * v1 (mma.sync); VSR_CUDA_ATTN_VER=2 (the default: fastest on the H200, 2026-11-29): wgmma
  * without overlap; VSR_CUDA_ATTN_VER=3: wgmma with the softmax overlapping P V.
- * VSR_CUDA_ATTN_QBATCH=1: v2 / v3 with the Q load batched (not yet measured; off by default).
+ * VSR_CUDA_ATTN_QBATCH=0: v2 / v3 with the Q load serial (the Q load batched is the default since its
+ * H200 run: 8x512 non-causal 213 us against 285, causal 169 against 247; bench/NOTES.md third session).
  * For A/B timing and for the tests, which run every version. */
 #define ATTN_DEFAULT_VER 2
 static int attn_version(void) {
@@ -858,7 +859,7 @@ extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs,
 #define WGL(D, P, B) wg_launch<D, P, B>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err)
 #define WGD(P, B) (d == 64 ? WGL(64, P, B) : d == 128 ? WGL(128, P, B) : WGL(256, P, B))
         const char *qb = getenv("VSR_CUDA_ATTN_QBATCH");
-        int batch = qb && qb[0] == '1';
+        int batch = !(qb && qb[0] == '0');
         if (ver == 3) return batch ? WGD(true, true) : WGD(true, false);
         return batch ? WGD(false, true) : WGD(false, false);
 #undef WGD

@@ -629,7 +629,13 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
         } else {
             if (!osx) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: unscaled FP8 product without its scales",
                                          c->device, w->name);
-            *osx = sx, *osw = sw;
+            /* the reader runs after the producer of its own output twin, which may overwrite (or move)
+             * the activation twin these scales live in: hand it a copy */
+            if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)M, "FP8 row scales", err)) ||
+                (st = cuda_check(c, cudaMemcpyAsync(q->aux, sx, sizeof(float) * (size_t)M, cudaMemcpyDeviceToDevice,
+                                                    c->stream), "FP8 row scales copy", err)))
+                return st;
+            *osx = (const float *)q->aux, *osw = sw;
             quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)", p->chosen, p->src);
         }
     } else {

@@ -79,7 +79,7 @@ extern "C" {
 typedef struct quant_state {
     void *act;        /* staged activations (bf16 fragments / bf16 rows / e4m3 rows) */
     size_t act_bytes;
-    void *aux;        /* per-token scales, partial sums of split-K */
+    void *aux;        /* per-token scales (FP8 products read later), partial sums of split-K */
     size_t aux_bytes;
     void *wtmp;       /* unpacked BF16 weights / unscaled FP8 products */
     size_t wtmp_bytes;
