@@ -1219,7 +1219,7 @@ __global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restric
 /* ---- activation twins (see twin) ---- */
 
 #define RN_VEC 8  /* float4 per thread held in registers by the row kernels: rows up to 8192 wide */
-#define SW_VEC 8 /* the FP8 swiglu row kernel: rows up to 1024 * 4 * 8 = 32768 wide (the 27B MLP is 17408) */
+#define SW_MAX_N 32768 /* the FP8 swiglu kernels take rows up to this wide (the 27B MLP is 17408) */
 #define TW_FP8_MAX 448.0f
 
 __device__ __forceinline__ float block_reduce(float v, float *sh, bool is_max) {
@@ -1365,6 +1365,50 @@ __global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const TI *g, const TI *
         }
     }
     twin_row<TW_FP8, VEC>(v, N4, N, r, tw, twld, tsx, sh);
+}
+
+/* SwiGLU with an FP8 twin for wide rows, in two passes over the row: the first computes every output
+ * (writing y when asked) for the row's amax, the second computes them again, the same arithmetic in
+ * the same order, and quantizes. Nothing is held in registers across the reduction, so 512-thread
+ * blocks run four to a multiprocessor and one row's reduction overlaps others' loads (the register
+ * kernel above holds the row: at the 27B width one 1024-thread block per multiprocessor, its phases
+ * serialised, 292 us at 8 x 512; it now takes rows up to 8192 wide). The second pass reads the row
+ * again from L2 (4 rows x 70 KB per multiprocessor at the 27B width in BF16). Outputs, scales and
+ * twin are bit-identical to k_swiglu_row_fp8's. */
+__device__ __forceinline__ float4 sw_load4(const float *p) { return *(const float4 *)p; }
+template <typename TI>
+__device__ __forceinline__ float4 sw_out4(const TI *gr, const TI *ur, int i, int64_t r, const sw_scales &sc) {
+    float4 a = ld4f(gr + 4 * i), b = ld4f(ur + 4 * i);
+    if (sc.sx) {
+        const float s = sc.sx[r];
+        const float4 wg = sw_load4(sc.sg + 4 * i), wu = sw_load4(sc.su + 4 * i);
+        a = make_float4(a.x * s * wg.x, a.y * s * wg.y, a.z * s * wg.z, a.w * s * wg.w);
+        b = make_float4(b.x * s * wu.x, b.y * s * wu.y, b.z * s * wu.z, b.w * s * wu.w);
+    }
+    return make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
+}
+
+template <typename TI>
+__global__ void __launch_bounds__(512) k_swiglu_fp8_2p(const TI *g, const TI *__restrict__ u, int64_t gs, int N, float *y,
+                                                       uint8_t *__restrict__ tw, int64_t twld, float *__restrict__ tsx,
+                                                       sw_scales sc) {
+    __shared__ float sh[33];
+    const int64_t r = blockIdx.x;
+    const TI *gr = g + r * gs, *ur = u + r * gs;
+    float4 *yr = y ? (float4 *)(y + r * N) : NULL;
+    const int N4 = N >> 2;
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < N4; i += blockDim.x) {
+        const float4 o = sw_out4(gr, ur, i, r, sc);
+        if (yr) yr[i] = o;
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+    }
+    amax = block_reduce(amax, sh, true);
+    const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
+    if (threadIdx.x == 0) tsx[r] = s;
+    uint8_t *q = tw + r * twld;
+    for (int i = threadIdx.x; i < N4; i += blockDim.x) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_out4(gr, ur, i, r, sc), s);
+    for (int64_t i = N + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
 }
 
 /* DeltaNet output norm, one warp per row, 4 columns per lane (D % 4 == 0, D <= 32 * 4 * 4, x, z, w,
@@ -2345,7 +2389,7 @@ static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, 
     const uintptr_t al = sizeof(TI) * 4 - 1; /* 4 elements: float4, or 4 BF16 (8 bytes) */
     int vec = ((uintptr_t)g & al) == 0 && ((uintptr_t)u & al) == 0 && ((uintptr_t)y & 15) == 0 && N % 4 == 0 &&
               gs % 4 == 0;
-    int rowk = vec && N <= 1024 * 4 * SW_VEC && M <= 0x7fffffff;
+    int rowk = vec && N <= SW_MAX_N && M <= 0x7fffffff;
     twin t;
     vsr_status st = twin_start(c, y, n, rowk, vec, &t, err);
     if (st) return st;
@@ -2353,12 +2397,12 @@ static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, 
     if (t.kind == TW_FP8) {
         int64_t n4 = N / 4, thr = (n4 + 31) / 32 * 32;
         thr = thr > 1024 ? 1024 : thr;
-        if (thr * 4 >= n4) /* up to 4 float4 per thread */
+        if (n4 > 2048) /* wide rows: two passes, four blocks a multiprocessor (see k_swiglu_fp8_2p) */
+            k_swiglu_fp8_2p<TI><<<(unsigned)M, 512, 0, c->stream>>>(g, u, gs, (int)N, yo, (uint8_t *)t.data, t.Kp, t.sx,
+                                                                   sc);
+        else /* the row in registers, up to 4 float4 a thread */
             k_swiglu_row_fp8<TI, 4><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
                                                                                 (uint8_t *)t.data, t.Kp, t.sx, sc);
-        else
-            k_swiglu_row_fp8<TI, SW_VEC><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
-                                                                                     (uint8_t *)t.data, t.Kp, t.sx, sc);
     }
     else if (vec)
         k_swiglu4<TI><<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
