@@ -11,13 +11,16 @@
  * Weights stay E4M3 on the device, padded with zeros to [Np, Kp] = [N, K] rounded up to 16
  * (cuBLASLt's FP8 operands need 16-byte leading dimensions, and it offered no FP8 algorithm for
  * N = 27 on the H200); the padded activation columns are zero too.
- * Measured on the H200 (CUDA 13.0's cuBLASLt, sweep 1): no algorithm for outer-vector scales with an
- * FP32 output. Second pass: the scaled request tries, in order, (a) outer-vector scales into FP32
- * (exact contract), (b) outer-vector scales into a BF16 workspace (the D type torch's and vLLM's
- * row-wise FP8 GEMMs write), then a pass y = (y +) float(d): used from FP8_BF16_MIN_ROWS rows up under
- * --dtype auto (compute-bound sizes, where the FP32 product + FP32 epilogue lost to torch), and at
- * every row count when the scaled path is forced; (c) the unscaled product + epilogue. The BF16
- * output rounds each element once more (relative 2^-9 at most); see tests/test_cuda_quant.c.
+ * Measured on the H200 (CUDA 13.0's cuBLASLt): no algorithm for outer-vector scales, with an FP32 or a
+ * BF16 output. Under --dtype auto the product is kept in BF16 at every row count (as torch's and
+ * vLLM's FP8 linears write it; the same rounding whatever the batch): (b) outer-vector scales into a
+ * BF16 workspace, then a pass y = (y +) float(d); where cuBLASLt has no such algorithm (the H200),
+ * (b') the unscaled product into BF16, then y = (y +) float(t) * sx[m] * sw[n] (half the bytes of
+ * the FP32 product, written and read back); (c) the unscaled product in FP32 + the epilogue where
+ * neither runs. VSR_CUDA_FP8_BF16=0, and a forced scaled path, keep the order before: (a) outer-
+ * vector scales into FP32, (b) from FP8_BF16_MIN_ROWS rows (every row count when forced), (c). A BF16
+ * product rounds each element once more (relative 2^-9 at most); see tests/test_cuda_quant.c.
+ * linear_swiglu and keep_product_bf16 read that BF16 product directly (bf16_product below).
  * cuBLASLt is asked for up to FP8_ALGOS algorithms; with --autotune-cache each is timed once per
  * shape (kernel "fp8_lt") and the winner recorded, else the heuristic's first is used.
  * Two steps: cuda_fp8_linear quantizes x (fp8_quantize) and calls cuda_fp8_linear_prequant, which a
@@ -50,6 +53,19 @@ static inline int dmode_bf16(int d) { return d == D_BF16_SCALED || d == D_BF16; 
 #define QROW_VEC 20 /* float4 per thread held in registers: rows up to 256*4*20 = 20480 */
 
 static inline int64_t rup(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+/* BF16 products (the default under --dtype auto, at every row count, so a request's answer does not
+ * depend on how many rows share its batch): the FP8 product is rounded to BF16 once, as torch's and
+ * vLLM's FP8 linears write it, through (b) or (b') below. VSR_CUDA_FP8_BF16=0 keeps FP32 products
+ * (the order before 2026-11-29b: (a), then (b) from FP8_BF16_MIN_ROWS rows, then (c)). */
+static int fp8_bf16_products(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("VSR_CUDA_FP8_BF16");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
 
 /* ---- activation quantization: one block per row ---- */
 
@@ -510,9 +526,12 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
 
     int unscaled = forced == 2 ||
                    (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
+    const int bf16p = forced == 0 && fp8_bf16_products();
     if (!unscaled) {
         /* (a) outer-vector scales, FP32 out: straight into y where its row stride suits cuBLASLt (16 bytes) */
-        if (N == Np) {
+        if (bf16p) {
+            /* BF16 products: (b), else (b') */
+        } else if (N == Np) {
             if ((st = plan_get(c, q, M, N, Kp, N, D_F32_SCALED, &p, err)) ||
                 (st = run_plan(c, p, w->w, xq, sw, sx, y, accumulate, &ran, err)))
                 return st;
@@ -532,7 +551,7 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
             }
         }
         /* (b) outer-vector scales, BF16 out, then widened (and accumulated) into y */
-        if (forced == 1 || M >= FP8_BF16_MIN_ROWS) {
+        if (bf16p || forced == 1 || M >= FP8_BF16_MIN_ROWS) {
             if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product",
                                  err)) ||
                 (st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, &p, err)) ||
@@ -548,7 +567,7 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
         }
         /* (b') no outer-vector algorithm (CUDA 13.0 on the H200 has none): the unscaled product
          * rounded to BF16 (half the bytes of the FP32 one, written and read back), then the scales */
-        if (forced == 0 && M >= FP8_BF16_MIN_ROWS) {
+        if (bf16p) {
             if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product",
                                  err)) ||
                 (st = plan_get(c, q, M, Np, Kp, Np, D_BF16, &p, err)) ||
@@ -587,7 +606,8 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
     int forced = quant_forced_fp8_path();
     if (forced == 2 || (forced == 0 && fp8_wgmma_mode() == 1 && fp8_gemm_usable(c))) return VSR_OK;
     if (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256) return VSR_OK;
-    if (!(forced == 1 || M >= FP8_BF16_MIN_ROWS)) return VSR_OK;
+    const int bf16p = forced == 0 && fp8_bf16_products();
+    if (!(bf16p || forced == 1 || M >= FP8_BF16_MIN_ROWS)) return VSR_OK;
     quant_state *q;
     vsr_status st = quant_state_get(c, &q, err);
     if (st) return st;
@@ -615,7 +635,7 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
         return st;
     if (done) {
         quant_set_last_path("fp8:scaled(outer-vec,bf16-kept,a%d,%s)", p->chosen, p->src);
-    } else if (forced == 0) {
+    } else if (bf16p) {
         /* (b'): the unscaled product in BF16; its scales go to the reader (linear_swiglu's SwiGLU), or are
          * applied here into dst, rounded to BF16 again (keep_product_bf16) */
         if ((st = plan_get(c, q, M, Np, Kp, Np, D_BF16, &p, err)) ||
