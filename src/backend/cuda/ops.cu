@@ -1570,8 +1570,20 @@ static void cu_feed_linears(void *ctx, const float *x, int64_t rows, int64_t K, 
     p->req_sole_bf16 = bf, p->req_sole_fp8 = f8;
 }
 
+/* VSR_CUDA_KEEP_BF16=0 / VSR_CUDA_LINEAR_SWIGLU=0: the declaration ignored / linear_swiglu as the
+ * FP32 linear + swiglu (A/B timing in separate processes; read once) */
+static int env_off(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && e[0] == '0';
+    }
+    return *cache;
+}
+static int g_keep_off = -1, g_lsw_off = -1;
+
 static void cu_keep_product_bf16(void *ctx, const float *y, int64_t rows, int64_t N) {
     cuda_ctx_priv *p = priv((cuda_ctx *)ctx);
+    if (env_off("VSR_CUDA_KEEP_BF16", &g_keep_off)) return;
     p->kp_req = rows > 0 && N > 0 ? y : NULL, p->kp_req_rows = rows, p->kp_req_N = N;
 }
 
@@ -2448,7 +2460,7 @@ static vsr_status cu_linear_swiglu(void *ctx, const float *x, int64_t M, const v
     const __nv_bfloat16 *gu = NULL; /* the product kept in BF16 [M, ld] */
     sw_scales sc = {NULL, NULL, NULL}; /* and the scales its reader applies (an unscaled FP8 product) */
     int64_t ld = N2;
-    if (w->v.kind == VSR_WK_BF16 || w->v.kind == VSR_WK_FP8) {
+    if ((w->v.kind == VSR_WK_BF16 || w->v.kind == VSR_WK_FP8) && !env_off("VSR_CUDA_LINEAR_SWIGLU", &g_lsw_off)) {
         char pname[72] = "";
         if (vsr_cuda_profile_on > 0)
             snprintf(pname, sizeof pname, "linear_swiglu %s %lld->%lld M=%lld", wkind_names_cuda[w->v.kind],
