@@ -23,6 +23,7 @@
 #ifdef VSR_HAVE_CUDA
 #include "backend/backend_cuda.h"
 #include "backend/cuda/quant_internal.h"
+#include "vsr/dtype.h"
 /* from src/backend/cuda/ops.cu: the BF16 GEMM's last configuration decision ("lt:<config>,<timed|cache>") */
 const char *cuda_lt_last_choice(void);
 
@@ -30,17 +31,6 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform [-1, 1) */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-static uint16_t f2bf(float f) { /* RNE, finite inputs */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static float bf2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 static double nerr(const float *y, const double *ref, int64_t n) {
     double num = 0, den = 0;
@@ -76,17 +66,17 @@ static void gmake(int i, gdata *d) {
     d->w = malloc(2 * (size_t)(c->N * c->K));
     d->ref = malloc(sizeof(double) * (size_t)(c->M * c->N));
     for (int64_t j = 0; j < c->M * c->K; j++) d->x[j] = frand();
-    for (int64_t j = 0; j < c->N * c->K; j++) d->w[j] = f2bf(frand() * 0.05f);
+    for (int64_t j = 0; j < c->N * c->K; j++) d->w[j] = vsr_f32_to_bf16(frand() * 0.05f);
 }
 static void gref(int i, gdata *d) {
     const gcase *c = &CASES[i];
     double *xr = malloc(sizeof(double) * (size_t)c->K);
     for (int64_t m = 0; m < c->M; m++) {
-        for (int64_t k = 0; k < c->K; k++) xr[k] = bf2f(f2bf(d->x[m * c->K + k]));
+        for (int64_t k = 0; k < c->K; k++) xr[k] = vsr_bf16_to_f32(vsr_f32_to_bf16(d->x[m * c->K + k]));
         for (int64_t n = 0; n < c->N; n++) {
             const uint16_t *wr = d->w + n * c->K;
             double s = 0;
-            for (int64_t k = 0; k < c->K; k++) s += xr[k] * bf2f(wr[k]);
+            for (int64_t k = 0; k < c->K; k++) s += xr[k] * vsr_bf16_to_f32(wr[k]);
             d->ref[m * c->N + n] = s;
         }
     }
