@@ -384,8 +384,8 @@ TEST(op_deltanet) {
     deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL); /* many short */
     /* the default (v6) run twice and against v5, its intra kernel both one value head per block
      * (VSR_CUDA_DN6_GROUP=0, what these small grids pick) and all of a key head's value heads
-     * per block (=1, what 8x512 picks); then v5 and v4 themselves (VSR_CUDA_DN_V5, _V4: the
-     * previous defaults kept for A/B). Edge paths: the next chunk's gc/beta copied while the
+     * per block (=1, what 8x512 picks); then v5 itself (VSR_CUDA_DN_V5: the previous default kept
+     * for A/B). Edge paths: the next chunk's gc/beta copied while the
      * current runs (partial next chunk: 300 = 4 x 64 + 44; 1-chunk sequences copy nothing ahead),
      * both k/T buffer parities (5 chunks), 4-byte copies (dn_pad 3: v6's intra kernel reads q
      * by scalar loads) and 16-byte copies, dk not a multiple of 8 (q, k rows zero past dk) */
@@ -410,17 +410,9 @@ TEST(op_deltanet) {
     deltanet_case(3, (int64_t[]){128, 128, 128}, 16, 48, 128, 128, DN_CHUNK_TOL); /* the 27B layer */
     dn_pad = 3;
     deltanet_case(2, (int64_t[]){33, 130}, 1, 2, 24, 40, DN_CHUNK_TOL);
-    dn_pad = 0;
-    unsetenv("VSR_CUDA_DN_V5");
-    setenv("VSR_CUDA_DN_V4", "1", 1);
-    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
-    dn_repeat = 1;
-    deltanet_case(3, (int64_t[]){128, 128, 128}, 16, 48, 128, 128, DN_CHUNK_TOL); /* the 27B layer */
-    dn_repeat = 0;
-    dn_pad = 3;
     deltanet_case(2, (int64_t[]){129, 16}, 1, 2, 128, 96, DN_CHUNK_TOL);
     dn_pad = 0;
-    unsetenv("VSR_CUDA_DN_V4");
+    unsetenv("VSR_CUDA_DN_V5");
     dn_pad = 3;
     vsr_err e;
     int64_t l1 = 1;

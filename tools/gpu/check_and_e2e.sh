@@ -1,14 +1,14 @@
 #!/bin/bash
 # tools/gpu/check_and_e2e.sh: one device call that validates a build and measures it, in order of
 # priority (a call cut short by its time limit keeps what it finished; logs in $OUT):
-#   1. test_cuda_ops with the default kernels and with $VSR_ALT_ENV (e.g. VSR_CUDA_DN_V4=1: the
+#   1. test_cuda_ops with the default kernels and with $VSR_ALT_ENV (e.g. VSR_CUDA_DN_V5=1: the
 #      previous default, kept selectable), then test_cuda_fused;
 #   2. if the default failed test_cuda_ops but the alternative passed, everything below runs with
 #      $VSR_ALT_ENV exported (the alternative becomes the measured path; say so in the notes);
 #   3. the 27B-shaped packages of $VSR_SCHEMES (default "bf16 fp8") end to end (tools/gpu/e2e27.sh);
 #   4. with time left, the per-op table (bench_cuda without a package; VSR_PEROP=0 skips it).
 # Usage (repository root, binaries of tools/gpu/build.sh in $GPU_OUT):
-#   VSR_ALT_ENV=VSR_CUDA_DN_V4=1 GPU_OUT=.gpu-me bash tools/gpu/check_and_e2e.sh
+#   VSR_ALT_ENV=VSR_CUDA_DN_V5=1 GPU_OUT=.gpu-me bash tools/gpu/check_and_e2e.sh
 set -u
 G=${GPU_OUT:-.gpu}
 . tools/gpu/cuda_env.sh   # $OUT, and cuBLASLt 13 on the library path

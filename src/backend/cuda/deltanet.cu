@@ -12,16 +12,15 @@
  * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
  *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
  *
- * Three generations, selected at each call: v6 (the default: q, k normalised once per (chunk,
- * key head) by the intra kernel, which on large grids also does all value heads of a key head per
- * block; see "==== v6"), v5 (VSR_CUDA_DN_V5=1: v4 with the next chunk's copies issued earlier and a
- * less serial intra kernel; see "==== v5") and v4 (VSR_CUDA_DN_V4=1: ldmatrix operands and a
- * double-buffered k; see "==== v4"). All run two kernels: an intra-chunk kernel
- * per (chunk, value head) that computes T = (I + L)^-1 (blocked by 16; only T crosses device
- * memory, the design of v3, whose intra kernel v4 still runs), and a state kernel per (sequence,
- * value head, 64 value columns) that carries S across the sequence's chunks. The earlier
- * generations (W, U and P of every chunk through device memory, then v3's own state kernel;
- * bench/NOTES.md "Chunked DeltaNet" to "DeltaNet v3") were removed once v5 ran bit-identical to v4.
+ * Two generations, selected at each call: v6 (the default: q, k normalised once per (chunk, key
+ * head) by the intra kernel, which on large grids also does all value heads of a key head per
+ * block; see "==== v6") and v5 (VSR_CUDA_DN_V5=1, the previous default: ldmatrix operands, k and T
+ * double-buffered, the next chunk's copies issued early; see "==== v5"). Both run two kernels: an
+ * intra-chunk kernel that computes T = (I + L)^-1 (blocked by 16; only T crosses device memory, the
+ * design since v3), and a state kernel per (sequence, value head, 64 value columns) that carries S
+ * across the sequence's chunks. The earlier generations (W, U and P of every chunk through device
+ * memory; v3's state kernel; v4, which v5 matched bit for bit) were removed once their successors
+ * ran on the H200 (bench/NOTES.md "Chunked DeltaNet" to "DeltaNet v6" keep their measurements).
  * Matrix products: tensor cores, mma.sync m16n8k8 TF32 (inputs rounded to TF32, FP32
  * accumulate). Normalised error vs the FP32 CPU op ~1e-3 (see tests/test_cuda_ops.c and the
  * numpy prototype's numbers in bench/NOTES.md "### Chunked DeltaNet").
@@ -101,7 +100,7 @@ __device__ __forceinline__ void cp_wait_all() {
 }
 
 
-/* ==== the intra-chunk kernel of v3 (v4 runs it) ====
+/* ==== the design since v3 ====
  * No W, U or P through device memory. With U = T diag(beta) V and W = T diag(beta exp(gc)) K,
  *   Vn = U - W S = T (beta (V - exp(gc) K S)),
  * so the intra-chunk kernel only has to hand the state kernel T (16 KB per chunk and value
@@ -109,11 +108,11 @@ __device__ __forceinline__ void cp_wait_all() {
  * computes K S and Q S in one pass over S, P = mask(q k^T exp(gc_i - gc_j)) itself, Vn = T Y,
  * O = exp(gc) q S + P Vn and the update. Device-memory traffic at 8x512 drops from ~500 MB
  * (W, U, P written and read back) to ~50 MB of T each way; q, k rows are read from qkv (L2).
- *   k_dn3_intra : per (chunk, value head), 256 threads, ~70 KB (3 blocks per SM): raw k staged,
- *                 l2-normalised, K K^T, L, the blocked 16x16 solve (the 4 diagonal blocks by
- *                 substitution in registers, then block rows in three barrier-separated
- *                 rounds); writes T [ch][64][64].
- * v3's own state kernel was removed once v4 and v5 ran (bench/NOTES.md "DeltaNet v3" keeps it). */
+ * The intra kernel per (chunk, value head) (v6: per (chunk, key head) on large grids), 256 threads,
+ * ~70 KB (3 blocks per SM): k staged, l2-normalised, K K^T, L, the blocked 16x16 solve (the 4
+ * diagonal blocks by substitution in registers, then block rows in three rounds); writes T
+ * [ch][64][64]. v3's and v4's kernels were removed once v5 and v6 ran (bench/NOTES.md keeps their
+ * measurements). */
 
 /* Rows [0, 64) x columns [0, npad) of a tile into shared memory (row stride ld, npad a
  * multiple of 4): source row i at src + i*stride; zero where i >= nrow or c >= ncol. vec: the
@@ -136,172 +135,19 @@ __device__ __forceinline__ void stage_tile(float *dst, int ld, const float *src,
     }
 }
 
-/* Shared memory of k_dn3_intra (floats): K [64][LDK]; Am, T [64][LD64]; gc, beta [64]. */
+/* Shared memory of the intra kernels (floats): K [64][LDK]; Am, T [64][LD64]; gc, beta [64]. */
 #define INTRA3_SMEM (sizeof(float) * (DNC_C * LDK + 2 * DNC_C * LD64 + 2 * DNC_C))
 
-/* Outputs per chunk ci and value head h (ch = ci*Hv + h): Tg [ch][64][64] (rows past the
- * chunk's length are unit rows), gcg, btg [row][Hv] (cumulative log decay, beta). */
-__global__ void __launch_bounds__(256) k_dn3_intra(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
-                                                   const float *__restrict__ b, const float *__restrict__ a,
-                                                   const float *__restrict__ A_log, const float *__restrict__ dt_bias,
-                                                   const dnc_tab tb, int Hk, int Hv, int dk,
-                                                   float *__restrict__ Tg, float *__restrict__ gcg,
-                                                   float *__restrict__ btg, int rnd) {
-    extern __shared__ __align__(16) float smem[];
-    float *Ks = smem, *Am = Ks + DNC_C * LDK, *Ts = Am + DNC_C * LD64, *gc = Ts + DNC_C * LD64, *bt = gc + DNC_C;
-    const int ci = blockIdx.x, h = blockIdx.y, hk = h / (Hv / Hk);
-    const int sg = last_le_d(tb.cfirst, tb.n, ci);
-    const int64_t r0 = tb.start[sg] + (int64_t)(ci - tb.cfirst[sg]) * DNC_C;
-    const int Lc = (int)min((int64_t)DNC_C, tb.start[sg] + tb.len[sg] - r0);
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t ch = (int64_t)ci * Hv + h;
-    const float *ksrc = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
-
-    stage_tile(Ks, LDK, ksrc + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, 256);
-    if (tid < DNC_C) {
-        float be = 0.0f, gg = 0.0f;
-        if (tid < Lc) {
-            int64_t bi = (r0 + tid) * Hv + h;
-            be = sigmoid_d(b[bi]);
-            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
-        }
-        bt[tid] = be, gc[tid] = gg;
-    }
-    cp_wait_all();
-    __syncthreads();
-    if (w == 0) { /* inclusive cumsum (rows past Lc add 0: their gc is gc[Lc-1]) */
-        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
-        for (int o = 1; o < 32; o <<= 1) {
-            float y = __shfl_up_sync(0xffffffffu, s, o);
-            if (lane >= o) s += y;
-        }
-        float ex = s - (x0 + x1);
-        gc[2 * lane] = ex + x0;
-        gc[2 * lane + 1] = ex + x0 + x1;
-    }
-    /* l2-normalise the 64 k rows in place: warp w takes rows 8w..8w+7 */
-    for (int rr = 0; rr < 8; rr++) {
-        float *row = Ks + (8 * w + rr) * LDK;
-        float ss = 0.0f;
-        for (int c = lane; c < dk; c += 32) ss += row[c] * row[c];
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        const float inv = 1.0f / sqrtf(ss + 1e-6f);
-        for (int c = lane; c < dk; c += 32) row[c] *= inv;
-    }
-    for (int e = tid; e < DNC_C * LD64; e += 256) Ts[e] = 0.0f;
-    __syncthreads();
-    if (tid < Lc) {
-        const int64_t gi = (r0 + tid) * Hv + h;
-        gcg[gi] = gc[tid], btg[gi] = bt[tid];
-    }
-    /* K K^T: warp w takes row tile w%4 and column tiles 4*(w/4)..+3 (tiles above the diagonal
-     * skipped); Am = -beta_i k_i.k_j exp(gc_i - gc_j) below the diagonal, 0 elsewhere */
-    {
-        const int mt = w & 3, nb = (w >> 2) * 4;
-        float s1[4][4];
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) s1[n][r] = 0.0f;
-        const int ks_n = (dk + 7) / 8;
-        for (int ks = 0; ks < ks_n; ks++) {
-            uint32_t ak[4];
-            load_a(ak, Ks + mt * 16 * LDK + ks * 8, LDK, 1, nullptr, g, t);
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                if (8 * (nb + n) > 16 * mt + 15) continue;
-                uint32_t b0, b1;
-                load_b(b0, b1, Ks + (nb + n) * 8 * LDK + ks * 8, 1, LDK, g, t);
-                mma_tf32(s1[n], ak, b0, b1);
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int i = mt * 16 + g + ((r >> 1) << 3), j = (nb + n) * 8 + 2 * t + (r & 1);
-                Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * expf(gc[i] - gc[j]) : 0.0f;
-            }
-    }
-    __syncthreads();
-    /* T = (I - Am)^-1, blocked by 16 */
-    if (tid < DNC_C) {
-        const int B = tid >> 4, jj = tid & 15;
-        const float *Ab = Am + 16 * B * LD64 + 16 * B;
-        float x[16];
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
-            x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
-        }
-        float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
-#pragma unroll
-        for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
-    }
-    __syncthreads();
-    {
-        const int r = tid >> 4, cc = tid & 15;
-        for (int I = 1; I < 4; I++) {
-            float xv[3] = {0.0f, 0.0f, 0.0f};
-            const float *arow = Am + (16 * I + r) * LD64;
-#pragma unroll
-            for (int J = 0; J < 3; J++) {
-                if (J >= I) break;
-                float s = 0.0f;
-                for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
-                xv[J] = s;
-            }
-#pragma unroll
-            for (int J = 0; J < 3; J++)
-                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
-            __syncthreads();
-            float yv[3] = {0.0f, 0.0f, 0.0f};
-            const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
-#pragma unroll
-            for (int J = 0; J < 3; J++) {
-                if (J >= I) break;
-                float s = 0.0f;
-#pragma unroll
-                for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
-                yv[J] = s;
-            }
-            __syncthreads();
-#pragma unroll
-            for (int J = 0; J < 3; J++)
-                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
-            __syncthreads();
-        }
-    }
-    /* T to device memory as 16-byte rows */
-    float *T = Tg + ch * DNC_C * DNC_C;
-    for (int e = tid; e < DNC_C * DNC_C / 4; e += 256) {
-        int i = e / (DNC_C / 4), c = (e % (DNC_C / 4)) * 4;
-        float4 v = *(const float4 *)(Ts + i * LD64 + c);
-        if (rnd) { /* v4: T is read by ldmatrix, so it must already be TF32 (cvt.rna, as v3's load_a) */
-            v.x = __uint_as_float(to_tf32(v.x)), v.y = __uint_as_float(to_tf32(v.y));
-            v.z = __uint_as_float(to_tf32(v.z)), v.w = __uint_as_float(to_tf32(v.w));
-        }
-        *(float4 *)(T + i * DNC_C + c) = v;
-    }
-}
+/* The intra kernels' outputs per chunk ci and value head h (ch = ci*Hv + h): Tg [ch][64][64] (rows
+ * past the chunk's length are unit rows), gcg, btg [row][Hv] (cumulative log decay, beta). */
 
 #define DN3_T 512 /* threads of the state kernels */
 
-/* ==== v4 (VSR_CUDA_DN_V4=1) ====
- * v3's intra kernel (T written already rounded to TF32) and a state kernel with v3's math and
- * block shape (sequence, value head, 64 value columns; 512 threads), changed where v3 lost time:
- *  - every mma operand but one is read by ldmatrix (one .x4 gives a whole 16x8 TF32 A fragment,
- *    or the B fragments of two 8-column tiles, from rows that are k-contiguous) instead of 4-8
- *    scalar shared loads plus cvt each. That needs the operands TF32 already and k-contiguous:
- *    the norm pass writes q, k back l2-normalised (q times 1/sqrt(dk)) and rounded; S is mirrored
- *    transposed (St [c][d]); Y and Vn are stored transposed (Yt, Vt [c][row]); P and T rounded.
- *    Only the update's A = (k exp(gL - gc))^T keeps scalar loads (it is k transposed, scaled).
- *  - k is double-buffered: chunk c+1's k is copied with its q, V slice and T while chunk c's
- *    P Vn and update run, so no copy is exposed at the top of a chunk.
- * Shared memory 218 KB (Hopper's 227 KB opt-in). Numerics: the same TF32 roundings as v3 except
- * that q, k are rounded after normalisation instead of before (P, K S, Q S scale nothing after). */
+/* Operand loads of the state kernels (and v5's/v6's K K^T): one ldmatrix.x4 gives a whole 16x8 TF32
+ * A fragment, or the B fragments of two 8-column tiles, from k-contiguous rows already rounded to
+ * TF32. Lane addresses: an A fragment (16 rows x 8 k) at row (lane&7) + 8*((lane>>3)&1), k
+ * 4*(lane>>4); two B tiles (8 columns n x 8 k each, stored [n][k]) at n (lane&7) + 8*(lane>>4), k
+ * 4*((lane>>3)&1); regs 0,1 = b0,b1 of the first tile, 2,3 of the second. */
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const float *p) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -312,198 +158,6 @@ __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const float *p) {
 __device__ __forceinline__ float tf32f(float x) { return __uint_as_float(to_tf32(x)); }
 
 #define LDV 68 /* T, P, V slice, Yt, Vt: 68 = 4 mod 32, so 8 rows of 16 bytes hit 32 banks */
-/* Shared memory of k_dn4_state (floats): K [2][64][LDK], Q [64][LDK], St [64][LDK]; T, P, V,
- * Yt, Vt [64][LDV]; gc, beta, exp(gc), exp(gL - gc) [64]. */
-#define STATE4_SMEM (sizeof(float) * (4 * DNC_C * LDK + 5 * DNC_C * LDV + 4 * DNC_C))
-
-/* Warp w: for the chunk's rows, row tile mt = w%4 and column tiles nb = 2*(w/4), +1; for the
- * update, state rows 16*(w%8)..+15 and value columns 32*(w/8)..+31 (S in registers).
- * ldmatrix lane addresses: an A fragment (16 rows x 8 k) at row (lane&7) + 8*((lane>>3)&1),
- * k 4*(lane>>4); two B tiles (8 columns n x 8 k each, stored [n][k]) at n (lane&7) + 8*(lane>>4),
- * k 4*((lane>>3)&1); regs 0,1 = b0,b1 of the first tile, 2,3 of the second. */
-__global__ void __launch_bounds__(DN3_T, 1) k_dn4_state(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
-                                                       const float *__restrict__ Tg, const float *__restrict__ gcg,
-                                                       const float *__restrict__ btg, const dnc_tab tb, int Hk,
-                                                       int Hv, int dk, int dv, int nsl, float *__restrict__ out) {
-    extern __shared__ __align__(16) float smem[];
-    float *Kb = smem, *Qs = Kb + 2 * DNC_C * LDK, *St = Qs + DNC_C * LDK, *Ts = St + DNC_C * LDK;
-    float *Ps = Ts + DNC_C * LDV, *Vs = Ps + DNC_C * LDV, *Yt = Vs + DNC_C * LDV, *Vt = Yt + DNC_C * LDV;
-    float *gcs = Vt + DNC_C * LDV, *bts = gcs + DNC_C, *eg = bts + DNC_C, *ek = eg + DNC_C;
-    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
-    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS, ncv = min(DNC_DVS, dv - c0);
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int mt = w & 3, nb = (w >> 2) * 2, ks_dk = (dk + 7) / 8;
-    const int sr = 16 * (w & 7), cb = (w >> 3) * 4;
-    const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 4 * (lane >> 4);
-    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 4 * ((lane >> 3) & 1);
-    const float *Qr = qkv + (int64_t)hk * dk, *Kr = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
-    const float *Vr = qkv + 2LL * Hk * dk + (int64_t)h * dv + c0;
-    const float qsc = 1.0f / sqrtf((float)dk);
-    const int cf = tb.cfirst[sg], cl = tb.cfirst[sg + 1];
-    const int64_t send = tb.start[sg] + tb.len[sg];
-    for (int e = tid; e < DNC_C * LDK; e += DN3_T) St[e] = 0.0f;
-    float S[4][4];
-#pragma unroll
-    for (int n = 0; n < 4; n++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) S[n][r] = 0.0f;
-    { /* k, q, V slice, T of the first chunk */
-        const int64_t r0 = tb.start[sg];
-        const int Lc = (int)min((int64_t)DNC_C, send - r0);
-        stage_tile(Kb, LDK, Kr + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
-        stage_tile(Qs, LDK, Qr + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, DN3_T);
-        stage_tile(Vs, LDV, Vr + r0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
-        stage_tile(Ts, LDV, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
-                   DN3_T);
-        asm volatile("cp.async.commit_group;" ::);
-    }
-    for (int ci = cf; ci < cl; ci++) {
-        const int64_t r0 = tb.start[sg] + (int64_t)(ci - cf) * DNC_C;
-        const int Lc = (int)min((int64_t)DNC_C, send - r0);
-        const float gL = gcg[(r0 + Lc - 1) * Hv + h], eL = expf(gL);
-        float *Ks = Kb + ((ci - cf) & 1) * DNC_C * LDK;
-        __syncthreads(); /* the previous chunk is done with P, Vt, St and the row vectors */
-        if (tid < DNC_C) { /* rows past Lc: gc = gL (so exp(gc_i - gc_j) stays <= 1), beta = 0 */
-            gcs[tid] = tid < Lc ? gcg[(r0 + tid) * Hv + h] : gL;
-            bts[tid] = tid < Lc ? btg[(r0 + tid) * Hv + h] : 0.0f;
-        }
-        cp_wait_all();
-        __syncthreads();
-        { /* k rows (tasks 0..63) and q rows (64..127), 4 lanes per row: l2-normalised in place
-           * (q times 1/sqrt(dk)), rounded to TF32 */
-            const int task = tid >> 2, p = tid & 3, i = task & (DNC_C - 1);
-            float *row = (task < DNC_C ? Ks : Qs) + i * LDK;
-            float x[DNC_DK / 4], ss = 0.0f;
-#pragma unroll
-            for (int m = 0; m < DNC_DK / 4; m++) {
-                x[m] = row[p + 4 * m];
-                ss = fmaf(x[m], x[m], ss);
-            }
-            ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-            ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-            const float sc = (1.0f / sqrtf(ss + 1e-6f)) * (task < DNC_C ? 1.0f : qsc);
-#pragma unroll
-            for (int m = 0; m < DNC_DK / 4; m++) row[p + 4 * m] = tf32f(x[m] * sc);
-            if (p == 0 && task < DNC_C) {
-                const bool ok = i < Lc;
-                eg[i] = ok ? expf(gcs[i]) : 0.0f;
-                ek[i] = ok ? expf(gL - gcs[i]) : 0.0f;
-            }
-        }
-        __syncthreads();
-        /* K S, Q S and Q K^T over this warp's 16 rows x 16 columns */
-        float xk[2][4], xq[2][4], pp[2][4];
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) xk[n][r] = xq[n][r] = pp[n][r] = 0.0f;
-        const bool qk = nb / 2 <= mt; /* column tiles nb, nb+1 touch the lower triangle */
-        for (int ks = 0; ks < ks_dk; ks++) {
-            uint32_t ak[4], aq[4], bs[4];
-            ldsm4(ak, Ks + (mt * 16 + arow) * LDK + ks * 8 + acol);
-            ldsm4(aq, Qs + (mt * 16 + arow) * LDK + ks * 8 + acol);
-            ldsm4(bs, St + (nb * 8 + brow) * LDK + ks * 8 + bcol);
-            mma_tf32(xk[0], ak, bs[0], bs[1]);
-            mma_tf32(xk[1], ak, bs[2], bs[3]);
-            mma_tf32(xq[0], aq, bs[0], bs[1]);
-            mma_tf32(xq[1], aq, bs[2], bs[3]);
-            if (qk) {
-                uint32_t bk[4];
-                ldsm4(bk, Ks + (nb * 8 + brow) * LDK + ks * 8 + bcol);
-                mma_tf32(pp[0], aq, bk[0], bk[1]);
-                mma_tf32(pp[1], aq, bk[2], bk[3]);
-            }
-        }
-        /* Y = beta (V - exp(gc) K S) into Yt; O = exp(gc) Q S (kept); P = q_i.k_j exp(gc_i - gc_j)
-         * for j <= i < Lc */
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                Yt[c * LDV + i] = tf32f(bts[i] * (Vs[i * LDV + c] - eg[i] * xk[n][r]));
-                xq[n][r] *= eg[i];
-                Ps[i * LDV + c] = (c <= i && i < Lc) ? tf32f(pp[n][r] * expf(gcs[i] - gcs[c])) : 0.0f;
-            }
-        __syncthreads();
-        /* Vn = T Y (T unit lower triangular: row tile mt needs k rows < 16*(mt+1)), into Vt */
-        {
-            float vn[2][4];
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) vn[n][r] = 0.0f;
-            for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-                uint32_t at[4], by[4];
-                ldsm4(at, Ts + (mt * 16 + arow) * LDV + ks * 8 + acol);
-                ldsm4(by, Yt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
-                mma_tf32(vn[0], at, by[0], by[1]);
-                mma_tf32(vn[1], at, by[2], by[3]);
-            }
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                    Vt[c * LDV + i] = tf32f(vn[n][r]);
-                }
-        }
-        __syncthreads(); /* Vt complete; Q, T, V, Yt and the other k buffer are dead */
-        if (ci + 1 < cl) { /* next chunk's k, q, V slice and T, in flight during P Vn and the update */
-            const int64_t rn = r0 + DNC_C;
-            const int Ln = (int)min((int64_t)DNC_C, send - rn);
-            float *Kn = Kb + ((ci + 1 - cf) & 1) * DNC_C * LDK;
-            stage_tile(Kn, LDK, Kr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv, tid, DN3_T);
-            stage_tile(Qs, LDK, Qr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv, tid, DN3_T);
-            stage_tile(Vs, LDV, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
-            stage_tile(Ts, LDV, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg,
-                       tid, DN3_T);
-            asm volatile("cp.async.commit_group;" ::);
-        }
-        /* O += P Vn (P lower triangular) */
-        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-            uint32_t ap[4], bv[4];
-            ldsm4(ap, Ps + (mt * 16 + arow) * LDV + ks * 8 + acol);
-            ldsm4(bv, Vt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
-            mma_tf32(xq[0], ap, bv[0], bv[1]);
-            mma_tf32(xq[1], ap, bv[2], bv[3]);
-        }
-        {
-            const int64_t ostride = (int64_t)Hv * dv;
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int i = mt * 16 + g + ((r >> 1) << 3), c = (nb + n) * 8 + 2 * t + (r & 1);
-                    if (i < Lc && c < ncv) out[(r0 + i) * ostride + (int64_t)h * dv + c0 + c] = xq[n][r];
-                }
-        }
-        /* S = exp(gL) S + (k exp(gL - gc))^T Vn over state rows sr..sr+15, columns 8cb..8cb+31 */
-        if (sr < dk) {
-#pragma unroll
-            for (int n = 0; n < 4; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) S[n][r] *= eL;
-            const int ks_c = (Lc + 7) / 8;
-            for (int ks = 0; ks < ks_c; ks++) {
-                uint32_t ak[4], b01[4], b23[4];
-                load_a(ak, Ks + ks * 8 * LDK + sr, 1, LDK, ek + ks * 8, g, t);
-                ldsm4(b01, Vt + (cb * 8 + brow) * LDV + ks * 8 + bcol);
-                ldsm4(b23, Vt + ((cb + 2) * 8 + brow) * LDV + ks * 8 + bcol);
-                mma_tf32(S[0], ak, b01[0], b01[1]);
-                mma_tf32(S[1], ak, b01[2], b01[3]);
-                mma_tf32(S[2], ak, b23[0], b23[1]);
-                mma_tf32(S[3], ak, b23[2], b23[3]);
-            }
-#pragma unroll
-            for (int n = 0; n < 4; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    St[((cb + n) * 8 + 2 * t + (r & 1)) * LDK + sr + g + ((r >> 1) << 3)] = tf32f(S[n][r]);
-        }
-    }
-}
-
 /* ==== v5 (VSR_CUDA_DN_V5=1; the default before v6) ====
  * Not yet run on a GPU when written (bench/NOTES.md "DeltaNet v5 (not yet run)"). v4's math,
  * block shape and operand layouts; what changed is when the next chunk's data is copied:
@@ -519,9 +173,8 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn4_state(const float *__restrict_
  *    rows is masked (eg, ek, P's exp), so nothing else changes.
  * The K S / Q S / Q K^T step is also software-pipelined by hand: the fragments of step ks+1
  * are loaded (ldmatrix, still volatile, so program order holds) before step ks's mma. */
-/* v5's intra-chunk kernel: k_dn3_intra (as v4 runs it, T rounded) with the serial parts
- * made parallel, the same arithmetic in the same order (so v5 and v4 agree bit for bit unless
- * the compiler contracts differently): the eight rows of each warp's norm pass at once, k
+/* v5's intra-chunk kernel: v3's (T rounded, as v4 ran it) with the serial parts made parallel,
+ * the same arithmetic in the same order (on the H200 v5 and v4 agreed bit for bit): the eight rows of each warp's norm pass at once, k
  * rounded to TF32 there so K K^T reads it by ldmatrix, and the blocked solve's rounds fully
  * unrolled. */
 __global__ void __launch_bounds__(256) k_dn5_intra(const float *__restrict__ qkv, int64_t qkv_stride, int vec,
@@ -605,7 +258,7 @@ __global__ void __launch_bounds__(256) k_dn5_intra(const float *__restrict__ qkv
         for (int n = 0; n < 4; n++)
 #pragma unroll
             for (int r = 0; r < 4; r++) s1[n][r] = 0.0f;
-        /* operands by ldmatrix (k already TF32), lane addresses as in k_dn4_state; a pair of
+        /* operands by ldmatrix (k already TF32), lane addresses as above ldsm4; a pair of
          * column tiles is loaded when its first tile touches the lower triangle */
         const int ks_n = (dk + 7) / 8;
         const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 4 * (lane >> 4);
@@ -913,7 +566,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict_
     }
 }
 
-/* ==== v6 (the default; VSR_CUDA_DN_V5=1 runs v5, VSR_CUDA_DN_V4=1 v4) ====
+/* ==== v6 (the default; VSR_CUDA_DN_V5=1 runs v5) ====
  * Two changes to v5, both aimed at the per-chunk latency of the state kernel and the repeated
  * work of the intra kernel (bench/NOTES.md "DeltaNet v6"):
  *  - q and k are l2-normalised (q times 1/sqrt(dk)) and rounded to TF32 once per (chunk, key
@@ -1368,15 +1021,14 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     if (maxlen < DNC_MIN_LEN || chunks > 0x7fffffff / 2) return VSR_OK;
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
-    const char *env_v4 = getenv("VSR_CUDA_DN_V4"), *env_v5 = getenv("VSR_CUDA_DN_V5"),
-               *env_stage = getenv("VSR_CUDA_DN_STAGE"), *env_grp = getenv("VSR_CUDA_DN6_GROUP");
-    /* 4: v4 (VSR_CUDA_DN_V4=1); 5: v5 (VSR_CUDA_DN_V5=1, the previous default kept for A/B);
-     * 6: v6 (default) */
-    const int ver = env_v4 && env_v4[0] == '1' ? 4 : env_v5 && env_v5[0] == '1' ? 5 : 6;
+    const char *env_v5 = getenv("VSR_CUDA_DN_V5"), *env_stage = getenv("VSR_CUDA_DN_STAGE"),
+               *env_grp = getenv("VSR_CUDA_DN6_GROUP");
+    /* 5: v5 (VSR_CUDA_DN_V5=1, the previous default kept for A/B); 6: v6 (default) */
+    const int ver = env_v5 && env_v5[0] == '1' ? 5 : 6;
     /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
     const bool intra_only = env_stage && !strcmp(env_stage, "intra");
-    /* shared memory: v4's / v5's ~218 KB need Hopper (A100: 163 KB) */
-    const size_t need = ver >= 5 ? STATE5_SMEM : STATE4_SMEM;
+    /* shared memory: the state kernels' ~218 KB need Hopper (A100: 163 KB) */
+    const size_t need = STATE5_SMEM;
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess ||
         (size_t)optin < need) {
@@ -1395,10 +1047,6 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     /* T [ch][64][64] first (16-byte aligned rows), then gc, beta [rows][Hv], then Qn, Kn */
     if ((st = cuda_scratch(c, sizeof(float) * (nP + 2 * ng + 2 * nn), &scr, err))) return st;
     float *Tg = (float *)scr, *gcg = Tg + nP, *btg = gcg + ng, *Qn = btg + ng, *Kn = Qn + nn;
-    if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn3_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)INTRA3_SMEM),
-                         "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
-        return st;
     dim3 gi((unsigned)chunks, (unsigned)Hv);
     if (ver == 6) {
         /* value heads per intra block: all Hv/Hk of a key head once the per-head grid would
@@ -1413,16 +1061,13 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
             return st;
         k_dn6_intra<<<g6, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
                                                          dk, hpb, Tg, gcg, btg, Qn, Kn);
-    } else if (ver == 5) {
+    } else {
         if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn5_intra, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      (int)INTRA3_SMEM),
                              "deltanet (chunked): shared memory of the intra-chunk kernel", err)))
             return st;
         k_dn5_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
                                                          dk, Tg, gcg, btg);
-    } else {
-        k_dn3_intra<<<gi, 256, INTRA3_SMEM, c->stream>>>(qkv, qkv_stride, vec, b, a, A_log, dt_bias, tb, Hk, Hv,
-                                                         dk, Tg, gcg, btg, ver == 4);
     }
     if ((st = cuda_check_launch(c, "deltanet (chunked) intra", err))) return st;
     if (!intra_only && ver == 6) {
@@ -1439,14 +1084,6 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
                              "deltanet (chunked): shared memory of the state kernel", err)))
             return st;
         k_dn5_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE5_SMEM, c->stream>>>(
-            qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
-        if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
-    } else if (!intra_only) {
-        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn4_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)STATE4_SMEM),
-                             "deltanet (chunked): shared memory of the state kernel", err)))
-            return st;
-        k_dn4_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE4_SMEM, c->stream>>>(
             qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
         if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
     }
