@@ -2543,7 +2543,8 @@ static vsr_status cu_readout(void *ctx, const float *h, int64_t M, const vsr_bwe
     ENTER(c);
     const int64_t N = R->v.N, D = R->v.K;
     PROF(c, "readout");
-    if (M > 0 && kp_guard(c, h, sizeof(float) * (size_t)(M * D), "readout", err)) return VSR_E_INTERNAL;
+    vsr_status sg = M > 0 ? kp_guard(c, h, sizeof(float) * (size_t)(M * D), "readout", err) : VSR_OK;
+    if (sg) return sg;
     twin_clobber(c, logits, sizeof(float) * (size_t)(M * N));
     if (R->v.kind == VSR_WK_F32) return lt_gemm(c, CUDA_R_32F, h, M, R->w, N, D, CUDA_R_32F, logits, 0, err);
     if (R->v.kind != VSR_WK_BF16)
