@@ -71,6 +71,20 @@ static vsr_bweight *bf16_weight(int64_t N, int64_t K) {
     return b;
 }
 
+/* An FP8 weight [N, K] quantized (per channel, round to nearest) from random BF16 of amplitude amp. */
+static vsr_bweight *fp8_weight(int64_t N, int64_t K, float amp, const char *name) {
+    uint16_t *wb = malloc(2 * (size_t)(N * K)), *ws = malloc(2 * (size_t)N);
+    uint8_t *wq = malloc((size_t)(N * K));
+    for (int64_t j = 0; j < N * K; j++) wb[j] = vsr_f32_to_bf16(test_rndf() * amp);
+    vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
+    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = name};
+    vsr_bweight *b = NULL;
+    vsr_err e;
+    CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &b, &e), e);
+    free(wb), free(ws), free(wq);
+    return b;
+}
+
 /* rmsnorm -> linear, with and without the declaration, over widths the row kernel takes
  * (multiples of 4) and one it does not (D % 4 != 0: no twin, same answer). */
 TEST(twin_rmsnorm_bf16) {
@@ -178,14 +192,7 @@ TEST(twin_fp8) {
     static const int64_t Ks[] = {1024, 1000, 5120};
     for (size_t i = 0; i < sizeof Ks / sizeof *Ks; i++) {
         const int64_t M = 33, K = Ks[i], N = 80;
-        uint16_t *wb = malloc(2 * (size_t)(N * K));
-        for (int64_t j = 0; j < N * K; j++) wb[j] = vsr_f32_to_bf16(test_rndf() * 0.05f);
-        uint8_t *wq = malloc((size_t)(N * K));
-        uint16_t ws[80];
-        vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
-        vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.fp8"};
-        vsr_bweight *W = NULL;
-        CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &W, &e), e);
+        vsr_bweight *W = fp8_weight(N, K, 0.05f, "test.fp8");
         float *hx = hrand(M * K, 3.0f), *hw = hrand(K, 0.5f);
         hx[7 * K + 3] = 0; /* a row that is not all zero but has zeros */
         for (int64_t j = 0; j < K; j++) hx[2 * K + j] = 0; /* an all-zero row: scale 1 */
@@ -204,21 +211,14 @@ TEST(twin_fp8) {
         GB.ops->weight_free(GB.ctx, W);
         void *bufs[] = {x, w, h1, h2, y1, y2};
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
-        free(hx), free(hw), free(wb), free(wq);
+        free(hx), free(hw);
     }
     /* swiglu's FP8 twin (one block per row, up to 1024 threads) feeding an FP8 down projection, from
      * the two halves of a stacked gate|up row, and as the only copy (declared reader) */
     static const int64_t Is[] = {17408, 1000, 64};
     for (size_t i = 0; i < sizeof Is / sizeof *Is; i++) {
         const int64_t M = 9, I = Is[i], N = 48;
-        uint16_t *wb = malloc(2 * (size_t)(N * I));
-        for (int64_t j = 0; j < N * I; j++) wb[j] = vsr_f32_to_bf16(test_rndf() * 0.02f);
-        uint8_t *wq = malloc((size_t)(N * I));
-        uint16_t ws[48];
-        vsr_quantize_fp8_rtn(wb, N, I, wq, ws);
-        vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = I, .w = wq, .scale = ws, .name = "test.down"};
-        vsr_bweight *W = NULL;
-        CHECK_OK(GB.ops->weight_upload(GB.ctx, &v, &W, &e), e);
+        vsr_bweight *W = fp8_weight(N, I, 0.02f, "test.down");
         float *hgu = hrand(M * 2 * I, 3.0f);
         void *gu = up(hgu, M * 2 * I), *o1 = up(NULL, M * I), *o2 = up(NULL, M * I), *y1 = up(NULL, M * N),
              *y2 = up(NULL, M * N);
@@ -235,7 +235,7 @@ TEST(twin_fp8) {
         GB.ops->weight_free(GB.ctx, W);
         void *bufs[] = {gu, o1, o2, y1, y2};
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
-        free(hgu), free(wb), free(wq);
+        free(hgu);
     }
 }
 

@@ -329,3 +329,15 @@ extern "C" vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const cha
     *choice = best, *source = "timed";
     return remember(c, q, kernel, key, *choice, *source, err);
 }
+
+extern "C" vsr_status autotune_choose_indexed(cuda_ctx *c, const char *kernel, const char *key, int n_cand,
+                                              tune_launch_fn launch, void *arg, size_t out_bytes, int *choice,
+                                              const char **source, vsr_err *err) {
+    if (n_cand > AUTOTUNE_INDEXED_MAX)
+        return vsr_err_set(err, VSR_E_INTERNAL, "autotune %s %s: %d candidates (at most %d)", kernel, key, n_cand,
+                           AUTOTUNE_INDEXED_MAX);
+    char names[AUTOTUNE_INDEXED_MAX][8];
+    const char *np[AUTOTUNE_INDEXED_MAX];
+    for (int i = 0; i < n_cand; i++) snprintf(names[i], sizeof names[i], "a%d", i), np[i] = names[i];
+    return autotune_choose(c, kernel, key, n_cand, np, 0, launch, arg, out_bytes, choice, source, err);
+}

@@ -74,6 +74,9 @@ struct vsr_bweight {
 vsr_status cuda_check(cuda_ctx *c, cudaError_t e, const char *what, vsr_err *err);
 /* After a kernel launch: cudaGetLastError. */
 vsr_status cuda_check_launch(cuda_ctx *c, const char *kernel, vsr_err *err);
+/* A 0/1 switch from the environment (A/B and test knobs), read once into *cache (-1: not read yet;
+ * a force hook may store into it): "0..." -> 0, "1..." -> 1, unset or anything else -> dflt. */
+int cuda_env_switch(const char *name, int dflt, int *cache);
 /* Grow-only scratch (see cuda_ctx). */
 vsr_status cuda_scratch(cuda_ctx *c, size_t bytes, void **out, vsr_err *err);
 vsr_status cuda_scratch2(cuda_ctx *c, size_t bytes, void **out, vsr_err *err);

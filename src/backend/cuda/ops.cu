@@ -859,14 +859,13 @@ static vsr_status lt_gemm(cuda_ctx *c, cudaDataType_t ty, const void *A, int64_t
             int choice = 0;
             const char *src = "default";
             if (p->n_algos > 1 && c->autotune_dir[0]) {
-                char key[96], names[LT_ALGOS][8];
-                const char *np[LT_ALGOS];
-                for (int i = 0; i < p->n_algos; i++) snprintf(names[i], sizeof names[i], "a%d", i), np[i] = names[i];
+                char key[96];
                 snprintf(key, sizeof key, "%s%s-m%lld-n%lld-k%lld", ty == CUDA_R_16BF ? "bf16" : "f32",
                          dty == CUDA_R_16BF ? "o" : "", (long long)M, (long long)N, (long long)K);
                 lt_tune t = {p, A, W, p->algos};
-                if ((st = autotune_choose(c, "lt_gemm", key, p->n_algos, np, 0, lt_launch, &t,
-                                          (dty == CUDA_R_16BF ? 2 : 4) * (size_t)(M * N), &choice, &src, err)))
+                if ((st = autotune_choose_indexed(c, "lt_gemm", key, p->n_algos, lt_launch, &t,
+                                                  (dty == CUDA_R_16BF ? 2 : 4) * (size_t)(M * N), &choice, &src,
+                                                  err)))
                     return st;
             }
             p->chosen = choice;
@@ -1570,20 +1569,21 @@ static void cu_feed_linears(void *ctx, const float *x, int64_t rows, int64_t K, 
     p->req_sole_bf16 = bf, p->req_sole_fp8 = f8;
 }
 
-/* VSR_CUDA_KEEP_BF16=0 / VSR_CUDA_LINEAR_SWIGLU=0: the declaration ignored / linear_swiglu as the
- * FP32 linear + swiglu (A/B timing in separate processes; read once) */
-static int env_off(const char *name, int *cache) {
+extern "C" int cuda_env_switch(const char *name, int dflt, int *cache) {
     if (*cache < 0) {
         const char *e = getenv(name);
-        *cache = e && e[0] == '0';
+        *cache = e && e[0] == '0' ? 0 : e && e[0] == '1' ? 1 : dflt;
     }
     return *cache;
 }
-static int g_keep_off = -1, g_lsw_off = -1;
+
+/* VSR_CUDA_KEEP_BF16=0 / VSR_CUDA_LINEAR_SWIGLU=0: the declaration ignored / linear_swiglu as the
+ * FP32 linear + swiglu (A/B timing in separate processes) */
+static int g_keep_on = -1, g_lsw_on = -1;
 
 static void cu_keep_product_bf16(void *ctx, const float *y, int64_t rows, int64_t N) {
     cuda_ctx_priv *p = priv((cuda_ctx *)ctx);
-    if (env_off("VSR_CUDA_KEEP_BF16", &g_keep_off)) return;
+    if (!cuda_env_switch("VSR_CUDA_KEEP_BF16", 1, &g_keep_on)) return;
     p->kp_req = rows > 0 && N > 0 ? y : NULL, p->kp_req_rows = rows, p->kp_req_N = N;
 }
 
@@ -2460,7 +2460,7 @@ static vsr_status cu_linear_swiglu(void *ctx, const float *x, int64_t M, const v
     const __nv_bfloat16 *gu = NULL; /* the product kept in BF16 [M, ld] */
     sw_scales sc = {NULL, NULL, NULL}; /* and the scales its reader applies (an unscaled FP8 product) */
     int64_t ld = N2;
-    if ((w->v.kind == VSR_WK_BF16 || w->v.kind == VSR_WK_FP8) && !env_off("VSR_CUDA_LINEAR_SWIGLU", &g_lsw_off)) {
+    if ((w->v.kind == VSR_WK_BF16 || w->v.kind == VSR_WK_FP8) && cuda_env_switch("VSR_CUDA_LINEAR_SWIGLU", 1, &g_lsw_on)) {
         char pname[72] = "";
         if (vsr_cuda_profile_on > 0)
             snprintf(pname, sizeof pname, "linear_swiglu %s %lld->%lld M=%lld", wkind_names_cuda[w->v.kind],

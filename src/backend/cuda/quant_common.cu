@@ -31,13 +31,7 @@ extern "C" int cuda_quant_force_int4_cfg(int idx) {
 int quant_forced_int4_cfg(void) { return g_force_int4_cfg; }
 /* the int4 streaming kernel (M <= 16): on unless VSR_CUDA_INT4_STREAM=0 (read once) or switched by the knob */
 static int g_int4_stream = -1;
-int quant_int4_stream_on(void) {
-    if (g_int4_stream < 0) {
-        const char *e = getenv("VSR_CUDA_INT4_STREAM");
-        g_int4_stream = (e && strcmp(e, "0") == 0) ? 0 : 1;
-    }
-    return g_int4_stream;
-}
+int quant_int4_stream_on(void) { return cuda_env_switch("VSR_CUDA_INT4_STREAM", 1, &g_int4_stream); }
 extern "C" int cuda_quant_force_int4_stream(int on) {
     if (on < 0 || on > 1) return -1;
     int old = quant_int4_stream_on();

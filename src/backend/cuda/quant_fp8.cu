@@ -60,11 +60,7 @@ static inline int64_t rup(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
  * (the order before 2026-11-29b: (a), then (b) from FP8_BF16_MIN_ROWS rows, then (c)). */
 static int fp8_bf16_products(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("VSR_CUDA_FP8_BF16");
-        on = !(e && e[0] == '0');
-    }
-    return on;
+    return cuda_env_switch("VSR_CUDA_FP8_BF16", 1, &on);
 }
 
 /* ---- activation quantization: one block per row ---- */
@@ -392,14 +388,12 @@ static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void 
         int choice = 0;
         const char *src = "default";
         if (p->n_algos > 1 && c->autotune_dir[0]) {
-            char key[128], names[FP8_ALGOS][8];
-            const char *np[FP8_ALGOS];
-            for (int i = 0; i < p->n_algos; i++) snprintf(names[i], sizeof names[i], "a%d", i), np[i] = names[i];
+            char key[128];
             snprintf(key, sizeof key, "m%lld-n%lld-k%lld-ld%lld-d%d-f%d", (long long)p->M, (long long)p->N, (long long)p->Kp,
                      (long long)p->ldd, p->dmode, p->fast);
             fp8_tune t = {p, wq, xq};
-            vsr_status st = autotune_choose(c, "fp8_lt", key, p->n_algos, np, 0, fp8_launch, &t,
-                                            sizeof(float) * (size_t)(p->M * p->ldd), &choice, &src, err);
+            vsr_status st = autotune_choose_indexed(c, "fp8_lt", key, p->n_algos, fp8_launch, &t,
+                                                    sizeof(float) * (size_t)(p->M * p->ldd), &choice, &src, err);
             if (st) return st;
         }
         p->chosen = choice, p->src = src;
@@ -482,22 +476,49 @@ static vsr_status fp8_quantize(cuda_ctx *c, const float *x, int64_t M, int64_t K
     return cuda_check_launch(c, "FP8 activation quantization", err);
 }
 
+/* x FP32 [M, K] quantized into the activation workspace: *xq e4m3 [M, Kp], then *sx FP32 [M] (16-byte
+ * aligned: M*Kp is a multiple of 16) */
+static vsr_status quantize_to_act(cuda_ctx *c, quant_state *q, const float *x, int64_t M, const vsr_bweight *w,
+                                  const uint8_t **xq, const float **sx, vsr_err *err) {
+    const int64_t K = w->v.K, Kp = ((const quant_wmeta *)w->q)->Kp;
+    vsr_status st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(M * Kp) + sizeof(float) * (size_t)M,
+                               "FP8 activations", err);
+    if (st) return st;
+    uint8_t *xa = (uint8_t *)q->act;
+    float *sa = (float *)(xa + M * Kp);
+    *xq = xa, *sx = sa;
+    return fp8_quantize(c, x, M, K, Kp, xa, sa, err);
+}
+
+/* The FP8 product in BF16 into out [M, Np] (row stride Np): (b) scaled by cuBLASLt (*scaled = 1), or,
+ * where it has no such algorithm and bf16p, (b') unscaled (*scaled = 0: the reader applies sx[m] *
+ * sw[n]). *pp: the plan that ran (for the path name); *ran = 0: neither ran. */
+static vsr_status bf16_product(cuda_ctx *c, quant_state *q, const uint8_t *xq, const float *sx, int64_t M,
+                               const vsr_bweight *w, int bf16p, void *out, int *scaled, fp8_plan **pp, int *ran,
+                               vsr_err *err) {
+    const quant_wmeta *m = (const quant_wmeta *)w->q;
+    const int64_t Kp = m->Kp, Np = m->Np;
+    vsr_status st;
+    if ((st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, pp, err)) ||
+        (st = run_plan(c, *pp, w->w, xq, (const float *)w->scale, sx, out, 0, ran, err)))
+        return st;
+    *scaled = 1;
+    if (*ran || !bf16p) return VSR_OK;
+    *scaled = 0;
+    if ((st = plan_get(c, q, M, Np, Kp, Np, D_BF16, pp, err))) return st;
+    return run_plan(c, *pp, w->w, xq, NULL, NULL, out, 0, ran, err);
+}
+
 extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
                                       int accumulate, vsr_err *err) {
     if (M <= 0) return VSR_OK;
-    const quant_wmeta *m = (const quant_wmeta *)w->q;
-    if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
+    if (!w->q) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
     quant_state *q;
-    vsr_status st = quant_state_get(c, &q, err);
-    if (st) return st;
-    int64_t K = w->v.K, Kp = m->Kp;
-    /* step 1, quantize x: xq e4m3 [M, Kp] then sx FP32 [M] (16-byte aligned: M*Kp is a multiple of 16) */
-    if ((st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(M * Kp) + sizeof(float) * (size_t)M, "FP8 activations", err)))
-        return st;
-    uint8_t *xq = (uint8_t *)q->act;
-    float *sx = (float *)(xq + M * Kp);
-    if ((st = fp8_quantize(c, x, M, K, Kp, xq, sx, err))) return st;
-    /* step 2, the scaled FP8 product */
+    const uint8_t *xq;
+    const float *sx;
+    vsr_status st;
+    /* step 1, quantize x; step 2, the scaled FP8 product */
+    if ((st = quant_state_get(c, &q, err)) || (st = quantize_to_act(c, q, x, M, w, &xq, &sx, err))) return st;
     return cuda_fp8_linear_prequant(c, xq, sx, M, w, y, accumulate, err);
 }
 
@@ -550,32 +571,25 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
                 return cuda_check_launch(c, "FP8 copy-out", err);
             }
         }
-        /* (b) outer-vector scales, BF16 out, then widened (and accumulated) into y */
+        /* (b) outer-vector scales, BF16 out, then widened (and accumulated) into y; (b') where cuBLASLt
+         * has no outer-vector algorithm (CUDA 13.0 on the H200 has none): the unscaled product rounded
+         * to BF16 (half the bytes of the FP32 one, written and read back), then the scales */
         if (bf16p || forced == 1 || M >= FP8_BF16_MIN_ROWS) {
+            int scaled = 0;
             if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product",
                                  err)) ||
-                (st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, &p, err)) ||
-                (st = run_plan(c, p, w->w, xq, sw, sx, q->wtmp, 0, &ran, err)))
+                (st = bf16_product(c, q, xq, sx, M, w, bf16p, q->wtmp, &scaled, &p, &ran, err)))
                 return st;
-            if (ran) {
+            const __nv_bfloat16 *d = (const __nv_bfloat16 *)q->wtmp;
+            if (ran && scaled) {
                 int64_t items = (N % 8 == 0) ? M * (N / 8) : M * N;
-                k_fp8_bf16_out<<<(unsigned)((items + 255) / 256), 256, 0, c->stream>>>((const __nv_bfloat16 *)q->wtmp, Np,
-                                                                                        M, N, y, accumulate);
+                k_fp8_bf16_out<<<(unsigned)((items + 255) / 256), 256, 0, c->stream>>>(d, Np, M, N, y, accumulate);
                 quant_set_last_path("fp8:scaled(outer-vec,bf16-out,a%d,%s)", p->chosen, p->src);
                 return cuda_check_launch(c, "FP8 BF16 output", err);
             }
-        }
-        /* (b') no outer-vector algorithm (CUDA 13.0 on the H200 has none): the unscaled product
-         * rounded to BF16 (half the bytes of the FP32 one, written and read back), then the scales */
-        if (bf16p) {
-            if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product",
-                                 err)) ||
-                (st = plan_get(c, q, M, Np, Kp, Np, D_BF16, &p, err)) ||
-                (st = run_plan(c, p, w->w, xq, NULL, NULL, q->wtmp, 0, &ran, err)))
-                return st;
             if (ran) {
                 quant_set_last_path("fp8:unscaled(bf16-out,a%d,%s)+epilogue", p->chosen, p->src);
-                return fp8_epilogue_bf16(c, (const __nv_bfloat16 *)q->wtmp, Np, sx, sw, M, N, y, 0, accumulate, err);
+                return fp8_epilogue_bf16(c, d, Np, sx, sw, M, N, y, 0, accumulate, err);
             }
         }
     }
@@ -592,9 +606,12 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
     return cuda_check_launch(c, "FP8 epilogue", err);
 }
 
-/* Path (b)'s product alone, kept in BF16: into dst [M, N] when given (and Np == N), else into the
- * workspace [M, Np]. *ran = 0 where cuda_fp8_linear_prequant would not itself take path (b). */
-static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
+/* The BF16 product that cuda_fp8_linear_prequant would itself make (the same plans, the same
+ * rounding), kept for a reader: into dst [M, N] (scaled, keep_product_bf16) when dst is given, else
+ * into the workspace [M, Np] with, for (b'), the scales its reader applies (linear_swiglu). *ran = 0
+ * where that linear would not go through a BF16 product (its own wgmma kernel, the unscaled FP32
+ * path, FP32 products below FP8_BF16_MIN_ROWS rows, no algorithm): the caller runs the FP32 linear. */
+static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
                                const vsr_bweight *w, __nv_bfloat16 *dst, const __nv_bfloat16 **d, int64_t *ldd,
                                const float **osx, const float **osw, int *ran, vsr_err *err) {
     *ran = 0;
@@ -602,7 +619,9 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
     if (M <= 0) return VSR_OK;
     quant_wmeta *m = (quant_wmeta *)w->q;
     if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
-    /* only where cuda_fp8_linear_prequant would take path (b) itself: same product, same rounding */
+    if (!dst && !osx)
+        return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: a BF16 product without a place for its scales",
+                           c->device, w->name);
     int forced = quant_forced_fp8_path();
     if (forced == 2 || (forced == 0 && fp8_wgmma_mode() == 1 && fp8_gemm_usable(c))) return VSR_OK;
     if (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256) return VSR_OK;
@@ -611,16 +630,8 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
     quant_state *q;
     vsr_status st = quant_state_get(c, &q, err);
     if (st) return st;
-    int64_t K = w->v.K, N = w->v.N, Kp = m->Kp, Np = m->Np;
-    if (!xq) {
-        if ((st = quant_grow(c, &q->act, &q->act_bytes, (size_t)(M * Kp) + sizeof(float) * (size_t)M,
-                             "FP8 activations", err)))
-            return st;
-        uint8_t *xa = (uint8_t *)q->act;
-        float *sa = (float *)(xa + M * Kp);
-        if ((st = fp8_quantize(c, x, M, K, Kp, xa, sa, err))) return st;
-        xq = xa, sx = sa;
-    }
+    if (!xq && (st = quantize_to_act(c, q, x, M, w, &xq, &sx, err))) return st;
+    int64_t N = w->v.N, Np = m->Np;
     void *out = dst && Np == N ? (void *)dst : NULL;
     if (!out) {
         if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product", err)))
@@ -628,38 +639,25 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
         out = q->wtmp;
     }
     fp8_plan *p;
-    int done = 0;
+    int done = 0, scaled = 0;
     const float *sw = (const float *)w->scale;
-    if ((st = plan_get(c, q, M, Np, Kp, Np, D_BF16_SCALED, &p, err)) ||
-        (st = run_plan(c, p, w->w, xq, sw, sx, out, 0, &done, err)))
-        return st;
-    if (done) {
+    if ((st = bf16_product(c, q, xq, sx, M, w, bf16p, out, &scaled, &p, &done, err))) return st;
+    if (!done) return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
+    if (scaled) {
         quant_set_last_path("fp8:scaled(outer-vec,bf16-kept,a%d,%s)", p->chosen, p->src);
-    } else if (bf16p) {
-        /* (b'): the unscaled product in BF16; its scales go to the reader (linear_swiglu's SwiGLU), or are
-         * applied here into dst, rounded to BF16 again (keep_product_bf16) */
-        if ((st = plan_get(c, q, M, Np, Kp, Np, D_BF16, &p, err)) ||
-            (st = run_plan(c, p, w->w, xq, NULL, NULL, out, 0, &done, err)))
-            return st;
-        if (!done) return VSR_OK;
-        if (dst) {
-            if ((st = fp8_epilogue_bf16(c, (const __nv_bfloat16 *)out, Np, sx, sw, M, N, dst, 1, 0, err))) return st;
-            quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)+scaled into BF16", p->chosen, p->src);
-            out = dst, Np = N;
-        } else {
-            if (!osx) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: unscaled FP8 product without its scales",
-                                         c->device, w->name);
-            /* the reader runs after the producer of its own output twin, which may overwrite (or move)
-             * the activation twin these scales live in: hand it a copy */
-            if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)M, "FP8 row scales", err)) ||
-                (st = cuda_check(c, cudaMemcpyAsync(q->aux, sx, sizeof(float) * (size_t)M, cudaMemcpyDeviceToDevice,
-                                                    c->stream), "FP8 row scales copy", err)))
-                return st;
-            *osx = (const float *)q->aux, *osw = sw;
-            quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)", p->chosen, p->src);
-        }
+    } else if (dst) { /* (b'): the scales applied here, rounded to BF16 again */
+        if ((st = fp8_epilogue_bf16(c, (const __nv_bfloat16 *)out, Np, sx, sw, M, N, dst, 1, 0, err))) return st;
+        quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)+scaled into BF16", p->chosen, p->src);
+        out = dst, Np = N;
     } else {
-        return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
+        /* (b'): the reader applies the scales; it runs after the producer of its own output twin, which
+         * may overwrite (or move) the activation twin these row scales live in: hand it a copy */
+        if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)M, "FP8 row scales", err)) ||
+            (st = cuda_check(c, cudaMemcpyAsync(q->aux, sx, sizeof(float) * (size_t)M, cudaMemcpyDeviceToDevice,
+                                                c->stream), "FP8 row scales copy", err)))
+            return st;
+        *osx = (const float *)q->aux, *osw = sw;
+        quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)", p->chosen, p->src);
     }
     if (dst && out != dst) {
         if ((st = cuda_check(c, cudaMemcpy2DAsync(dst, sizeof(__nv_bfloat16) * (size_t)N, out,
@@ -678,11 +676,11 @@ static vsr_status bf16_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
 extern "C" vsr_status cuda_fp8_linear_bf16out(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx,
                                               int64_t M, const vsr_bweight *w, const __nv_bfloat16 **d, int64_t *ldd,
                                               const float **dsx, const float **dsw, int *ran, vsr_err *err) {
-    return bf16_product(c, x, xq, sx, M, w, NULL, d, ldd, dsx, dsw, ran, err);
+    return kept_product(c, x, xq, sx, M, w, NULL, d, ldd, dsx, dsw, ran, err);
 }
 
 extern "C" vsr_status cuda_fp8_linear_bf16_to(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx,
                                               int64_t M, const vsr_bweight *w, __nv_bfloat16 *dst, int *ran,
                                               vsr_err *err) {
-    return bf16_product(c, x, xq, sx, M, w, dst, NULL, NULL, NULL, NULL, ran, err);
+    return kept_product(c, x, xq, sx, M, w, dst, NULL, NULL, NULL, NULL, ran, err);
 }

@@ -47,13 +47,7 @@ extern int quant_int4_stream_on(void);
  * failed every launch at the shared-memory attribute, fixed since but not re-run); off, the <= 16-row path is
  * k_i4_stream as before (its own list and key) */
 static int g_int4_v4 = -1;
-static int quant_int4_v4_on(void) {
-    if (g_int4_v4 < 0) {
-        const char *e = getenv("VSR_CUDA_INT4_V4");
-        g_int4_v4 = (e && strcmp(e, "1") == 0) ? 1 : 0;
-    }
-    return g_int4_v4;
-}
+static int quant_int4_v4_on(void) { return cuda_env_switch("VSR_CUDA_INT4_V4", 0, &g_int4_v4); }
 /* test/bench knob: 1 on, 0 off; returns the previous value, or -1 for an unknown value (nothing changed) */
 extern "C" int cuda_quant_force_int4_v4(int on) {
     if (on < 0 || on > 1) return -1;
@@ -71,6 +65,20 @@ static inline int64_t rup(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 static inline unsigned nblocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
 /* ---- upload-time repacking ---- */
+
+/* Split K: every block of an output tile adds itself to the tile's arrival counter; true in the
+ * last one to arrive, which then sums the partials in split order (after every block's partials
+ * are visible: the fences on both sides). Called by all threads of the block. */
+__device__ __forceinline__ bool splitk_last_block(unsigned *counter, int KS) {
+    __shared__ int last_flag;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_flag = atomicAdd(counter, 1u) == (unsigned)KS - 1;
+    __syncthreads();
+    if (!last_flag) return false;
+    __threadfence();
+    return true;
+}
 
 /* one thread per (n-tile, 64-column chunk, lane): build that lane's uint4 */
 __global__ void k_i4_repack(const uint32_t *__restrict__ packed, int64_t N, int64_t K, const int32_t *__restrict__ perm,
@@ -464,13 +472,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) k_i4_shared(const i4p p) {
             }
     }
     if (p.KS == 1) return;
-    __shared__ int last_flag;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last_flag = atomicAdd(p.counters + tile, 1u) == (unsigned)p.KS - 1;
-    __syncthreads();
-    if (!last_flag) return;
-    __threadfence();
+    if (!splitk_last_block(p.counters + tile, p.KS)) return;
     const int64_t nbase = (int64_t)blockIdx.y * NW * 16;
     for (int idx = threadIdx.x; idx < NW * 16 * MT * 8; idx += NW * 32) {
         const int64_t n = nbase + idx % (NW * 16), m = m0 + idx / (NW * 16);
@@ -690,13 +692,7 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
             }
     if (p.KS == 1) return;
     /* split K: the last block to arrive for this n-block adds the partials in split order */
-    __shared__ int last_flag;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last_flag = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)p.KS - 1;
-    __syncthreads();
-    if (!last_flag) return;
-    __threadfence();
+    if (!splitk_last_block(p.counters + blockIdx.x, p.KS)) return;
     for (int idx = threadIdx.x; idx < RB * vt; idx += NW * 32) {
         const int64_t n = n0 + idx % RB, m = idx / RB;
         if (n >= p.N) continue;
@@ -963,13 +959,7 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW * 2) k_i4_v4(const i4v p) {
     }
     if (p.KS == 1) return;
     /* split K: the last block to arrive for this n-block adds the partials in split order */
-    __shared__ int last_flag;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last_flag = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)p.KS - 1;
-    __syncthreads();
-    if (!last_flag) return;
-    __threadfence();
+    if (!splitk_last_block(p.counters + blockIdx.x, p.KS)) return;
     const int64_t n0 = tb0 * 16, nrows = (int64_t)NW * p.tpw * 16;
     for (int64_t idx = threadIdx.x; idx < nrows * vt; idx += NW * 32) {
         const int64_t n = n0 + idx % nrows, m = idx / nrows;

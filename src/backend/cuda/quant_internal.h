@@ -135,6 +135,11 @@ typedef int (*tune_launch_fn)(cuda_ctx *c, int cand, void *arg, void *out, vsr_e
 vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const char *key, int n_cand,
                            const char *const *cand_names, int default_cand, tune_launch_fn launch, void *arg,
                            size_t out_bytes, int *choice, const char **source, vsr_err *err);
+/* The same for candidates that are positions in a list (cuBLASLt's heuristic algorithms), named
+ * "a0".."a<n-1>" in the cache; n_cand <= AUTOTUNE_INDEXED_MAX. Default: the first. */
+#define AUTOTUNE_INDEXED_MAX 64
+vsr_status autotune_choose_indexed(cuda_ctx *c, const char *kernel, const char *key, int n_cand, tune_launch_fn launch,
+                                   void *arg, size_t out_bytes, int *choice, const char **source, vsr_err *err);
 void autotune_free(quant_state *q);
 
 #ifdef __cplusplus
