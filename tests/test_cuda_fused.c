@@ -602,6 +602,12 @@ static void keep_case(const char *what, const vsr_weight_view *wv, int64_t T, in
         CHECK_ERR(GB.ops->linear(GB.ctx, yk, T, W, h, 0, &e), e, VSR_E_INTERNAL, "held only in BF16");
         float tmp[4];
         CHECK_ERR(GB.ops->buf_get(GB.ctx, tmp, yk + 3, sizeof tmp, &e), e, VSR_E_INTERNAL, "buf_get");
+        /* deltanet's b in the kept product but its a elsewhere (in FP32): refused, not read half-converted */
+        void *af = up(NULL, T * N);
+        CHECK_ERR(GB.ops->deltanet(GB.ctx, cv[1], C, yk + C + Vd, (float *)af + C + Vd + Hv, N, A, dt, &sg, Hk, Hv, dk,
+                                   dv, stt, dn[1], &e),
+                  e, VSR_E_INTERNAL, "both or neither");
+        GB.ops->buf_free(GB.ctx, af);
         CHECK_OK(GB.ops->linear(GB.ctx, x, T, W, yk, 0, &e), e); /* undeclared: FP32 */
         CHECK_MSG(same(y[0], y[1], T * N), "%s: the FP32 product after the kept one differs", what);
         GB.ops->buf_free(GB.ctx, h);
