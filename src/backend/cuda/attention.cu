@@ -98,6 +98,51 @@ __global__ void k_kv_to_bf16(const float *__restrict__ k, const float *__restric
     }
 }
 
+/* 2^x without exp2f's denormal-range fix-up (ex2.approx.ftz: ~2 ulp, results under 2^-126
+ * flushed to 0, -inf -> 0): the softmax's p and alpha */
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The online softmax of one S tile in place. Element e of 8-key block j: row g + 8 (e >> 1) of the
+ * warp's 16, key k0 + 8 j + 2 t4 + (e & 1); keys at or past the row's limit masked, the rest scaled
+ * into log2 units. sc becomes p (FP32); m and l move on; alpha is the factor for O. FAST: 2^x by
+ * ex2_ftz (the wgmma kernels), else exp2f (v1). */
+template <int NJ, bool FAST>
+__device__ __forceinline__ void tile_softmax(float (&sc)[4 * NJ], int k0, int t4, const int (&lim)[2],
+                                             float scale_log2, float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int key = k0 + 8 * j + 2 * t4 + (e & 1);
+            float x = key < lim[e >> 1] ? sc[4 * j + e] * scale_log2 : -INFINITY;
+            sc[4 * j + e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    float mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        mu[h] = mx[h] == -INFINITY ? 0.f : mx[h]; /* a row with no key yet: p = 0 */
+        alpha[h] = FAST ? ex2_ftz(m[h] - mu[h]) : exp2f(m[h] - mu[h]); /* m = -inf: 0 */
+        m[h] = mx[h];
+        l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = FAST ? ex2_ftz(sc[4 * j + e] - mu[e >> 1]) : exp2f(sc[4 * j + e] - mu[e >> 1]);
+            sc[4 * j + e] = p;
+            l[e >> 1] += p; /* this thread's partial row sum; the quad adds them at the end */
+        }
+}
+
 /* ---- the kernel ---- */
 
 template <int D, int BN> struct tc_cfg {
@@ -214,36 +259,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2)
                     mma_bf16(sc[2 * nb + 1], a0, a1, a2, a3, b2, b3);
                 }
             }
-            /* mask, scale, online softmax; element e of n-block i: row g + 8 * (e >> 1),
-             * key k0 + 8 i + 2 t4 + (e & 1) */
-            float mx[2] = {m[0], m[1]};
-#pragma unroll
-            for (int i = 0; i < NB; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int key = k0 + 8 * i + 2 * t4 + (e & 1);
-                    float x = key < lim[e >> 1] ? sc[i][e] * scale_log2 : -INFINITY;
-                    sc[i][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                }
-            float alpha[2], mu[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                mu[h] = mx[h] == -INFINITY ? 0.f : mx[h]; /* a row with no key yet: p = 0 */
-                alpha[h] = exp2f(m[h] - mu[h]);           /* m = -inf: 0 */
-                m[h] = mx[h];
-                l[h] *= alpha[h];
-            }
-#pragma unroll
-            for (int i = 0; i < NB; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float p = exp2f(sc[i][e] - mu[e >> 1]);
-                    sc[i][e] = p;
-                    l[e >> 1] += p; /* this thread's partial row sum; the quad adds them at the end */
-                }
+            /* mask, scale, online softmax (sc, [NB][4], is the [4 NB] tile_softmax reads) */
+            float alpha[2];
+            tile_softmax<NB, false>(reinterpret_cast<float (&)[4 * NB]>(sc), k0, t4, lim, scale_log2, m, l, alpha);
 #pragma unroll
             for (int i = 0; i < DB; i++) {
                 o[i][0] *= alpha[0], o[i][1] *= alpha[0];
@@ -334,13 +352,6 @@ __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.
 __device__ __forceinline__ void reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
 __device__ __forceinline__ void reg_fence(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
 
-/* 2^x without exp2f's denormal-range fix-up (ex2.approx.ftz: ~2 ulp, results under 2^-126
- * flushed to 0, -inf -> 0): the softmax's p and alpha */
-__device__ __forceinline__ float ex2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 /* shared-memory matrix descriptor: address, leading / stride byte offsets, 128-byte swizzle */
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
@@ -459,35 +470,7 @@ template <int D> __device__ __forceinline__ void wg_issue_pv(float (&o)[D / 2], 
  * becomes p (FP32); new m, l, and the factor alpha for O */
 __device__ __forceinline__ void wg_softmax(float (&sc)[32], int k0, int t4, const int (&lim)[2], float scale_log2,
                                            float (&m)[2], float (&l)[2], float (&alpha)[2]) {
-    constexpr int NJ = WG_BN / 8;
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int j = 0; j < NJ; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int key = k0 + 8 * j + 2 * t4 + (e & 1);
-            float x = key < lim[e >> 1] ? sc[4 * j + e] * scale_log2 : -INFINITY;
-            sc[4 * j + e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-    float mu[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        mu[h] = mx[h] == -INFINITY ? 0.f : mx[h]; /* a row with no key yet: p = 0 */
-        alpha[h] = ex2_ftz(m[h] - mu[h]);         /* m = -inf: 0 */
-        m[h] = mx[h];
-        l[h] *= alpha[h];
-    }
-#pragma unroll
-    for (int j = 0; j < NJ; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float p = ex2_ftz(sc[4 * j + e] - mu[e >> 1]);
-            sc[4 * j + e] = p;
-            l[e >> 1] += p; /* this thread's partial row sum; the quad adds them at the end */
-        }
+    tile_softmax<WG_BN / 8, true>(sc, k0, t4, lim, scale_log2, m, l, alpha);
 }
 /* p (FP32, S layout) -> BF16 A fragments of O += P V: 8-key block j is half j & 1 of 16-key step
  * j / 2 (a0 / a1: rows g / g + 8 at keys +0..7; a2 / a3: at +8..15) */
