@@ -79,6 +79,20 @@ __device__ __forceinline__ bool splitk_last_block(unsigned *counter, int KS) {
     __threadfence();
     return true;
 }
+/* Split K, in the last block: y[m, n] (+)= the KS partials ws[z][m][n] added in split order, for the
+ * output columns n0 .. n0 + ncols - 1 (< N) of rows 0 .. vt - 1, by nthr threads; the counter reset
+ * for the next launch (stream-ordered). */
+__device__ __forceinline__ void splitk_sum(const float *ws, float *y, int64_t M, int64_t N, int KS, int accumulate,
+                                           int64_t n0, int64_t ncols, int vt, int nthr, unsigned *counter) {
+    for (int64_t idx = threadIdx.x; idx < ncols * vt; idx += nthr) {
+        const int64_t n = n0 + idx % ncols, m = idx / ncols;
+        if (n >= N) continue;
+        float s = 0.0f;
+        for (int zz = 0; zz < KS; zz++) s += __ldcg(ws + ((int64_t)zz * M + m) * N + n);
+        y[m * N + n] = accumulate ? y[m * N + n] + s : s;
+    }
+    if (threadIdx.x == 0) *counter = 0;
+}
 
 /* one thread per (n-tile, 64-column chunk, lane): build that lane's uint4 */
 __global__ void k_i4_repack(const uint32_t *__restrict__ packed, int64_t N, int64_t K, const int32_t *__restrict__ perm,
@@ -693,14 +707,7 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     if (p.KS == 1) return;
     /* split K: the last block to arrive for this n-block adds the partials in split order */
     if (!splitk_last_block(p.counters + blockIdx.x, p.KS)) return;
-    for (int idx = threadIdx.x; idx < RB * vt; idx += NW * 32) {
-        const int64_t n = n0 + idx % RB, m = idx / RB;
-        if (n >= p.N) continue;
-        float s = 0.0f;
-        for (int zz = 0; zz < p.KS; zz++) s += __ldcg(p.ws + ((int64_t)zz * p.M + m) * p.N + n);
-        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + s : s;
-    }
-    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; /* ready for the next launch (stream-ordered) */
+    splitk_sum(p.ws, p.y, p.M, p.N, p.KS, p.accumulate, n0, RB, vt, NW * 32, p.counters + blockIdx.x);
 }
 
 /* ---- the register-streaming kernel (fourth pass, M <= 16) ----
@@ -960,15 +967,8 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW * 2) k_i4_v4(const i4v p) {
     if (p.KS == 1) return;
     /* split K: the last block to arrive for this n-block adds the partials in split order */
     if (!splitk_last_block(p.counters + blockIdx.x, p.KS)) return;
-    const int64_t n0 = tb0 * 16, nrows = (int64_t)NW * p.tpw * 16;
-    for (int64_t idx = threadIdx.x; idx < nrows * vt; idx += NW * 32) {
-        const int64_t n = n0 + idx % nrows, m = idx / nrows;
-        if (n >= p.N) continue;
-        float s = 0.0f;
-        for (int zz = 0; zz < p.KS; zz++) s += __ldcg(p.ws + ((int64_t)zz * p.M + m) * p.N + n);
-        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + s : s;
-    }
-    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; /* ready for the next launch (stream-ordered) */
+    splitk_sum(p.ws, p.y, p.M, p.N, p.KS, p.accumulate, tb0 * 16, (int64_t)NW * p.tpw * 16, vt, NW * 32,
+               p.counters + blockIdx.x);
 }
 
 /* bf16 x [M, K] -> bf16 [M, Kp] (permuted, zero padded): act-order or unaligned input for the
