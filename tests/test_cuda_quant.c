@@ -12,7 +12,10 @@
  *    promotions: K = 99 measured 1.1e-4, the other shapes under 1e-4); 4e-3 where the path says
  *    "bf16-out" (cuBLASLt's scaled product written as BF16, as torch's and vLLM's row-wise FP8 GEMMs
  *    write it, then widened: one more rounding of at most 2^-9 relative per element, ~1.3e-3 RMS,
- *    plus the 3e-4 above); against the FP32 activations times the
+ *    plus the 3e-4 above); plus 2e-3 x sqrt(max(K, 1024) / 1024) where the path says "fast" (fast
+ *    accumulation, the default as in vLLM's FP8 GEMMs on Hopper: the tensor cores' partial sums are
+ *    never promoted into FP32, so the error grows like sqrt(K): the own kernel measured 5.7e-4 at
+ *    K = 1000-1040); against the FP32 activations times the
  *    dequantized weights (vsr_gemm_bf16_ref on vsr_dequant_fp8_ref): 6e-2 (e4m3 keeps 3
  *    mantissa bits: ~2^-5 relative per activation).
  * Every output is poisoned with NaN first, so an unwritten element fails.
@@ -445,6 +448,8 @@ static const fp8case F8_CASES[] = {
     {24, 200}, /* K not a multiple of 16: padded rows */
     {27, 96},  /* N odd: the product goes through the workspace */
     {16, 99},  /* K odd: the general quantization kernel */
+    {64, 5120},  /* the 27B model's K (hidden size): fast accumulation over long K */
+    {32, 17408}, /* the 27B MLP's down projection K */
 };
 
 /* the GPU's activation quantization, restated on the host */
@@ -465,7 +470,11 @@ static int fp8_is_sm90(void) {
 }
 
 /* the bound against the same-quantized reference for the path taken (see the top of this file) */
-static double fp8_bound(const char *path) { return strstr(path, "bf16-out") ? 4e-3 : 3e-4; }
+static double fp8_bound(const char *path, int64_t K) {
+    double b = strstr(path, "bf16-out") ? 4e-3 : 3e-4;
+    if (strstr(path, "fast")) b += 2e-3 * sqrt((double)(K > 1024 ? K : 1024) / 1024.0);
+    return b;
+}
 
 TEST(fp8_against_reference) {
     for (size_t ci = 0; ci < sizeof F8_CASES / sizeof F8_CASES[0]; ci++) {
@@ -503,19 +512,24 @@ TEST(fp8_against_reference) {
                     refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
                 }
             vsr_gemm_bf16_ref(x, M, K, wd, N, ref, 0);
-            for (int mode = 0; mode <= 3; mode++) {
+            /* fast accumulation (the default) and promoted, each through every path */
+            for (int mi = 0; mi < 8; mi++) {
+                const int mode = mi % 4, fast = mi < 4;
                 /* 3: the own sm_90a kernel at every row count (VSR_FP8_GEMM=1; cuBLASLt elsewhere) */
+                int fast_was = cuda_quant_set_fp8_fast_accum(fast);
                 cuda_quant_force_fp8_path(mode == 3 ? 0 : mode);
                 if (mode == 3) setenv("VSR_FP8_GEMM", "1", 1);
                 st = gpu_linear(bw, x, M, K, N, NULL, y, &e);
                 CHECK_OK(st, e);
                 const char *path = cuda_quant_last_path();
-                if (mode == 2) CHECK_MSG(!strcmp(path, "fp8:unscaled+epilogue"), "path %s", path);
+                if (mode == 2) CHECK_MSG(!strncmp(path, "fp8:unscaled+epilogue", 21), "path %s", path);
                 else if (mode == 3 && fp8_is_sm90()) CHECK_MSG(!strncmp(path, "fp8:wgmma", 9), "path %s", path);
                 else CHECK_MSG(strncmp(path, "fp8:", 4) == 0, "path %s", path);
-                if (mode == 0) printf("  fp8 N %lld K %lld M %lld: %s\n", (long long)N, (long long)K, (long long)M, path);
+                CHECK_MSG(!strstr(path, "fast") == !fast, "fast accumulation %d, path %s", fast, path);
                 double eq = nerr(y, refq, M * N), ef = nerr(y, ref, M * N);
-                CHECK_MSG(eq <= fp8_bound(path), "fp8 N %lld K %lld M %lld path %s: %.3g vs same-quantized ref",
+                if (mode == 0 || K > 1024)
+                    printf("  fp8 N %lld K %lld M %lld: %s err %.3g\n", (long long)N, (long long)K, (long long)M, path, eq);
+                CHECK_MSG(eq <= fp8_bound(path, K), "fp8 N %lld K %lld M %lld path %s: %.3g vs same-quantized ref",
                           (long long)N, (long long)K, (long long)M, path, eq);
                 CHECK_MSG(ef <= 6e-2, "fp8 N %lld K %lld M %lld path %s: %.3g vs fp32 ref", (long long)N, (long long)K,
                           (long long)M, path, ef);
@@ -523,6 +537,7 @@ TEST(fp8_against_reference) {
                 st = gpu_linear(bw, x, M, K, N, NULL, y2, &e);
                 CHECK(st == VSR_OK && memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0);
                 unsetenv("VSR_FP8_GEMM");
+                cuda_quant_set_fp8_fast_accum(fast_was);
             }
             cuda_quant_force_fp8_path(0);
             for (int64_t i = 0; i < M * N; i++) y2[i] = frand();
@@ -530,7 +545,7 @@ TEST(fp8_against_reference) {
             memcpy(y0, y2, sizeof(float) * (size_t)(M * N));
             CHECK_OK(gpu_linear(bw, x, M, K, N, y0, y, &e), e);
             for (int64_t i = 0; i < M * N; i++) refq[i] += y0[i];
-            CHECK_MSG(nerr(y, refq, M * N) <= fp8_bound(cuda_quant_last_path()), "fp8 accumulate M %lld path %s: %.3g",
+            CHECK_MSG(nerr(y, refq, M * N) <= fp8_bound(cuda_quant_last_path(), K), "fp8 accumulate M %lld path %s: %.3g",
                       (long long)M, cuda_quant_last_path(), nerr(y, refq, M * N));
             free(y0), free(x), free(sx), free(xq), free(refq), free(ref), free(y), free(y2);
         }
@@ -599,10 +614,11 @@ TEST(fp8_wgmma_prequant) {
             dset(dsx, sx, sizeof(float) * (size_t)M);
             setenv("VSR_FP8_GEMM_BN", c->bn, 1);
             setenv("VSR_FP8_GEMM_CTAS", c->ctas, 1);
-            /* variant 0, 1: own kernel promoted / fast; 2: cuBLASLt (VSR_FP8_GEMM=0) */
-            for (int var = 0; var < 3; var++) {
-                setenv("VSR_FP8_GEMM", var == 2 ? "0" : "1", 1);
-                cuda_quant_set_fp8_fast_accum(var == 1);
+            /* variant 0, 1: own kernel promoted / fast; 2, 3: cuBLASLt (VSR_FP8_GEMM=0) promoted / fast */
+            const int fast_was = cuda_quant_set_fp8_fast_accum(0);
+            for (int var = 0; var < 4; var++) {
+                setenv("VSR_FP8_GEMM", var >= 2 ? "0" : "1", 1);
+                cuda_quant_set_fp8_fast_accum(var & 1);
                 for (int acc = 0; acc <= 1; acc++) {
                     for (int rep = 0; rep < 2; rep++) {
                         float *out = rep ? y2 : y;
@@ -621,7 +637,7 @@ TEST(fp8_wgmma_prequant) {
                         num += d * d, den += r * r;
                     }
                     err = sqrt(num / den);
-                    double bound = strstr(path, "fast") ? 2e-3 : fp8_bound(path);
+                    double bound = fp8_bound(path, K);
                     printf("  fp8 prequant M %lld N %lld K %lld acc %d: %s err %.3g\n", (long long)M, (long long)N,
                            (long long)K, acc, path, err);
                     CHECK_MSG(err <= bound, "fp8 prequant M %lld N %lld K %lld acc %d path %s: %.3g > %.1g", (long long)M,
@@ -630,7 +646,7 @@ TEST(fp8_wgmma_prequant) {
                               path);
                 }
             }
-            cuda_quant_set_fp8_fast_accum(0);
+            cuda_quant_set_fp8_fast_accum(fast_was);
             unsetenv("VSR_FP8_GEMM"), unsetenv("VSR_FP8_GEMM_BN"), unsetenv("VSR_FP8_GEMM_CTAS");
         }
         GB.ops->buf_free(GB.ctx, dxq), GB.ops->buf_free(GB.ctx, dsx), GB.ops->buf_free(GB.ctx, dy);

@@ -210,6 +210,9 @@ static void run_model(const char *dir) {
                 if (vsr_model_forward_last(m, R, (const int32_t *const *)ids, lens, hid, lg, &E)) die("forward");
                 t[k] = now() - a;
             }
+            printf("forward %d x %d, graphs %s: each run (ms, in order):", R, L, g ? "off" : "on");
+            for (int k = 0; k < reps; k++) printf(" %.2f", t[k] * 1e3);
+            printf("\n");
             qsort(t, (size_t)reps, sizeof *t, cmp_d);
             printf("forward %d x %d, graphs %s: best of %d %.2f ms, median %.2f ms\n", R, L, g ? "off" : "on", reps,
                    t[0] * 1e3, t[reps / 2] * 1e3);

@@ -8,7 +8,7 @@
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
 
-static int g_force_fp8, g_force_int4, g_fp8_fast, g_force_int4_cfg = -1;
+static int g_force_fp8, g_force_int4, g_force_int4_cfg = -1;
 static char g_last_path[160];
 
 extern "C" int cuda_quant_force_fp8_path(int mode) {
@@ -38,14 +38,21 @@ extern "C" int cuda_quant_force_int4_stream(int on) {
     g_int4_stream = on;
     return old;
 }
+/* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM, and the own sm_90a kernel's "fast"): the
+ * tensor cores' partial sums go straight into the accumulator, without a promotion into FP32 every
+ * K block. On by default, as vLLM's FP8 W8A8 GEMMs on Hopper run (CUTLASS's
+ * KernelTmaWarpSpecialized*FP8FastAccum schedules): ~10 % faster under sustained load on the H200
+ * (bench/NOTES.md "FP8 fast accumulation"), at a normalised error of the order of the BF16 product's
+ * own rounding. VSR_CUDA_FP8_FAST_ACCUM=0 (read once) promotes; the knob below overrides both. */
+static int g_fp8_fast = -1;
+int quant_fp8_fast_accum(void) { return cuda_env_switch("VSR_CUDA_FP8_FAST_ACCUM", 1, &g_fp8_fast); }
 extern "C" int cuda_quant_set_fp8_fast_accum(int on) {
-    int old = g_fp8_fast;
+    int old = quant_fp8_fast_accum();
     g_fp8_fast = on ? 1 : 0;
     return old;
 }
 int quant_forced_fp8_path(void) { return g_force_fp8; }
 int quant_forced_int4_path(void) { return g_force_int4; }
-int quant_fp8_fast_accum(void) { return g_fp8_fast; }
 
 extern "C" const char *cuda_quant_last_path(void) { return g_last_path; }
 extern "C" void quant_set_last_path(const char *fmt, ...) {

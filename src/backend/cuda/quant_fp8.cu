@@ -21,6 +21,8 @@
  * vector scales into FP32, (b) from FP8_BF16_MIN_ROWS rows (every row count when forced), (c). A BF16
  * product rounds each element once more (relative 2^-9 at most); see tests/test_cuda_quant.c.
  * linear_swiglu and keep_product_bf16 read that BF16 product directly (kept_product below; the same bf16_product as the linear).
+ * Accumulation: fast by default (CUBLASLT_MATMUL_DESC_FAST_ACCUM, as vLLM's FP8 GEMMs on Hopper),
+ * VSR_CUDA_FP8_FAST_ACCUM=0 promotes (quant_common.cu); a plan is per setting, its path says ",fast".
  * cuBLASLt is asked for up to FP8_ALGOS algorithms; with --autotune-cache each is timed once per
  * shape (kernel "fp8_lt") and the winner recorded, else the heuristic's first is used.
  * Two steps: cuda_fp8_linear quantizes x (fp8_quantize) and calls cuda_fp8_linear_prequant, which a
@@ -410,6 +412,9 @@ static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void 
     return VSR_OK;
 }
 
+/* the path names say where the tensor cores' sums were not promoted (fast accumulation) */
+static inline const char *acc_tag(const fp8_plan *p) { return p->fast ? ",fast" : ""; }
+
 /* ---- hooks ---- */
 
 /* what an FP8 upload keeps (vsr_bweight.q): the shared metadata first, so b->q is both */
@@ -557,7 +562,7 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
                 (st = run_plan(c, p, w->w, xq, sw, sx, y, accumulate, &ran, err)))
                 return st;
             if (ran) {
-                quant_set_last_path("fp8:scaled(outer-vec,a%d,%s)", p->chosen, p->src);
+                quant_set_last_path("fp8:scaled(outer-vec,a%d,%s%s)", p->chosen, p->src, acc_tag(p));
                 return VSR_OK;
             }
         } else {
@@ -567,7 +572,7 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
                 return st;
             if (ran) {
                 fp8_epilogue(c, (const float *)q->wtmp, Np, NULL, NULL, M, N, y, accumulate);
-                quant_set_last_path("fp8:scaled(outer-vec,padded,a%d,%s)", p->chosen, p->src);
+                quant_set_last_path("fp8:scaled(outer-vec,padded,a%d,%s%s)", p->chosen, p->src, acc_tag(p));
                 return cuda_check_launch(c, "FP8 copy-out", err);
             }
         }
@@ -584,11 +589,11 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
             if (ran && scaled) {
                 int64_t items = (N % 8 == 0) ? M * (N / 8) : M * N;
                 k_fp8_bf16_out<<<(unsigned)((items + 255) / 256), 256, 0, c->stream>>>(d, Np, M, N, y, accumulate);
-                quant_set_last_path("fp8:scaled(outer-vec,bf16-out,a%d,%s)", p->chosen, p->src);
+                quant_set_last_path("fp8:scaled(outer-vec,bf16-out,a%d,%s%s)", p->chosen, p->src, acc_tag(p));
                 return cuda_check_launch(c, "FP8 BF16 output", err);
             }
             if (ran) {
-                quant_set_last_path("fp8:unscaled(bf16-out,a%d,%s)+epilogue", p->chosen, p->src);
+                quant_set_last_path("fp8:unscaled(bf16-out,a%d,%s%s)+epilogue", p->chosen, p->src, acc_tag(p));
                 return fp8_epilogue_bf16(c, d, Np, sx, sw, M, N, y, 0, accumulate, err);
             }
         }
@@ -602,7 +607,8 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
         return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d (%s): cuBLASLt offers no FP8 matmul for [%lld x %lld] . [%lld x %lld]^T",
                            c->device, c->dev_name, (long long)M, (long long)Kp, (long long)N, (long long)Kp);
     fp8_epilogue(c, (const float *)q->wtmp, Np, sx, sw, M, N, y, accumulate);
-    quant_set_last_path(unscaled ? "fp8:unscaled+epilogue" : "fp8:unscaled+epilogue(no outer-vec algorithm)");
+    quant_set_last_path(unscaled ? "fp8:unscaled+epilogue%s" : "fp8:unscaled+epilogue(no outer-vec algorithm)%s",
+                        p->fast ? "(fast)" : "");
     return cuda_check_launch(c, "FP8 epilogue", err);
 }
 
@@ -644,10 +650,10 @@ static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
     if ((st = bf16_product(c, q, xq, sx, M, w, bf16p, out, &scaled, &p, &done, err))) return st;
     if (!done) return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
     if (scaled) {
-        quant_set_last_path("fp8:scaled(outer-vec,bf16-kept,a%d,%s)", p->chosen, p->src);
+        quant_set_last_path("fp8:scaled(outer-vec,bf16-kept,a%d,%s%s)", p->chosen, p->src, acc_tag(p));
     } else if (dst) { /* (b'): the scales applied here, rounded to BF16 again */
         if ((st = fp8_epilogue_bf16(c, (const __nv_bfloat16 *)out, Np, sx, sw, M, N, dst, 1, 0, err))) return st;
-        quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)+scaled into BF16", p->chosen, p->src);
+        quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s%s)+scaled into BF16", p->chosen, p->src, acc_tag(p));
         out = dst, Np = N;
     } else {
         /* (b'): the reader applies the scales; it runs after the producer of its own output twin, which
@@ -657,7 +663,7 @@ static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
                                                 c->stream), "FP8 row scales copy", err)))
             return st;
         *osx = (const float *)q->aux, *osw = sw;
-        quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s)", p->chosen, p->src);
+        quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s%s)", p->chosen, p->src, acc_tag(p));
     }
     if (dst && out != dst) {
         if ((st = cuda_check(c, cudaMemcpy2DAsync(dst, sizeof(__nv_bfloat16) * (size_t)N, out,

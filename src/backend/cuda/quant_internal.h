@@ -47,7 +47,8 @@ int cuda_quant_force_int4_stream(int on);
 struct vsr_bweight;
 vsr_status cuda_quant_int4_linear_bf16(void *ctx, const void *xb, int64_t M, const struct vsr_bweight *w, float *y,
                                        int accumulate, vsr_err *err);
-/* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM) for the bench; default 0. */
+/* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM; the own kernel's "fast"), 1 on (the default, or
+ * VSR_CUDA_FP8_FAST_ACCUM=0: off), for tests and the bench; returns the previous setting. */
 int cuda_quant_set_fp8_fast_accum(int on);
 /* The path the last quantized linear took, e.g. "fp8:scaled(outer-vec)", "fp8:unscaled+epilogue",
  * "int4:fused(mt=2,w=4,ks=8,src=cache)", "int4:unpack+bf16". Static storage. */
