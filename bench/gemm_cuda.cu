@@ -1,6 +1,7 @@
 /* bench/gemm_cuda.cu: GEMM sweep of the CUDA backend's linears on the 27B model's projection
  * shapes: our BF16 (cuBLASLt; GEMM alone and the whole linear with the FP32->BF16 conversion),
- * our FP8 W8A8 linear (activation quantization included; scaled and unscaled paths; fp8_old = the
+ * our FP8 W8A8 linear (activation quantization included; fast accumulation, the default, and
+ * fp8_linear_promoted; scaled and unscaled paths; fp8_old = the
  * cuBLASLt path with the sm_90a kernel off, fp8_wgmma = that kernel at every row count, fp8_pq_* = the
  * kernel alone on prequantized activations per tile width / accumulation mode), our int4
  * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
@@ -331,6 +332,12 @@ int main(int argc, char **argv) {
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld fp8 path %s\n", s.name, (long long)M, cuda_quant_last_path());
             row("fp8_linear", s, M, us, by_fp8, act);
+            { /* the same path with the tensor cores' sums promoted (VSR_CUDA_FP8_FAST_ACCUM=0) */
+                const int fw = cuda_quant_set_fp8_fast_accum(0);
+                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
+                row("fp8_linear_promoted", s, M, us, by_fp8, act);
+                cuda_quant_set_fp8_fast_accum(fw);
+            }
             cuda_quant_force_fp8_path(1); /* scaled (outer-vector; BF16 out where FP32 has no algorithm) */
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W8[i % W8.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld fp8 forced-scaled path %s\n", s.name, (long long)M, cuda_quant_last_path());
@@ -354,6 +361,7 @@ int main(int argc, char **argv) {
                 int fast;
             } GV[] = {{"fp8_pq_auto", "", 0}, {"fp8_pq_bn128", "128", 0}, {"fp8_pq_bn256", "256", 0},
                       {"fp8_pq_fast256", "256", 1}, {"fp8_pq_fast128", "128", 1}};
+            const int fast_was = cuda_quant_set_fp8_fast_accum(0);
             for (const auto &g : GV) {
                 setenv("VSR_FP8_GEMM_BN", g.bn, 1);
                 cuda_quant_set_fp8_fast_accum(g.fast);
@@ -363,7 +371,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s M %lld %s path %s\n", s.name, (long long)M, g.name, cuda_quant_last_path());
                 row(g.name, s, M, us, by_fp8, 1.0 * M * K + 4.0 * M * N);
             }
-            cuda_quant_set_fp8_fast_accum(0);
+            cuda_quant_set_fp8_fast_accum(fast_was); /* the default (VSR_CUDA_FP8_FAST_ACCUM) for the next rows */
             unsetenv("VSR_FP8_GEMM_BN");
             unsetenv("VSR_FP8_GEMM");
         int4_rows:
