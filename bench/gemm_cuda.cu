@@ -361,7 +361,8 @@ int main(int argc, char **argv) {
                 int fast;
             } GV[] = {{"fp8_pq_auto", "", 0}, {"fp8_pq_bn128", "128", 0}, {"fp8_pq_bn256", "256", 0},
                       {"fp8_pq_fast256", "256", 1}, {"fp8_pq_fast128", "128", 1}};
-            const int fast_was = cuda_quant_set_fp8_fast_accum(0);
+            int fast_was;
+            fast_was = cuda_quant_set_fp8_fast_accum(0);
             for (const auto &g : GV) {
                 setenv("VSR_FP8_GEMM_BN", g.bn, 1);
                 cuda_quant_set_fp8_fast_accum(g.fast);
