@@ -671,6 +671,99 @@ TEST(fp8_refused_before_ada) {
     CHECK_ERR(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e, VSR_E_FORMAT, "q_proj: FP8 weight has no weight_scale");
 }
 
+/* The FP8 route on capability 9.0 (VSR_FP8_GEMM unset, quant_fp8.cu "route"): each route forced
+ * (cuBLASLt; the own kernel at width 128 and 256, its products rounded to BF16 as (b') rounds them)
+ * against the same-quantized reference, accumulating, bit-identical on a rerun, its path naming it;
+ * then the automatic choice with an autotune directory: timed once, recorded as fp8_route-*.json, and
+ * the same answer as the route it names, forced. */
+TEST(fp8_route) {
+    CHECK(cuda_quant_force_fp8_route(3) == -2 && cuda_quant_force_fp8_route(-2) == -2);
+    if (!fp8_is_sm90()) {
+        printf("  (fp8 route: not a capability 9.0 device, cuBLASLt only)\n");
+        return;
+    }
+    static const char *const names[3] = {"[route lt,", "[route wg128,", "[route wg256,"};
+    const int64_t M = 300, N = 520, K = 1040;
+    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *ws = malloc(sizeof(uint16_t) * (size_t)N);
+    uint8_t *wq = malloc((size_t)(N * K)), *xq = malloc((size_t)(M * K));
+    float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
+    float *refq = malloc(sizeof(float) * (size_t)(M * N)), *ra = malloc(sizeof(float) * (size_t)(M * N));
+    float *y = malloc(sizeof(float) * (size_t)(M * N)), *y2 = malloc(sizeof(float) * (size_t)(M * N));
+    float *y0 = malloc(sizeof(float) * (size_t)(M * N)), *ylt = malloc(sizeof(float) * (size_t)(M * N));
+    for (int64_t i = 0; i < N * K; i++) wb[i] = f2bf(frand() * 0.05f * (1 + (i % 7)));
+    vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
+    for (int64_t i = 0; i < M * K; i++) x[i] = frand() * (1 + (i % 5));
+    for (int64_t k = 0; k < K; k++) x[1 * K + k] = 0;
+    quant_rows(x, M, K, xq, sx);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)vsr_e4m3fn_to_f32(xq[m * K + k]) * vsr_e4m3fn_to_f32(wq[n * K + k]);
+            refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
+        }
+    for (int64_t i = 0; i < M * N; i++) y0[i] = frand(), ra[i] = refq[i] + y0[i];
+    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.route"};
+    vsr_bweight *bw = NULL;
+    vsr_err e = {0};
+    vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+    CHECK_OK(st, e);
+    int prev = -1; /* the knob returns its previous setting */
+    for (int route = 0; route < 3 && !st; route++)
+        for (int acc = 0; acc <= 1; acc++) {
+            CHECK(cuda_quant_force_fp8_route(route) == prev);
+            prev = route;
+            CHECK_OK(gpu_linear(bw, x, M, K, N, acc ? y0 : NULL, y, &e), e);
+            char path[160];
+            snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+            CHECK_MSG(strstr(path, names[route]) != NULL && strstr(path, ",forced]") != NULL, "route %d: path %s", route,
+                      path);
+            if (route > 0)
+                CHECK_MSG(!strncmp(path, "fp8:wgmma(", 10) && strstr(path, "bn=") &&
+                              strstr(path, route == 1 ? "bn=128" : "bn=256") && strstr(path, "bf16-out"),
+                          "route %d: path %s", route, path);
+            double err = nerr(y, acc ? ra : refq, M * N);
+            printf("  fp8 route %d acc %d: %s err %.3g\n", route, acc, path, err);
+            CHECK_MSG(err <= fp8_bound(path, K), "fp8 route %d acc %d path %s: %.3g", route, acc, path, err);
+            CHECK_OK(gpu_linear(bw, x, M, K, N, acc ? y0 : NULL, y2, &e), e);
+            CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0, "fp8 route %d rerun differs", route);
+            if (!acc && route == 0) memcpy(ylt, y, sizeof(float) * (size_t)(M * N));
+            /* the routes differ in the order of the sums only (both round the product to BF16) */
+            if (!acc && route > 0)
+                CHECK_MSG(nerr(y, ylt, M * N) <= fp8_bound(path, K), "route %d vs cuBLASLt: %.3g", route,
+                          nerr(y, ylt, M * N));
+        }
+    CHECK(cuda_quant_force_fp8_route(-1) == 2);
+    /* automatic with a cache directory: timed, recorded, and the answer of the route it names */
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/route", test_tmpdir());
+    CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, dir, &e), e);
+    if (!st) {
+        CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y, &e), e);
+        char path[160];
+        snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+        printf("  fp8 route, automatic: %s\n", path);
+        CHECK_MSG(strstr(path, ",timed]") != NULL, "path %s", path);
+        int chosen = -1;
+        for (int r = 0; r < 3; r++)
+            if (strstr(path, names[r])) chosen = r;
+        CHECK(chosen >= 0);
+        if (chosen >= 0) {
+            cuda_quant_force_fp8_route(chosen);
+            CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y2, &e), e);
+            CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0, "automatic route differs from %s forced",
+                      names[chosen]);
+            cuda_quant_force_fp8_route(-1);
+        }
+        char cmd[800];
+        snprintf(cmd, sizeof cmd, "ls %s/fp8_route-*-m300-n520-k1040-a0-*.json >/dev/null 2>&1", dir);
+        CHECK_MSG(system(cmd) == 0, "no fp8_route record in %s", dir);
+    }
+    CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, "", &e), e);
+    if (bw) GB.ops->weight_free(GB.ctx, bw);
+    free(wb), free(ws), free(wq), free(xq), free(x), free(sx), free(refq), free(ra), free(y), free(y2), free(y0), free(ylt);
+}
+
 /* ---- autotune across processes ---- */
 
 static const char *g_self;
@@ -812,6 +905,7 @@ int main(int argc, char **argv) {
     RUN(int4_refusals);
     RUN(fp8_against_reference);
     RUN(fp8_wgmma_prequant);
+    RUN(fp8_route);
     RUN(fp8_refused_before_ada);
     RUN(autotune_two_processes);
     vsr_backend_destroy(&GB);

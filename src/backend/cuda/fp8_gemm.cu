@@ -34,6 +34,7 @@
  * and 970-1,190 fast at 8192 rows, short of cuBLASLt's unscaled GEMM (1,330): the epilogue is not
  * overlapped with the next tile's products (~11-13 us per tile), promotion waits out every K block,
  * and there is no TMA multicast. Hence off by default (quant_fp8.cu). */
+#include <cuda_bf16.h>
 #include <cuda.h> /* CUtensorMap and the encode function's types only: no libcuda link */
 #include <pthread.h>
 #include <stdio.h>
@@ -123,7 +124,7 @@ template <int BN, bool PROMOTE>
 __global__ void __launch_bounds__(FG_THREADS, 1)
     k_fp8_gemm(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                const float *__restrict__ sx, const float *__restrict__ sw, float *__restrict__ y, int M, int N,
-               int Kp, int accumulate, int vec) {
+               int Kp, int accumulate, int vec, int round_bf16) {
 #ifdef FG_DEVICE
     typedef fg_cfg<BN> C;
     constexpr int STAGES = C::STAGES;
@@ -213,7 +214,11 @@ __global__ void __launch_bounds__(FG_THREADS, 1)
                 reg_fence<NACC>(acc);
                 if (prev >= 0) mbar_arrive(bars + 8 * (STAGES + prev));
             }
-            /* epilogue */
+            /* epilogue; round_bf16: the product rounded to BF16 first, as quant_fp8.cu's (b') path keeps it */
+            if (round_bf16) {
+#pragma unroll
+                for (int i = 0; i < NACC; i++) acc[i] = __bfloat162float(__float2bfloat16_rn(acc[i]));
+            }
             const int r0 = tm * FG_BM + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
             const float s0 = r0 < M ? sx[r0] : 0.0f, s1 = r1 < M ? sx[r1] : 0.0f;
             float *y0 = y + (int64_t)r0 * N, *y1 = y + (int64_t)r1 * N;
@@ -292,7 +297,8 @@ extern "C" int fp8_gemm_usable(cuda_ctx *c) {
 
 template <int BN, bool PROMOTE>
 static vsr_status launch(cuda_ctx *c, const CUtensorMap &ma, const CUtensorMap &mb, const float *sx, const float *sw,
-                         float *y, int M, int N, int Kp, int accumulate, int vec, int ctas, vsr_err *err) {
+                         float *y, int M, int N, int Kp, int accumulate, int vec, int round_bf16, int ctas,
+                         vsr_err *err) {
     static int attr_done; /* per instantiation; setting it twice is harmless */
     const int smem = fg_cfg<BN>::SMEM;
     if (!attr_done) {
@@ -301,7 +307,8 @@ static vsr_status launch(cuda_ctx *c, const CUtensorMap &ma, const CUtensorMap &
         if (st) return st;
         attr_done = 1;
     }
-    k_fp8_gemm<BN, PROMOTE><<<ctas, FG_THREADS, smem, c->stream>>>(ma, mb, sx, sw, y, M, N, Kp, accumulate, vec);
+    k_fp8_gemm<BN, PROMOTE><<<ctas, FG_THREADS, smem, c->stream>>>(ma, mb, sx, sw, y, M, N, Kp, accumulate, vec,
+                                                                  round_bf16);
     return cuda_check_launch(c, "FP8 wgmma GEMM", err);
 }
 
@@ -312,7 +319,7 @@ static int env_int(const char *name, int dflt) {
 
 extern "C" vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M, const uint8_t *wq,
                                    const float *sw, int64_t N, int64_t Np, int64_t Kp, float *y, int accumulate, int fast,
-                                   fp8_gemm_wcache *wc, int *ran, vsr_err *err) {
+                                   int bn_req, int round_bf16, fp8_gemm_wcache *wc, int *ran, vsr_err *err) {
     *ran = 0;
     if (!fp8_gemm_usable(c) || M <= 0 || M > (1 << 30) || Np > (1 << 30) || Kp > (1 << 30) || Kp % 16 ||
         ((uintptr_t)xq & 15) || ((uintptr_t)wq & 15))
@@ -325,6 +332,7 @@ extern "C" vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *
     int bn = (c256 < c128 || (c256 == c128 && t256 >= sms)) ? 256 : 128;
     int fb = env_int("VSR_FP8_GEMM_BN", 0);
     if (fb == 128 || fb == 256) bn = fb;
+    if (bn_req == 128 || bn_req == 256) bn = bn_req;
     const int wi = bn == 256 ? 1 : 0;
     const int64_t tiles = bn == 256 ? t256 : t128;
     int ctas = (int)(tiles < sms ? tiles : sms);
@@ -341,13 +349,13 @@ extern "C" vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *
     const int vec = N % 2 == 0 && ((uintptr_t)y & 7) == 0;
     vsr_status st;
     if (bn == 256)
-        st = fast ? launch<256, false>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, ctas, err)
-                  : launch<256, true>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, ctas, err);
+        st = fast ? launch<256, false>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, ctas, err)
+                  : launch<256, true>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, ctas, err);
     else
-        st = fast ? launch<128, false>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, ctas, err)
-                  : launch<128, true>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, ctas, err);
+        st = fast ? launch<128, false>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, ctas, err)
+                  : launch<128, true>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, ctas, err);
     if (st) return st;
-    quant_set_last_path("fp8:wgmma(bn=%d,%s,ctas=%d)", bn, fast ? "fast" : "promote", ctas);
+    quant_set_last_path("fp8:wgmma(bn=%d,%s%s,ctas=%d)", bn, fast ? "fast" : "promote", round_bf16 ? ",bf16-out" : "", ctas);
     *ran = 1;
     return VSR_OK;
 }

@@ -26,11 +26,14 @@ int fp8_gemm_usable(cuda_ctx *c);
 /* Runs the GEMM on c->stream; *ran = 0 (and VSR_OK) where it does not apply (alignment), so the
  * caller falls back. fast = 1: no FP32 promotion of the tensor-core partial sums between 128-wide
  * K blocks (cuBLASLt's FAST_ACCUM); 0: promoted every K block. The tile width, the grid cap and
- * the path can be forced for tests: VSR_FP8_GEMM_BN=128|256, VSR_FP8_GEMM_CTAS=n. Writes the path
- * name ("fp8:wgmma(bn=..,promote|fast,ctas=..)") through quant_set_last_path. */
+ * the path can be forced for tests: VSR_FP8_GEMM_BN=128|256, VSR_FP8_GEMM_CTAS=n; bn_req = 128 or 256
+ * asks for a width (the route choice in quant_fp8.cu), 0 lets the waves x width rule pick.
+ * round_bf16 = 1: each product rounded to BF16 before the scales, y (+)= float(bf16(acc)) * sx[m] *
+ * sw[n], the rounding and order of quant_fp8.cu's (b') path. Writes the path name
+ * ("fp8:wgmma(bn=..,promote|fast[,bf16-out],ctas=..)") through quant_set_last_path. */
 vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M, const uint8_t *wq,
                         const float *sw, int64_t N, int64_t Np, int64_t Kp, float *y, int accumulate, int fast,
-                        fp8_gemm_wcache *wc, int *ran, vsr_err *err);
+                        int bn_req, int round_bf16, fp8_gemm_wcache *wc, int *ran, vsr_err *err);
 
 #ifdef __cplusplus
 }

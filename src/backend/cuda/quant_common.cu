@@ -131,6 +131,7 @@ extern "C" void cuda_quant_ctx_free(cuda_ctx *c) {
     if (!q) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
     cudaFree(q->act), cudaFree(q->aux), cudaFree(q->wtmp), cudaFree(q->counters), cudaFree(q->tune_out);
+    cudaFree(q->route_out);
     fp8_plans_free(q);
     autotune_free(q);
     free(q);

@@ -527,29 +527,17 @@ extern "C" vsr_status cuda_fp8_linear(cuda_ctx *c, const float *x, int64_t M, co
     return cuda_fp8_linear_prequant(c, xq, sx, M, w, y, accumulate, err);
 }
 
-extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
-                                               const vsr_bweight *w, float *y, int accumulate, vsr_err *err) {
-    if (M <= 0) return VSR_OK;
+/* The cuBLASLt paths of cuda_fp8_linear_prequant: (a), (b), (b') and (c) at the top of this file. */
+static vsr_status lt_linear(cuda_ctx *c, quant_state *q, const uint8_t *xq, const float *sx, int64_t M,
+                            const vsr_bweight *w, float *y, int accumulate, vsr_err *err) {
     quant_wmeta *m = (quant_wmeta *)w->q;
-    if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
-    quant_state *q;
-    vsr_status st = quant_state_get(c, &q, err);
-    if (st) return st;
+    vsr_status st;
     int64_t N = w->v.N, Kp = m->Kp;
     const float *sw = (const float *)w->scale;
     int forced = quant_forced_fp8_path();
     int64_t Np = m->Np;
     fp8_plan *p;
     int ran = 0;
-    /* own sm_90a kernel: scales and accumulate in its epilogue, FP32 straight into y */
-    int wm = fp8_wgmma_mode();
-    if (forced == 0 && wm == 1 && fp8_gemm_usable(c)) {
-        if ((st = fp8_gemm_run(c, xq, sx, M, (const uint8_t *)w->w, sw, N, Np, Kp, y, accumulate, quant_fp8_fast_accum(),
-                               &((fp8_meta *)m)->gemm, &ran, err)))
-            return st;
-        if (ran) return VSR_OK;
-    }
-
     int unscaled = forced == 2 ||
                    (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
     const int bf16p = forced == 0 && fp8_bf16_products();
@@ -610,6 +598,108 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
     quant_set_last_path(unscaled ? "fp8:unscaled+epilogue%s" : "fp8:unscaled+epilogue(no outer-vec algorithm)%s",
                         p->fast ? "(fast)" : "");
     return cuda_check_launch(c, "FP8 epilogue", err);
+}
+
+/* ---- route: cuBLASLt or the own sm_90a kernel (capability 9.0, VSR_FP8_GEMM unset) ----
+ * ROUTE_LT is lt_linear (the product by cuBLASLt, then a scaling pass that also does y +=); ROUTE_WG*
+ * is fp8_gemm.cu's kernel with the scales and y += in its epilogue, at tile width 128 or 256. With
+ * --autotune-cache the three are timed once per (M, N, K, accumulate, fast, BF16 products) as kernel
+ * "fp8_route" and the fastest is recorded (bench/NOTES.md "FP8 route"): the own kernel saves the pass
+ * over y where cuBLASLt's GEMM is no faster (the += projections). Without a cache: ROUTE_LT. Under
+ * BF16 products the own kernel rounds each product to BF16 before its scales, as (b') does, so a
+ * route changes only the order of the sums, as cuBLASLt's own algorithm choice per shape does.
+ * Products kept for a reader (kept_product: linear_swiglu, keep_product_bf16) stay on cuBLASLt. */
+enum { ROUTE_LT = 0, ROUTE_WG128 = 1, ROUTE_WG256 = 2, N_ROUTES = 3 };
+static const char *const ROUTE_NAMES[N_ROUTES] = {"lt", "wg128", "wg256"};
+static int g_force_route = -1;
+extern "C" int cuda_quant_force_fp8_route(int route) {
+    if (route < -1 || route >= N_ROUTES) return -2;
+    int old = g_force_route;
+    g_force_route = route;
+    return old;
+}
+
+static vsr_status route_run(cuda_ctx *c, quant_state *q, int route, const uint8_t *xq, const float *sx, int64_t M,
+                            const vsr_bweight *w, float *y, int accumulate, int round_bf16, int *ran, vsr_err *err) {
+    *ran = 1;
+    if (route == ROUTE_LT) return lt_linear(c, q, xq, sx, M, w, y, accumulate, err);
+    quant_wmeta *m = (quant_wmeta *)w->q;
+    return fp8_gemm_run(c, xq, sx, M, (const uint8_t *)w->w, (const float *)w->scale, w->v.N, m->Np, m->Kp, y,
+                        accumulate, quant_fp8_fast_accum(), route == ROUTE_WG256 ? 256 : 128, round_bf16,
+                        &((fp8_meta *)m)->gemm, ran, err);
+}
+
+typedef struct route_tune {
+    quant_state *q;
+    const uint8_t *xq;
+    const float *sx;
+    int64_t M;
+    const vsr_bweight *w;
+    int accumulate, round_bf16;
+} route_tune;
+
+/* autotune launch of route `cand`; writes q->route_out, not the autotuner's buffer: ROUTE_LT's first
+ * launch may time cuBLASLt's algorithms ("fp8_lt") and grow that one */
+static int route_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err) {
+    (void)out;
+    route_tune *t = (route_tune *)arg;
+    int ran = 0;
+    if (quant_grow(c, &t->q->route_out, &t->q->route_out_bytes, sizeof(float) * (size_t)(t->M * t->w->v.N),
+                   "FP8 route timing", err) ||
+        route_run(c, t->q, cand, t->xq, t->sx, t->M, t->w, (float *)t->q->route_out, t->accumulate, t->round_bf16,
+                  &ran, err))
+        return -1;
+    return ran ? 0 : TUNE_SKIP;
+}
+
+static vsr_status choose_route(cuda_ctx *c, quant_state *q, const uint8_t *xq, const float *sx, int64_t M,
+                               const vsr_bweight *w, int accumulate, int round_bf16, int *route, const char **src,
+                               vsr_err *err) {
+    if (g_force_route >= 0) {
+        *route = g_force_route, *src = "forced";
+        return VSR_OK;
+    }
+    quant_wmeta *m = (quant_wmeta *)w->q;
+    char key[128];
+    snprintf(key, sizeof key, "m%lld-n%lld-k%lld-a%d-f%d-b%d", (long long)M, (long long)w->v.N, (long long)m->Kp,
+             accumulate, quant_fp8_fast_accum(), round_bf16);
+    route_tune t = {q, xq, sx, M, w, accumulate, round_bf16};
+    return autotune_choose(c, "fp8_route", key, N_ROUTES, ROUTE_NAMES, ROUTE_LT, route_launch, &t, sizeof(float), route,
+                           src, err);
+}
+
+extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
+                                               const vsr_bweight *w, float *y, int accumulate, vsr_err *err) {
+    if (M <= 0) return VSR_OK;
+    quant_wmeta *m = (quant_wmeta *)w->q;
+    if (!m) return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: FP8 weight was not uploaded", c->device, w->name);
+    quant_state *q;
+    vsr_status st = quant_state_get(c, &q, err);
+    if (st) return st;
+    const int forced = quant_forced_fp8_path(), wm = fp8_wgmma_mode();
+    if (forced == 0 && wm != 0 && fp8_gemm_usable(c)) {
+        int ran = 0;
+        if (wm == 1) { /* VSR_FP8_GEMM=1: the own kernel, its own width rule, FP32 products */
+            if ((st = fp8_gemm_run(c, xq, sx, M, (const uint8_t *)w->w, (const float *)w->scale, w->v.N, m->Np, m->Kp, y,
+                                   accumulate, quant_fp8_fast_accum(), 0, 0, &((fp8_meta *)m)->gemm, &ran, err)))
+                return st;
+            if (ran) return VSR_OK;
+        } else {
+            const int round_bf16 = fp8_bf16_products();
+            int route = ROUTE_LT;
+            const char *src = "default";
+            if ((st = choose_route(c, q, xq, sx, M, w, accumulate, round_bf16, &route, &src, err)) ||
+                (st = route_run(c, q, route, xq, sx, M, w, y, accumulate, round_bf16, &ran, err)))
+                return st;
+            if (ran) {
+                char path[160];
+                snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+                quant_set_last_path("%s[route %s,%s]", path, ROUTE_NAMES[route], src);
+                return VSR_OK;
+            }
+        }
+    }
+    return lt_linear(c, q, xq, sx, M, w, y, accumulate, err);
 }
 
 /* The BF16 product that cuda_fp8_linear_prequant would itself make (the same plans, the same

@@ -50,6 +50,10 @@ vsr_status cuda_quant_int4_linear_bf16(void *ctx, const void *xb, int64_t M, con
 /* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM; the own kernel's "fast"), 1 on (the default, or
  * VSR_CUDA_FP8_FAST_ACCUM=0: off), for tests and the bench; returns the previous setting. */
 int cuda_quant_set_fp8_fast_accum(int on);
+/* The FP8 linear's route on capability 9.0 when VSR_FP8_GEMM is unset (quant_fp8.cu): -1 automatic
+ * (the default: timed with --autotune-cache, else cuBLASLt), 0 cuBLASLt, 1 / 2 the own sm_90a kernel
+ * at tile width 128 / 256. Returns the previous setting, or -2 for a value out of range. */
+int cuda_quant_force_fp8_route(int route);
 /* The path the last quantized linear took, e.g. "fp8:scaled(outer-vec)", "fp8:unscaled+epilogue",
  * "int4:fused(mt=2,w=4,ks=8,src=cache)", "int4:unpack+bf16". Static storage. */
 const char *cuda_quant_last_path(void);
@@ -88,6 +92,8 @@ typedef struct quant_state {
     size_t counters_n;
     void *tune_out;   /* autotune: output of timed candidates (never the caller's y) */
     size_t tune_out_bytes;
+    void *route_out;  /* FP8 route timing's own output (a route may tune cuBLASLt inside, growing tune_out) */
+    size_t route_out_bytes;
     struct fp8_plan *plans; /* cuBLASLt FP8 plans (quant_fp8.cu) */
     int n_plans, next_plan;
     struct tune_entry *tune; /* autotune choices known to this ctx (autotune.cu) */
