@@ -43,6 +43,8 @@ vsr_status cuda_fp8_linear_prequant(struct cuda_ctx *c, const uint8_t *xq, const
 /* from src/backend/cuda/quant_int4.cu: the register-streaming int4 kernel (<= 16 rows), 1 on, 0 off (the
  * default unless VSR_CUDA_INT4_V4=1: the third pass's streaming kernel); previous value, or -1 if unknown */
 int cuda_quant_force_int4_v4(int on);
+/* the persistent stream-K int4 kernel (<= 16 rows), 1 on, 0 off; previous value, or -1 if unknown */
+int cuda_quant_force_int4_sk(int on);
 #endif
 
 #ifdef VSR_HAVE_CUDA
@@ -242,16 +244,17 @@ TEST(int4_against_reference) {
 TEST(int4_every_candidate) {
     static const int cases[] = {0, 1, 2, 3, 6, 7, 8}; /* GPTQ g128 (computed groups), AWQ g32 (looked-up groups),
                                                        * act-order g64, channel-wise, and the streaming cases */
-    static const int64_t rows[] = {1, 5, 16, 33, 256};
+    static const int64_t rows[] = {1, 5, 8, 16, 33, 256};
     const size_t nc = sizeof cases / sizeof cases[0];
-    int total = 0, total_stream = 0, total_v4 = 0;
-    for (size_t cs = 0; cs < 3 * nc; cs++) {
-        /* each case three times: the register-streaming kernel's list (<= 16 rows; forced on, it is off by
-         * default until verified on a GPU), then the third pass's streaming kernel (the default), then the
-         * previous kernels' (streaming off) */
+    int total = 0, total_stream = 0, total_v4 = 0, total_sk = 0;
+    for (size_t cs = 0; cs < 4 * nc; cs++) {
+        /* each case four times: the persistent stream-K kernel's list (<= 16 rows; forced on), the
+         * register-streaming kernel's (forced on), the third pass's streaming kernel, then the previous
+         * kernels' (streaming off) */
         const size_t ci = cs % nc;
-        const int pass = (int)(cs / nc), stream = pass < 2, v4 = pass == 0;
+        const int pass = (int)(cs / nc), stream = pass < 3, sk = pass == 0, v4 = pass == 1;
         cuda_quant_force_int4_stream(stream);
+        cuda_quant_force_int4_sk(sk);
         cuda_quant_force_int4_v4(v4);
         const i4case *c = &I4_CASES[cases[ci]];
         i4w w;
@@ -284,10 +287,11 @@ TEST(int4_every_candidate) {
                 char path[160];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
-                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !v4) &&
-                              (strncmp(path, "int4:fused(v-", 13) == 0) == (want_stream && v4),
-                          "case %d M %lld stream %d v4 %d: path %s", cases[ci], (long long)M, stream, v4, path);
-                total_stream += want_stream && !v4, total_v4 += want_stream && v4;
+                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !v4 && !sk) &&
+                              (strncmp(path, "int4:fused(v-", 13) == 0) == (want_stream && v4) &&
+                              (strncmp(path, "int4:fused(p-", 13) == 0) == (want_stream && sk),
+                          "case %d M %lld stream %d v4 %d sk %d: path %s", cases[ci], (long long)M, stream, v4, sk, path);
+                total_stream += want_stream && !v4 && !sk, total_v4 += want_stream && v4, total_sk += want_stream && sk;
                 double eb = nerr(y, refb, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
@@ -311,15 +315,18 @@ TEST(int4_every_candidate) {
     CHECK(cuda_quant_force_int4_stream(2) == -1 && cuda_quant_force_int4_stream(1) == 1);
     CHECK(cuda_quant_force_int4_v4(-1) == -1 && cuda_quant_force_int4_v4(2) == -1 && cuda_quant_force_int4_v4(0) == 1);
     CHECK(cuda_quant_force_int4_v4(0) == 0); /* back to the default (off) */
-    printf("  int4: %d fused configurations checked (%d of the register-streaming kernel, %d of the third pass's)\n",
-           total, total_v4, total_stream);
+    CHECK(cuda_quant_force_int4_sk(1) == 0 && cuda_quant_force_int4_sk(-1) == -1 && cuda_quant_force_int4_sk(2) == -1);
+    CHECK(cuda_quant_force_int4_sk(0) == 1); /* back to the default (off) */
+    CHECK_MSG(total_sk >= 40, "only %d stream-K configurations checked", total_sk);
+    printf("  int4: %d fused configurations checked (%d of the stream-K kernel, %d of the register-streaming kernel, "
+           "%d of the third pass's)\n", total, total_sk, total_v4, total_stream);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or
  * act-order), widened (17-256 rows, previous kernels) or staged for the unpack path (> 256 rows); each
  * bit-identical to the FP32 entry on the same (BF16-representable) activations, and within the bound of
  * the reference; accumulating too */
-TEST(int4_bf16_entry) {
+static void int4_bf16_entry_pass(void) {
     static const int cases[] = {0, 1, 2, 3, 6};
     static const int64_t rows[] = {1, 5, 16, 40, 300};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -378,6 +385,15 @@ TEST(int4_bf16_entry) {
         GB.ops->weight_free(GB.ctx, bw);
         i4_free(&w);
     }
+}
+
+/* the BF16 entry with the default <= 16-row kernel, then with the persistent stream-K kernel forced on */
+TEST(int4_bf16_entry) {
+    for (int sk = 0; sk < 2; sk++) {
+        cuda_quant_force_int4_sk(sk);
+        int4_bf16_entry_pass();
+    }
+    cuda_quant_force_int4_sk(0);
 }
 
 TEST(int4_refusals) {

@@ -25,7 +25,9 @@
  * (third pass; per-warp cp.async rings, BF16 activations) replaces both, with its own candidate list
  * ("-v3s" keys); VSR_CUDA_INT4_STREAM=0 / cuda_quant_force_int4_stream(0) keeps the two above.
  * The register-streaming kernel k_i4_v4 (fourth pass, "-v4" keys) replaces k_i4_stream there under
- * VSR_CUDA_INT4_V4=1 / cuda_quant_force_int4_v4(1); OFF by default: not yet verified on a GPU.
+ * VSR_CUDA_INT4_V4=1 / cuda_quant_force_int4_v4(1); OFF by default (verified, no faster).
+ * The persistent stream-K kernel k_i4_sk (fifth pass, kind 4, "-p5" keys) comes before both under
+ * VSR_CUDA_INT4_SK=1 / cuda_quant_force_int4_sk(1); OFF by default (verified 2026-11-29c, no faster at 1 row).
  * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (ops.cu). */
@@ -53,6 +55,17 @@ extern "C" int cuda_quant_force_int4_v4(int on) {
     if (on < 0 || on > 1) return -1;
     const int old = quant_int4_v4_on();
     g_int4_v4 = on;
+    return old;
+}
+
+/* the persistent stream-K kernel (kind 4, M <= 16): OFF unless VSR_CUDA_INT4_SK=1 (read once) or
+ * cuda_quant_force_int4_sk(1); when on it takes precedence over kinds 2 and 3 there */
+static int g_int4_sk = -1;
+static int quant_int4_sk_on(void) { return cuda_env_switch("VSR_CUDA_INT4_SK", 0, &g_int4_sk); }
+extern "C" int cuda_quant_force_int4_sk(int on) {
+    if (on < 0 || on > 1) return -1;
+    const int old = quant_int4_sk_on();
+    g_int4_sk = on;
     return old;
 }
 
@@ -971,6 +984,231 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW * 2) k_i4_v4(const i4v p) {
                p.counters + blockIdx.x);
 }
 
+/* ---- the persistent stream-K kernel (fifth pass, M <= 16) ----
+ * Why (ncu of k_i4_stream at gate_up, 1 row: 544 blocks of 5-per-SM capacity = 0.82 waves, so 16 SMs ran
+ * 5 blocks and the rest 4; SM active 71 % of the elapsed cycles; DRAM 33 %): the earlier kernels are bound
+ * by uneven blocks per SM, a ramp and a tail, not by DRAM or issue. Here:
+ *  - the grid is a whole number of blocks per SM (or fewer, for small shapes), and the work is the
+ *    flattened space of units (n-quad of TN 16-row n-tiles, 64-column chunk), quad-major, split into W equal
+ *    contiguous ranges, one per warp (warp w: units [w U / W, (w + 1) U / W)): every warp, so every SM,
+ *    gets the same number of 512-byte chunks to within TN; no warp waits for another, no barrier;
+ *  - each warp streams its range through registers, double-buffered (the next unit's TN weight chunks,
+ *    their scales and the unit's activation B fragments in flight while this unit is multiplied); the
+ *    B fragments are read straight from the BF16 rows (L1/L2: shared by every warp) and reused for the
+ *    unit's TN n-tiles; no shared memory;
+ *  - a warp's range covers at most two partial n-quads (its first and last): a quad covered by one warp is
+ *    stored directly; otherwise each piece goes to the warp's record (2 per warp), the last piece to arrive
+ *    (per-quad counter) adds the pieces in warp order and stores: deterministic, timing-independent.
+ * Dequantization and mma per n-tile and chunk exactly as k_i4_stream (exact subtraction, one rounding).
+ * Needs groups computable per 64-column chunk (gchunks > 0). Tokens of the 8-token tile beyond M read the
+ * last valid row (never stored); n-tiles of the last quad beyond NT re-read the last tile (never stored). */
+typedef struct i4k {
+    const uint4 *wq;
+    const uint32_t *sz;
+    const __nv_bfloat16 *x; /* bf16 [M, ldx], permuted column order, 4-byte aligned rows (ldx even) */
+    int M, N, NT, Np, KC, ldx, kvalid; /* columns >= kvalid read as zero (kvalid a multiple of 8) */
+    int U, W;                          /* units ceil(NT / TN) * KC; warps of the grid (32-bit: the launcher checks) */
+    int G, gchunks, accumulate;
+    float *y, *ws;                     /* ws: 2 records per warp of TN * 16 * M floats */
+    unsigned *counters;                /* one per n-quad, zero between launches */
+} i4k;
+
+template <int MT, int TN> struct i4k_buf {
+    uint4 w[TN];
+    uint32_t s0[TN], s8[TN];
+    uint32_t b[MT][8];
+};
+
+/* the load side: unit (nq, kc), its group g and the chunk's place gr in it */
+typedef struct i4k_ls {
+    int nq, kc, g, gr;
+} i4k_ls;
+
+template <int MT, int TN>
+__device__ __forceinline__ void i4k_load(const i4k &p, const i4k_ls &ls, int lane, i4k_buf<MT, TN> &B) {
+    const int r = lane >> 2, q = lane & 3;
+    const int g = ls.g < p.G - 1 ? ls.g : p.G - 1;
+#pragma unroll
+    for (int t = 0; t < TN; t++) {
+        const int tile = ls.nq * TN + t < p.NT ? ls.nq * TN + t : p.NT - 1;
+        B.w[t] = ldg_stream(p.wq + (((size_t)(tile * p.KC + ls.kc)) << 5) + lane);
+        const uint32_t *sp = p.sz + (size_t)(g * p.Np + tile * 16 + r);
+        B.s0[t] = __ldg(sp), B.s8[t] = __ldg(sp + 8);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int row = mt * 8 + r < p.M ? mt * 8 + r : p.M - 1;
+        const uint32_t *xp = (const uint32_t *)(p.x + (size_t)(row * p.ldx)) + (ls.kc * 32 + q);
+        const int col = ls.kc * 64 + 2 * q; /* + 8v: a column pair is all valid or all padding */
+#pragma unroll
+        for (int v = 0; v < 8; v++) B.b[mt][v] = col + 8 * v < p.kvalid ? __ldg(xp + 4 * v) : 0u;
+    }
+}
+__device__ __forceinline__ void i4k_advance(const i4k &p, i4k_ls &ls) {
+    if (++ls.gr == p.gchunks) ls.gr = 0, ls.g++;
+    if (++ls.kc == p.KC) ls.kc = 0, ls.nq++, ls.g = 0, ls.gr = 0;
+}
+
+template <int MT, int TN>
+__device__ __forceinline__ void i4k_mul(const i4k_buf<MT, TN> &B, float (&acc)[TN][MT][4]) {
+#pragma unroll
+    for (int t = 0; t < TN; t++) {
+        const uint32_t br = prmt(B.s0[t], 0x1010), sr = prmt(B.s0[t], 0x3232);
+        const uint32_t br8 = prmt(B.s8[t], 0x1010), sr8 = prmt(B.s8[t], 0x3232);
+        const uint32_t wd[4] = {B.w[t].x, B.w[t].y, B.w[t].z, B.w[t].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t a0 = dq2s(wd[j], 0, br, sr), a1 = dq2s(wd[j], 1, br8, sr8);
+            const uint32_t a2 = dq2s(wd[j], 2, br, sr), a3 = dq2s(wd[j], 3, br8, sr8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) mma16816(acc[t][mt], a0, a1, a2, a3, B.b[mt][2 * j], B.b[mt][2 * j + 1]);
+        }
+    }
+}
+
+/* first unit of warp w's range, and the warp owning unit x (the last warp whose range starts at or before x) */
+__device__ __forceinline__ int i4k_start(const i4k &p, int w) { return (int)((int64_t)w * p.U / p.W); }
+__device__ __forceinline__ int i4k_owner(const i4k &p, int x) {
+    return (int)(((int64_t)(x + 1) * p.W + p.U - 1) / p.U) - 1;
+}
+
+/* y (+)= v for the lane's elements of n-quad nq */
+template <int MT, int TN>
+__device__ __forceinline__ void i4k_store(const i4k &p, int nq, int lane, const float (&v)[TN][MT][4]) {
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int tile = nq * TN + t, n = tile * 16 + r + ((e & 2) ? 8 : 0), m = mt * 8 + q * 2 + (e & 1);
+                if (tile < p.NT && n < p.N && m < p.M) {
+                    float *d = p.y + (size_t)m * p.N + n;
+                    *d = p.accumulate ? *d + v[t][mt][e] : v[t][mt][e];
+                }
+            }
+}
+
+/* n-quad nq's piece of warp wid (range from u0) is done (acc): store it when the warp holds the whole quad;
+ * else write it to the warp's record (0: the piece that starts the range, 1: the other) and count it in;
+ * true when it was the quad's last piece to arrive: the warp then adds the pieces after its loop (i4k_sum) */
+template <int MT, int TN>
+__device__ __forceinline__ bool i4k_flush(const i4k &p, int wid, int u0, int nq, int lane, const float (&acc)[TN][MT][4]) {
+    const int r = lane >> 2, q = lane & 3;
+    const int base = nq * p.KC;
+    const int wa = i4k_owner(p, base), wb = i4k_owner(p, base + p.KC - 1);
+    if (wa == wb) {
+        i4k_store<MT, TN>(p, nq, lane, acc);
+        return false;
+    }
+    float *mine = p.ws + ((size_t)wid * 2 + (base <= u0 ? 0 : 1)) * ((size_t)TN * 16 * p.M); /* [t][m][16 rows] */
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int m = mt * 8 + q * 2 + (e & 1);
+                if (m < p.M) __stcg(mine + (t * p.M + m) * 16 + r + ((e & 2) ? 8 : 0), acc[t][mt][e]);
+            }
+    __threadfence();
+    __syncwarp();
+    int npieces = 0; /* warps of [wa, wb] with a non-empty range */
+    for (int w = wa; w <= wb; w++) npieces += i4k_start(p, w) < i4k_start(p, w + 1);
+    unsigned prev = 0;
+    if (lane == 0) prev = atomicAdd(p.counters + nq, 1u);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    return prev == (unsigned)npieces - 1;
+}
+
+/* n-quad nq, whose last piece this warp wrote: y (+)= its pieces added in warp order (the sum does not
+ * depend on who arrived last); the counter reset for the next launch (stream-ordered) */
+template <int MT, int TN> __device__ __forceinline__ void i4k_sum(const i4k &p, int nq, int lane) {
+    const int r = lane >> 2, q = lane & 3;
+    const int base = nq * p.KC;
+    const int wa = i4k_owner(p, base), wb = i4k_owner(p, base + p.KC - 1);
+    __threadfence();
+    float s[TN][MT][4];
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[t][mt][e] = 0.0f;
+    for (int w = wa; w <= wb; w++) {
+        const int sw = i4k_start(p, w);
+        if (sw >= i4k_start(p, w + 1)) continue;
+        const float *pr = p.ws + ((size_t)w * 2 + (sw < base ? 1 : 0)) * ((size_t)TN * 16 * p.M);
+#pragma unroll
+        for (int t = 0; t < TN; t++)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int m = mt * 8 + q * 2 + (e & 1);
+                    if (m < p.M) s[t][mt][e] += __ldcg(pr + (t * p.M + m) * 16 + r + ((e & 2) ? 8 : 0));
+                }
+    }
+    i4k_store<MT, TN>(p, nq, lane, s);
+    if (lane == 0) p.counters[nq] = 0;
+}
+
+/* after multiplying unit (cnq, ckc), the i-th of the warp's n: flush at the end of a quad or of the range;
+ * a quad whose last piece this was goes to pend (at most two: a range has at most two partial quads) */
+template <int MT, int TN>
+__device__ __forceinline__ void i4k_step(const i4k &p, int wid, int u0, int i, int n, int &cnq, int &ckc, int lane,
+                                         float (&acc)[TN][MT][4], int &pend0, int &pend1) {
+    if (ckc == p.KC - 1 || i == n - 1) {
+        if (i4k_flush<MT, TN>(p, wid, u0, cnq, lane, acc)) {
+            if (pend0 < 0) pend0 = cnq;
+            else pend1 = cnq;
+        }
+#pragma unroll
+        for (int t = 0; t < TN; t++)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
+    }
+    if (++ckc == p.KC) ckc = 0, cnq++;
+}
+
+template <int MT, int NW, int TN, int MINB>
+__global__ void __launch_bounds__(NW * 32, MINB) k_i4_sk(const i4k p) {
+    const int lane = threadIdx.x & 31;
+    const int wid = (int)blockIdx.x * NW + (int)(threadIdx.x >> 5);
+    if (wid >= p.W) return;
+    const int u0 = i4k_start(p, wid), n = i4k_start(p, wid + 1) - u0;
+    if (n <= 0) return;
+    i4k_ls ls;
+    ls.nq = u0 / p.KC, ls.kc = u0 - ls.nq * p.KC;
+    ls.g = ls.kc / p.gchunks, ls.gr = ls.kc - ls.g * p.gchunks;
+    int cnq = ls.nq, ckc = ls.kc;
+    int pend0 = -1, pend1 = -1;
+    float acc[TN][MT][4];
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
+    i4k_buf<MT, TN> A, B;
+    i4k_load<MT, TN>(p, ls, lane, A);
+    i4k_advance(p, ls);
+    for (int i = 0; i < n; i += 2) {
+        if (i + 1 < n) i4k_load<MT, TN>(p, ls, lane, B), i4k_advance(p, ls);
+        i4k_mul<MT, TN>(A, acc);
+        i4k_step<MT, TN>(p, wid, u0, i, n, cnq, ckc, lane, acc, pend0, pend1);
+        if (i + 1 >= n) break;
+        if (i + 2 < n) i4k_load<MT, TN>(p, ls, lane, A), i4k_advance(p, ls);
+        i4k_mul<MT, TN>(B, acc);
+        i4k_step<MT, TN>(p, wid, u0, i + 1, n, cnq, ckc, lane, acc, pend0, pend1);
+    }
+    if (pend0 >= 0) i4k_sum<MT, TN>(p, pend0, lane);
+    if (pend1 >= 0) i4k_sum<MT, TN>(p, pend1, lane);
+}
+
 /* bf16 x [M, K] -> bf16 [M, Kp] (permuted, zero padded): act-order or unaligned input for the
  * streaming kernel, and the unpack path's rows when the caller gives BF16 */
 __global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M, int64_t K,
@@ -1167,6 +1405,45 @@ static i4s_kern i4s_kernel_for(int mt, int nw, int u) {
     return NULL;
 }
 
+/* kind 5 in the docs' numbering = kind 4 here: the persistent stream-K kernel (M <= 16): MT token tiles, NW
+ * warps, TN n-tiles per unit; MINB blocks per SM in the register cap (128 registers, 168 for the last) */
+typedef void (*i4k_kern)(const i4k);
+static const struct {
+    int mt, nw, tn;
+    i4k_kern k;
+} I4K_TAB[] = {
+    {1, 4, 4, k_i4_sk<1, 4, 4, 4>}, {1, 8, 4, k_i4_sk<1, 8, 4, 2>}, {1, 4, 2, k_i4_sk<1, 4, 2, 4>},
+    {2, 4, 2, k_i4_sk<2, 4, 2, 4>}, {2, 8, 2, k_i4_sk<2, 8, 2, 2>}, {2, 4, 4, k_i4_sk<2, 4, 4, 3>},
+};
+#define I4K_N ((int)(sizeof I4K_TAB / sizeof I4K_TAB[0]))
+static int g_i4k_occ[I4K_N][I4V_MAX_DEV]; /* resident blocks per SM (read once per kernel and device) */
+static int i4k_index(int mt, int nw, int tn) {
+    for (int i = 0; i < I4K_N; i++)
+        if (I4K_TAB[i].mt == mt && I4K_TAB[i].nw == nw && I4K_TAB[i].tn == tn) return i;
+    return -1;
+}
+static int i4k_occupancy(cuda_ctx *c, int ti) {
+    const int d = c->device >= 0 && c->device < I4V_MAX_DEV ? c->device : 0;
+    if (!g_i4k_occ[ti][d]) {
+        int occ = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, I4K_TAB[ti].k, I4K_TAB[ti].nw * 32, 0) != cudaSuccess ||
+            occ < 1)
+            occ = 1, cudaGetLastError();
+        g_i4k_occ[ti][d] = occ;
+    }
+    return g_i4k_occ[ti][d];
+}
+/* kind 4's grid: d > 0: d blocks per SM (at most the resident count), d == 0: about 8 units per warp; never
+ * more warps than units */
+static int64_t i4k_blocks(cuda_ctx *c, const quant_wmeta *m, int ti, int d) {
+    const int nw = I4K_TAB[ti].nw, tn = I4K_TAB[ti].tn, occ = i4k_occupancy(c, ti);
+    const int64_t U = (m->Np / 16 + tn - 1) / tn * (m->Kp / 64), sm = c->sm_count > 0 ? c->sm_count : 1;
+    int64_t b = d > 0 ? sm * (d < occ ? d : occ) : U / (nw * 8);
+    if (b > sm * occ) b = sm * occ;
+    if (b > (U + nw - 1) / nw) b = (U + nw - 1) / nw;
+    return b < 1 ? 1 : b;
+}
+
 #define I4_MAX_CAND 64
 typedef struct i4_run {
     const vsr_bweight *w;
@@ -1187,6 +1464,7 @@ static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (al
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
     if (cfg.kind == 2) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
     if (cfg.kind == 3) return (NT + cfg.w * cfg.d - 1) / (cfg.w * cfg.d) * cfg.ks;
+    if (cfg.kind == 4) return (NT + cfg.u - 1) / cfg.u; /* n-quads (the counters it needs) */
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
 }
 
@@ -1233,6 +1511,43 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
             q->counters = (unsigned *)p, q->counters_n = need;
         }
         ws = (float *)q->aux;
+    }
+    if (cfg.kind == 4) {
+        const int ti = i4k_index(cfg.mt, cfg.w, cfg.u);
+        if (ti < 0 || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0 || ((uintptr_t)r->xb & 3) || (r->ldx & 1))
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no persistent stream-K kernel for mt=%d nw=%d tn=%d (M %lld)",
+                               cfg.mt, cfg.w, cfg.u, (long long)r->M);
+        const int64_t NQ = (NT + cfg.u - 1) / cfg.u, U = NQ * KC, blocks = i4k_blocks(c, m, ti, cfg.d);
+        const int64_t W = blocks * cfg.w;
+        if (U > INT32_MAX || W > INT32_MAX || NT * KC > INT32_MAX || (int64_t)m->G * m->Np > INT32_MAX)
+            return vsr_err_set(err, VSR_E_UNSUPPORTED, "int4: weight too large for the stream-K kernel's 32-bit indices "
+                               "(N %lld K %lld)", (long long)N, (long long)r->w->v.K);
+        /* 2 records per warp of TN x 16 x M floats; one counter per n-quad (zero between launches) */
+        if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)(2 * W * cfg.u * 16 * r->M),
+                             "int4 stream-K partials", err)))
+            return st;
+        if ((size_t)NQ > q->counters_n) {
+            if (q->counters) {
+                if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), "int4: synchronize", err))) return st;
+                cudaFree(q->counters);
+                q->counters = NULL, q->counters_n = 0;
+            }
+            void *pc;
+            if ((st = cuda_check(c, cudaMalloc(&pc, (size_t)NQ * sizeof(unsigned)), "int4 stream-K counters: cudaMalloc",
+                                 err)))
+                return st;
+            if ((st = cuda_check(c, cudaMemsetAsync(pc, 0, (size_t)NQ * sizeof(unsigned), c->stream),
+                                 "int4 counters: memset", err))) {
+                cudaFree(pc);
+                return st;
+            }
+            q->counters = (unsigned *)pc, q->counters_n = (size_t)NQ;
+        }
+        i4k p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, (int)r->M, (int)N, (int)NT, (int)m->Np,
+                 (int)KC, (int)r->ldx, (int)r->kvalid, (int)U, (int)W, m->G, m->gchunks, accumulate, y, (float *)q->aux,
+                 q->counters};
+        I4K_TAB[ti].k<<<(unsigned)blocks, cfg.w * 32, 0, c->stream>>>(p);
+        return cuda_check_launch(c, "int4 fused (persistent stream-K)", err);
     }
     if (cfg.kind == 3) {
         const int sc = (m->G == 1 || m->gchunks % 2 == 0) ? 2 : 1;
@@ -1426,6 +1741,33 @@ static void i4_candidates_v4(cuda_ctx *c, i4_run *r, int64_t bucket) {
                 r->name_ptr[r->n] = r->names[r->n];
                 r->n++;
             }
+        }
+    }
+}
+
+/* kind 4's list for bucket 1 (<= 8 rows) or 2 (<= 16 rows): the table's kernels of that MT, each with as
+ * many blocks per SM as are resident, half that, one, and ~8 units per warp (fewer warps: fewer partial
+ * pieces on small shapes). Depends on the bucket and shape only. */
+static void i4_candidates_sk(cuda_ctx *c, i4_run *r, int64_t bucket) {
+    r->n = 0;
+    for (int ti = 0; ti < I4K_N; ti++) {
+        if (I4K_TAB[ti].mt != (int)bucket) continue;
+        const int occ = i4k_occupancy(c, ti);
+        const int ds[4] = {occ, occ / 2, 1, 0};
+        int64_t prev[4] = {-1, -1, -1, -1};
+        for (int a = 0; a < 4; a++) {
+            if (a < 3 && ds[a] < 1) continue;
+            const int64_t b = i4k_blocks(c, r->m, ti, ds[a]);
+            int dup = 0;
+            for (int k = 0; k < a; k++) dup |= prev[k] == b;
+            prev[a] = b;
+            if (dup) continue;
+            if (r->n >= I4_MAX_CAND) return;
+            r->cand[r->n] = (i4_cfg){4, (int)bucket, I4K_TAB[ti].nw, 1, I4K_TAB[ti].tn, ds[a]};
+            snprintf(r->names[r->n], sizeof r->names[0], "p-mt%d-nw%d-tn%d-b%d", (int)bucket, I4K_TAB[ti].nw,
+                     I4K_TAB[ti].tn, ds[a]);
+            r->name_ptr[r->n] = r->names[r->n];
+            r->n++;
         }
     }
 }
@@ -1625,7 +1967,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
     /* within it, the register-streaming kernel (kind 3, fourth pass) when VSR_CUDA_INT4_V4=1 or
      * cuda_quant_force_int4_v4(1) (off by default until verified on a GPU): it reads the caller's FP32 or BF16
      * rows itself (no staging launch) */
-    const int v4 = stream && quant_int4_v4_on();
+    const int sk = stream && quant_int4_sk_on(); /* the persistent stream-K kernel (kind 4) before both */
+    const int v4 = stream && !sk && quant_int4_v4_on();
     if (fused && !stream && !x) { /* the previous fused kernels read FP32: widen (exact) */
         if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * K), "int4 FP32 activations", err)))
             return st;
@@ -1668,13 +2011,16 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                 if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
                 r.xb = (const __nv_bfloat16 *)q->act, r.ldx = Kp, r.kvalid = Kp;
             }
-            i4_candidates_stream(c, &r, bucket);
+            if (sk)
+                i4_candidates_sk(c, &r, bucket);
+            else
+                i4_candidates_stream(c, &r, bucket);
             if (r.n == 0)
                 return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no streaming int4 configuration fits (N %lld K %lld)",
                                    c->device, w->name, (long long)N, (long long)K);
-            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2") */
-            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v3s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket);
+            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-p5": the stream-K kernel's */
+            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
+                     (long long)bucket, sk ? "p5" : "v3s");
         } else {
             i4_candidates(c, &r, bucket);
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
@@ -1690,7 +2036,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                    c->device, w->name, fc, key, r.n);
             choice = fc, src = "forced";
         } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr,
-                                         v4 ? i4_default_v4(c, &r) : stream ? i4_default_stream(c, &r) : i4_default(c, &r),
+                                         sk ? 0 : v4 ? i4_default_v4(c, &r) : stream ? i4_default_stream(c, &r) : i4_default(c, &r),
                                          i4_tune_launch, &r,
                                          sizeof(float) * (size_t)(r.M * r.w->v.N), &choice, &src, err)))
             return st;
