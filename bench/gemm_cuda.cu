@@ -7,6 +7,7 @@
  * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
  * with the streaming kernel off, int4_v4 / int4_v4_bf16in = the register-streaming kernel forced on (off by
  * default until verified), int4_sk / int4_sk_bf16in = the persistent stream-K kernel forced on,
+ * int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass) forced on,
  * int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path). VSR_FP8=0
  * skips the FP8 rows. Writes CSV to stdout:
  *   variant,shape,K,N,M,us,tflops,tbps
@@ -30,6 +31,8 @@
 extern "C" int cuda_quant_force_int4_v4(int on);
 /* quant_int4.cu: the persistent stream-K int4 kernel's switch (1 on, 0 off) */
 extern "C" int cuda_quant_force_int4_sk(int on);
+/* quant_int4.cu: the bulk-copy streaming int4 kernel's switch (1 on, 0 off) */
+extern "C" int cuda_quant_force_int4_bulk(int on);
 
 struct shape {
     const char *name;
@@ -408,6 +411,15 @@ int main(int argc, char **argv) {
                 us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 sk bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_sk_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
+                cuda_quant_force_int4_sk(0);
+                const int bulk_was = cuda_quant_force_int4_bulk(1); /* int4_bulk: the bulk-copy kernel */
+                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
+                fprintf(stderr, "%s M %lld int4 bulk path %s\n", s.name, (long long)M, cuda_quant_last_path());
+                row("int4_bulk", s, M, us, by_i4, act);
+                us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
+                fprintf(stderr, "%s M %lld int4 bulk bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
+                row("int4_bulk_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
+                cuda_quant_force_int4_bulk(bulk_was);
                 cuda_quant_force_int4_sk(sk_was);
                 us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());

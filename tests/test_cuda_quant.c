@@ -19,6 +19,8 @@
  *    dequantized weights (vsr_gemm_bf16_ref on vsr_dequant_fp8_ref): 6e-2 (e4m3 keeps 3
  *    mantissa bits: ~2^-5 relative per activation).
  * Every output is poisoned with NaN first, so an unwritten element fails.
+ * VSR_QUANT_TESTS=int4 runs only the int4 tests (int4_against_reference, int4_every_candidate,
+ * int4_bf16_entry, int4_refusals): the quick GPU check of an int4 kernel change; unset, every test runs.
  * Without CUDA in the build or without a device, prints "SKIP: no CUDA device (...)". */
 #include <math.h>
 #include <stdint.h>
@@ -45,6 +47,8 @@ vsr_status cuda_fp8_linear_prequant(struct cuda_ctx *c, const uint8_t *xq, const
 int cuda_quant_force_int4_v4(int on);
 /* the persistent stream-K int4 kernel (<= 16 rows), 1 on, 0 off; previous value, or -1 if unknown */
 int cuda_quant_force_int4_sk(int on);
+/* the bulk-copy streaming int4 kernel (<= 16 rows, sixth pass), 1 on, 0 off; previous value, or -1 if unknown */
+int cuda_quant_force_int4_bulk(int on);
 #endif
 
 #ifdef VSR_HAVE_CUDA
@@ -190,7 +194,16 @@ static const i4case I4_CASES[] = {
     {40, 1024, 128, 1, 1}, /* GPTQ act-order g128 (sorted into equal groups: computed per chunk) */
 };
 
+/* twice: the default <= 16-row kernel, then the bulk-copy kernel forced on */
+static void int4_against_reference_pass(void);
 TEST(int4_against_reference) {
+    const int was = cuda_quant_force_int4_bulk(0);
+    int4_against_reference_pass();
+    cuda_quant_force_int4_bulk(1);
+    int4_against_reference_pass();
+    cuda_quant_force_int4_bulk(was);
+}
+static void int4_against_reference_pass(void) {
     for (size_t ci = 0; ci < sizeof I4_CASES / sizeof I4_CASES[0]; ci++) {
         const i4case *c = &I4_CASES[ci];
         i4w w;
@@ -246,14 +259,20 @@ TEST(int4_every_candidate) {
                                                        * act-order g64, channel-wise, and the streaming cases */
     static const int64_t rows[] = {1, 5, 8, 16, 33, 256};
     const size_t nc = sizeof cases / sizeof cases[0];
-    int total = 0, total_stream = 0, total_v4 = 0, total_sk = 0;
-    for (size_t cs = 0; cs < 4 * nc; cs++) {
-        /* each case four times: the persistent stream-K kernel's list (<= 16 rows; forced on), the
-         * register-streaming kernel's (forced on), the third pass's streaming kernel, then the previous
-         * kernels' (streaming off) */
+    int total = 0, total_stream = 0, total_v4 = 0, total_sk = 0, total_bulk = 0;
+    const int bulk_was = cuda_quant_force_int4_bulk(0);
+    const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
+    cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
+    const int has_bulk = cc >= 90; /* the bulk-copy kernel needs capability 9.0+ (else the third pass's runs) */
+    for (size_t cs = 0; cs < 5 * nc; cs++) {
+        /* each case five times: the bulk-copy kernel's list (<= 16 rows; forced on), the persistent
+         * stream-K kernel's (forced on), the register-streaming kernel's (forced on), the third pass's
+         * streaming kernel (the others off), then the previous kernels' (streaming off) */
         const size_t ci = cs % nc;
-        const int pass = (int)(cs / nc), stream = pass < 3, sk = pass == 0, v4 = pass == 1;
+        const int pass = (int)(cs / nc), stream = pass < 4, sk = pass == 1, v4 = pass == 2;
+        const int bulk = pass == 0 && has_bulk;
         cuda_quant_force_int4_stream(stream);
+        cuda_quant_force_int4_bulk(pass == 0);
         cuda_quant_force_int4_sk(sk);
         cuda_quant_force_int4_v4(v4);
         const i4case *c = &I4_CASES[cases[ci]];
@@ -287,11 +306,14 @@ TEST(int4_every_candidate) {
                 char path[160];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
-                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !v4 && !sk) &&
+                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !v4 && !sk && !bulk) &&
                               (strncmp(path, "int4:fused(v-", 13) == 0) == (want_stream && v4) &&
-                              (strncmp(path, "int4:fused(p-", 13) == 0) == (want_stream && sk),
-                          "case %d M %lld stream %d v4 %d sk %d: path %s", cases[ci], (long long)M, stream, v4, sk, path);
-                total_stream += want_stream && !v4 && !sk, total_v4 += want_stream && v4, total_sk += want_stream && sk;
+                              (strncmp(path, "int4:fused(p-", 13) == 0) == (want_stream && sk) &&
+                              (strncmp(path, "int4:fused(b-", 13) == 0) == (want_stream && bulk),
+                          "case %d M %lld stream %d v4 %d sk %d bulk %d: path %s", cases[ci], (long long)M, stream, v4, sk,
+                          bulk, path);
+                total_stream += want_stream && !v4 && !sk && !bulk, total_v4 += want_stream && v4,
+                    total_sk += want_stream && sk, total_bulk += want_stream && bulk;
                 double eb = nerr(y, refb, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
@@ -318,8 +340,11 @@ TEST(int4_every_candidate) {
     CHECK(cuda_quant_force_int4_sk(1) == 0 && cuda_quant_force_int4_sk(-1) == -1 && cuda_quant_force_int4_sk(2) == -1);
     CHECK(cuda_quant_force_int4_sk(0) == 1); /* back to the default (off) */
     CHECK_MSG(total_sk >= 40, "only %d stream-K configurations checked", total_sk);
-    printf("  int4: %d fused configurations checked (%d of the stream-K kernel, %d of the register-streaming kernel, "
-           "%d of the third pass's)\n", total, total_sk, total_v4, total_stream);
+    CHECK(cuda_quant_force_int4_bulk(-1) == -1 && cuda_quant_force_int4_bulk(2) == -1);
+    CHECK(cuda_quant_force_int4_bulk(1) == 0 && cuda_quant_force_int4_bulk(bulk_was) == 1); /* back to the default */
+    CHECK_MSG(!has_bulk || total_bulk >= 60, "only %d bulk-copy configurations checked", total_bulk);
+    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the stream-K kernel, %d of the "
+           "register-streaming kernel, %d of the third pass's)\n", total, total_bulk, total_sk, total_v4, total_stream);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or
@@ -387,13 +412,18 @@ static void int4_bf16_entry_pass(void) {
     }
 }
 
-/* the BF16 entry with the default <= 16-row kernel, then with the persistent stream-K kernel forced on */
+/* the BF16 entry with the default <= 16-row kernel, then with the persistent stream-K kernel forced on, then
+ * with the bulk-copy kernel forced on (and stream-K off) */
 TEST(int4_bf16_entry) {
-    for (int sk = 0; sk < 2; sk++) {
-        cuda_quant_force_int4_sk(sk);
+    const int bulk_was = cuda_quant_force_int4_bulk(0);
+    cuda_quant_force_int4_bulk(bulk_was);
+    for (int pass = 0; pass < 3; pass++) {
+        cuda_quant_force_int4_sk(pass == 1);
+        if (pass == 2) cuda_quant_force_int4_bulk(1);
         int4_bf16_entry_pass();
     }
     cuda_quant_force_int4_sk(0);
+    cuda_quant_force_int4_bulk(bulk_was);
 }
 
 TEST(int4_refusals) {
@@ -919,6 +949,11 @@ int main(int argc, char **argv) {
     RUN(int4_every_candidate);
     RUN(int4_bf16_entry);
     RUN(int4_refusals);
+    const char *only = getenv("VSR_QUANT_TESTS");
+    if (only && strcmp(only, "int4") == 0) { /* the int4 tests only (see the header) */
+        vsr_backend_destroy(&GB);
+        return test_summary();
+    }
     RUN(fp8_against_reference);
     RUN(fp8_wgmma_prequant);
     RUN(fp8_route);

@@ -69,6 +69,17 @@ extern "C" int cuda_quant_force_int4_sk(int on) {
     return old;
 }
 
+/* the bulk-copy streaming kernel (kind 5, sixth pass, M <= 16): VSR_CUDA_INT4_BULK=1 (read once) or
+ * cuda_quant_force_int4_bulk(1); the stream-K and register-streaming switches, when on, come before it */
+static int g_int4_bulk = -1;
+static int quant_int4_bulk_on(void) { return cuda_env_switch("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk); }
+extern "C" int cuda_quant_force_int4_bulk(int on) {
+    if (on < 0 || on > 1) return -1;
+    const int old = quant_int4_bulk_on();
+    g_int4_bulk = on;
+    return old;
+}
+
 #define I4_MAX_FUSED_ROWS 256
 #define I4_MAX_KS 16
 /* cap on split-K partial sums: S * M * N floats */
@@ -1209,6 +1220,231 @@ __global__ void __launch_bounds__(NW * 32, MINB) k_i4_sk(const i4k p) {
     if (pend1 >= 0) i4k_sum<MT, TN>(p, pend1, lane);
 }
 
+/* ---- the bulk-copy streaming kernel (sixth pass, kind 5, M <= 16) ----
+ * Why (ncu, NOTES fifth pass): k_i4_stream, k_i4_v4 and k_i4_sk all stop at 1.6-1.8 TB/s with DRAM ~33 %
+ * busy: 107-130 instructions per 512-byte chunk at ~2 IPC and ~1.1 eligible warps of 16, so issue per byte
+ * and latency hiding bind, not bytes alone. Here the weights never pass through registers on the way in and
+ * the per-chunk work is the dequantization and little else:
+ *  - each warp streams its n-tiles' K slice (TN tiles x `per` chunks, contiguous per tile in the repacked
+ *    layout) through its own shared-memory ring of R stages of S chunks per tile, each stage one
+ *    cp.async.bulk per tile issued by lane 0 onto the stage's mbarrier (complete_tx): NW * R * S * TN * 512
+ *    bytes in flight per block at no register cost; a stage is refilled as soon as the warp has multiplied
+ *    it (its data is in registers and consumed: in-order issue);
+ *  - the block's activations (M rows x its K slice, BF16) are staged once into shared memory already in
+ *    B-fragment order (natural word 4v + q of a chunk at 8q + v, row stride 4 banks past a multiple of 32):
+ *    two LDS.128 per chunk per token tile, conflict-free; the first weight stages are issued before this;
+ *  - scales as 16-byte records {bias, scale of row r, bias, scale of row r + 8} in bf16x2 form per (group,
+ *    tile, r), staged once: one LDS.128 per chunk and tile, no PRMT in the loop;
+ *  - full stages run an unguarded unrolled loop of S chunks; only the last stage tests each chunk;
+ *  - grid (ceil(NT / (NW * TN)), KS), KS chosen by autotune for whole waves; KS > 1: partials to ws and the
+ *    last block of an n-block adds them in split order (deterministic), as k_i4_stream.
+ * Same dequantization (exact subtraction, one rounding of the product) and mma order along K as k_i4_stream.
+ * Needs groups computable per 64-column chunk (gchunks > 0), 16-byte aligned BF16 rows. Tokens of the
+ * 8-token tile beyond M read the last valid row (never stored); warps past the last n-tile only join the
+ * block's barriers; a warp's second tile past NT re-reads tile NT - 1 (never stored). */
+typedef struct i4b {
+    const uint4 *wq;
+    const uint32_t *sz;
+    const __nv_bfloat16 *x; /* bf16 [M, ldx], permuted column order, 16-byte aligned rows */
+    int M, N, NT, Np, KC, ldx, kvalid; /* columns >= kvalid read as zero (kvalid a multiple of 8) */
+    int G, gchunks, KS, per, accumulate; /* per: chunks per split */
+    float *y, *ws;
+    unsigned *counters;
+} i4b;
+
+/* the bulk-copy and mbarrier instructions exist from sm_90 on; the sm_80 build compiles the kernel body out
+ * (the launcher offers kind 5 only on capability 9.0+) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define I4B_SM90 1
+#else
+#define I4B_SM90 0
+#endif
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+#if I4B_SM90
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+#if I4B_SM90
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+#if I4B_SM90
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
+}
+/* global -> shared, bytes a multiple of 16, both 16-byte aligned; completes bytes on the mbarrier */
+__device__ __forceinline__ void bulk_g2s(unsigned dst, const void *src, unsigned bytes, unsigned bar) {
+#if I4B_SM90
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+#endif
+}
+
+/* dynamic shared memory of k_i4_bulk: rings, mbarriers, activations (vt rows), scale records (ng groups) */
+static __host__ __device__ inline size_t i4b_smem(int nw, int tn, int r, int s, int64_t vt, int64_t per, int64_t ng) {
+    return (size_t)nw * r * tn * s * 512 + (size_t)nw * r * 8 + (size_t)vt * (size_t)(per * 128 + 16) +
+           (size_t)ng * nw * tn * 128;
+}
+
+template <int MT, int NW, int TN, int R, int S>
+__global__ void __launch_bounds__(NW * 32) k_i4_bulk(const i4b p) {
+    static_assert((R & (R - 1)) == 0 && R >= 2 && S >= 1, "R a power of two");
+#if I4B_SM90
+    extern __shared__ __align__(128) unsigned char i4b_sm[];
+    constexpr int RB = NW * TN * 16;          /* output rows of the block */
+    constexpr unsigned STAGE = TN * S * 512u; /* bytes of one stage of one warp */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n0t = (int)blockIdx.x * NW * TN; /* the block's first n-tile */
+    const int z = blockIdx.y;
+    const int kc0 = z * p.per < p.KC ? z * p.per : p.KC;
+    const int kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
+    const int nk = kc1 - kc0, nst = (nk + S - 1) / S;
+    const int vt = p.M; /* M <= MT * 8 (the launcher's rule) */
+    const int RSW = p.per * 32 + 4; /* activation row stride in u32 words: 4 banks past a multiple of 32 */
+    const int gA0 = kc0 / p.gchunks, gA = gA0 < p.G - 1 ? gA0 : p.G - 1;
+    const int gB0 = nk > 0 ? (kc1 - 1) / p.gchunks : gA0, gB = gB0 < p.G - 1 ? gB0 : p.G - 1;
+    const int ng = gB - gA + 1;
+    uint64_t *bars = (uint64_t *)(i4b_sm + (size_t)NW * R * STAGE);          /* [NW][R] */
+    uint32_t *xs = (uint32_t *)(bars + NW * R);                               /* [vt][RSW] */
+    uint4 *ss = (uint4 *)(xs + (size_t)vt * RSW);                             /* [ng][NW * TN][8] */
+
+    const int wt0 = n0t + warp * TN; /* this warp's first n-tile */
+    const bool wact = wt0 < p.NT && nk > 0;
+    const unsigned ring_w = (unsigned)__cvta_generic_to_shared(i4b_sm + (size_t)warp * R * STAGE);
+    const unsigned bar_w = (unsigned)__cvta_generic_to_shared(bars + warp * R);
+    const uint4 *wsrc[TN]; /* tile t's chunk kc0 */
+#pragma unroll
+    for (int t = 0; t < TN; t++) {
+        const int tile = wt0 + t < p.NT ? wt0 + t : p.NT - 1;
+        wsrc[t] = p.wq + ((size_t)tile * p.KC + kc0) * 32;
+    }
+    /* stage st of this warp into its slot: S chunks per tile (fewer in the last), one bulk copy per tile */
+    auto issue = [&](int st) {
+        const int slot = st & (R - 1), c0 = st * S;
+        const unsigned cnt = (unsigned)(nk - c0 < S ? nk - c0 : S), bytes = cnt * 512u;
+        const unsigned bar = bar_w + 8u * slot;
+        mbar_expect_tx(bar, TN * bytes);
+#pragma unroll
+        for (int t = 0; t < TN; t++) bulk_g2s(ring_w + slot * STAGE + t * S * 512u, wsrc[t] + (size_t)c0 * 32, bytes, bar);
+    };
+    if (lane == 0 && wact) {
+#pragma unroll
+        for (int s = 0; s < R; s++) mbar_init(bar_w + 8u * s, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < R; s++)
+            if (s < nst) issue(s);
+    }
+
+    /* the block's activations in B-fragment order, and its scale records; every thread */
+    const int xp = nk * 8; /* 16-byte pieces (8 columns) per row */
+    for (int i = threadIdx.x; i < vt * xp; i += NW * 32) {
+        const int tok = i / xp, c = i - tok * xp, ch = c >> 3, pc = c & 7;
+        const int col = (kc0 + ch) * 64 + pc * 8;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (col < p.kvalid) v = __ldg((const uint4 *)(p.x + (size_t)tok * p.ldx + col));
+        uint32_t *d = xs + (size_t)tok * RSW + ch * 32 + pc; /* natural word 4pc + e -> 8e + pc */
+        d[0] = v.x, d[8] = v.y, d[16] = v.z, d[24] = v.w;
+    }
+    for (int i = threadIdx.x; i < ng * NW * TN * 8; i += NW * 32) {
+        const int g = i / (NW * TN * 8), rem = i - g * (NW * TN * 8), wt = rem >> 3, r = rem & 7;
+        const int tile = n0t + wt < p.NT ? n0t + wt : p.NT - 1;
+        const uint32_t *sp = p.sz + (size_t)(gA + g) * p.Np + (size_t)tile * 16 + r;
+        const uint32_t s0 = __ldg(sp), s8 = __ldg(sp + 8);
+        ss[i] = make_uint4(prmt(s0, 0x1010), prmt(s0, 0x3232), prmt(s8, 0x1010), prmt(s8, 0x3232));
+    }
+    __syncthreads();
+
+    const int q = lane & 3, r = lane >> 2;
+    float acc[TN][MT][4];
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
+    if (wact) {
+        const uint4 *xb[MT]; /* this lane's fragment words of chunk 0: row (token) * RSW + 8 * (l % 4) */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int row = mt * 8 + r < vt ? mt * 8 + r : vt - 1;
+            xb[mt] = (const uint4 *)(xs + (size_t)row * RSW + q * 8);
+        }
+        const uint4 *sw = ss + warp * TN * 8 + r;
+        int gq = kc0 / p.gchunks, gr = kc0 - gq * p.gchunks;
+        /* chunk ci of the slice, its weights at ring address wa (tile t at + t * S * 512) */
+        auto chunk = [&](int ci, unsigned wa) {
+            uint32_t b[MT][8];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const uint4 lo = xb[mt][ci * 8], hi = xb[mt][ci * 8 + 1];
+                b[mt][0] = lo.x, b[mt][1] = lo.y, b[mt][2] = lo.z, b[mt][3] = lo.w;
+                b[mt][4] = hi.x, b[mt][5] = hi.y, b[mt][6] = hi.z, b[mt][7] = hi.w;
+            }
+            const uint4 *sg = sw + ((gq < p.G - 1 ? gq : p.G - 1) - gA) * (NW * TN * 8);
+            if (++gr == p.gchunks) gr = 0, gq++;
+#pragma unroll
+            for (int t = 0; t < TN; t++) {
+                const uint4 sc = sg[t * 8];
+                const uint4 wv = lds128(wa + t * S * 512u);
+                const uint32_t wd[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint32_t a0 = dq2s(wd[j], 0, sc.x, sc.y), a1 = dq2s(wd[j], 1, sc.z, sc.w);
+                    const uint32_t a2 = dq2s(wd[j], 2, sc.x, sc.y), a3 = dq2s(wd[j], 3, sc.z, sc.w);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) mma16816(acc[t][mt], a0, a1, a2, a3, b[mt][2 * j], b[mt][2 * j + 1]);
+                }
+            }
+        };
+        const unsigned lbase = ring_w + (unsigned)lane * 16u;
+        for (int st = 0; st < nst; st++) {
+            const int slot = st & (R - 1);
+            mbar_wait(bar_w + 8u * slot, (unsigned)(st / R) & 1u);
+            const unsigned sb = lbase + slot * STAGE;
+            const int c0 = st * S;
+            if (c0 + S <= nk) {
+#pragma unroll
+                for (int c = 0; c < S; c++) chunk(c0 + c, sb + c * 512u);
+            } else {
+                for (int c = 0; c < nk - c0; c++) chunk(c0 + c, sb + c * 512u);
+            }
+            __syncwarp(); /* every lane has multiplied the slot (its loads consumed): refill it */
+            if (lane == 0 && st + R < nst) issue(st + R);
+        }
+    }
+
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int n = (wt0 + t) * 16 + r + ((e & 2) ? 8 : 0);
+                const int m = mt * 8 + q * 2 + (e & 1);
+                if (!wact || wt0 + t >= p.NT || n >= p.N || m >= p.M) continue;
+                if (p.KS == 1)
+                    p.y[(size_t)m * p.N + n] = p.accumulate ? p.y[(size_t)m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
+                else
+                    p.ws[((size_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
+            }
+    if (p.KS == 1) return;
+    /* split K: the last block to arrive for this n-block adds the partials in split order */
+    if (!splitk_last_block(p.counters + blockIdx.x, p.KS)) return;
+    splitk_sum(p.ws, p.y, p.M, p.N, p.KS, p.accumulate, (int64_t)n0t * 16, RB, vt, NW * 32, p.counters + blockIdx.x);
+#endif
+}
+
 /* bf16 x [M, K] -> bf16 [M, Kp] (permuted, zero padded): act-order or unaligned input for the
  * streaming kernel, and the unpack path's rows when the caller gives BF16 */
 __global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M, int64_t K,
@@ -1444,6 +1680,56 @@ static int64_t i4k_blocks(cuda_ctx *c, const quant_wmeta *m, int ti, int d) {
     return b < 1 ? 1 : b;
 }
 
+/* kind 5, the bulk-copy streaming kernel (M <= 16): MT token tiles, NW warps, TN n-tiles per warp, R ring
+ * stages of S chunks per tile (ring per block: NW * R * S * TN * 512 bytes: 32 or 64 KB) */
+typedef void (*i4b_kern)(const i4b);
+static const struct {
+    int mt, nw, tn, r, s;
+    i4b_kern k;
+} I4B_TAB[] = {
+    {1, 8, 1, 4, 4, k_i4_bulk<1, 8, 1, 4, 4>}, {1, 4, 1, 4, 4, k_i4_bulk<1, 4, 1, 4, 4>},
+    {1, 8, 1, 4, 2, k_i4_bulk<1, 8, 1, 4, 2>}, {1, 4, 2, 4, 2, k_i4_bulk<1, 4, 2, 4, 2>},
+    {2, 8, 1, 4, 4, k_i4_bulk<2, 8, 1, 4, 4>}, {2, 4, 1, 4, 4, k_i4_bulk<2, 4, 1, 4, 4>},
+    {2, 8, 1, 4, 2, k_i4_bulk<2, 8, 1, 4, 2>}, {2, 4, 2, 4, 2, k_i4_bulk<2, 4, 2, 4, 2>},
+};
+#define I4B_N ((int)(sizeof I4B_TAB / sizeof I4B_TAB[0]))
+static int g_i4b_regs[I4B_N], g_i4b_static[I4B_N];
+static unsigned g_i4b_attr[I4B_N];
+static void i4b_attrs(int ti) { /* registers and static shared memory (read once) */
+    if (!g_i4b_regs[ti]) {
+        cudaFuncAttributes fa;
+        const int ok = cudaFuncGetAttributes(&fa, I4B_TAB[ti].k) == cudaSuccess;
+        cudaGetLastError();
+        g_i4b_static[ti] = ok ? (int)fa.sharedSizeBytes : 1024;
+        g_i4b_regs[ti] = ok && fa.numRegs > 0 ? fa.numRegs : 128;
+    }
+}
+static size_t i4b_maxdyn(cuda_ctx *c, int ti) { /* the opt-in limit less the static shared memory */
+    int optin, smsm;
+    i4v_dev_limits(c, &optin, &smsm);
+    i4b_attrs(ti);
+    return optin > g_i4b_static[ti] ? (size_t)(optin - g_i4b_static[ti]) : 0;
+}
+static int i4b_occupancy(cuda_ctx *c, int ti, size_t smem) { /* resident blocks per SM at smem bytes */
+    i4b_attrs(ti);
+    int optin, smsm;
+    i4v_dev_limits(c, &optin, &smsm);
+    const int nw = I4B_TAB[ti].nw, wregs = (g_i4b_regs[ti] * 32 + 255) / 256 * 256;
+    int occ = 65536 / (wregs * nw);
+    const int by_smem = (int)((size_t)smsm / (smem + (size_t)g_i4b_static[ti] + 1024));
+    if (by_smem < occ) occ = by_smem;
+    if (64 / nw < occ) occ = 64 / nw;
+    return occ < 1 ? 1 : occ;
+}
+/* kind 5: chunks per split, and the shared memory of table entry ti at vt rows */
+static int64_t i4b_per(int64_t KC, int ks) { return (KC + ks - 1) / ks; }
+static size_t i4b_cfg_smem(const quant_wmeta *m, int ti, int ks, int64_t vt) {
+    const int64_t per = i4b_per(m->Kp / 64, ks);
+    int64_t ng = (per - 1) / m->gchunks + 2;
+    if (ng > m->G) ng = m->G;
+    return i4b_smem(I4B_TAB[ti].nw, I4B_TAB[ti].tn, I4B_TAB[ti].r, I4B_TAB[ti].s, vt, per, ng);
+}
+
 #define I4_MAX_CAND 64
 typedef struct i4_run {
     const vsr_bweight *w;
@@ -1465,6 +1751,7 @@ static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (al
     if (cfg.kind == 2) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
     if (cfg.kind == 3) return (NT + cfg.w * cfg.d - 1) / (cfg.w * cfg.d) * cfg.ks;
     if (cfg.kind == 4) return (NT + cfg.u - 1) / cfg.u; /* n-quads (the counters it needs) */
+    if (cfg.kind == 5) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
 }
 
@@ -1511,6 +1798,38 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
             q->counters = (unsigned *)p, q->counters_n = need;
         }
         ws = (float *)q->aux;
+    }
+    if (cfg.kind == 5) {
+        const int ti = cfg.d;
+        const int64_t per = i4b_per(KC, cfg.ks);
+        if (ti < 0 || ti >= I4B_N || I4B_TAB[ti].mt != cfg.mt || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0 ||
+            ((uintptr_t)r->xb & 15) || (r->ldx & 7) || (cfg.ks - 1) * per >= KC)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no bulk-copy streaming kernel for entry %d mt=%d ks=%d (M %lld)",
+                               ti, cfg.mt, cfg.ks, (long long)r->M);
+        if (NT * KC > INT32_MAX / 32 || (int64_t)m->G * m->Np > INT32_MAX || r->M * r->ldx > INT32_MAX)
+            return vsr_err_set(err, VSR_E_UNSUPPORTED, "int4: weight too large for the bulk-copy kernel's 32-bit indices "
+                               "(N %lld K %lld)", (long long)N, (long long)r->w->v.K);
+        const size_t smem = i4b_cfg_smem(m, ti, cfg.ks, r->M), maxdyn = i4b_maxdyn(c, ti);
+        if (smem > maxdyn)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: bulk-copy streaming kernel needs %zu bytes of shared memory (at "
+                               "most %zu)", smem, maxdyn);
+        const int dv = c->device >= 0 && c->device < I4V_MAX_DEV ? c->device : 0;
+        if (!(g_i4b_attr[ti] & (1u << dv))) { /* once per kernel and device */
+            if ((st = cuda_check(c, cudaFuncSetAttribute(I4B_TAB[ti].k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
+                                 "int4 bulk-copy kernel: carveout", err)) ||
+                (st = cuda_check(c, cudaFuncSetAttribute(I4B_TAB[ti].k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         (int)maxdyn),
+                                 "int4 bulk-copy kernel: shared memory attribute", err)))
+                return st;
+            g_i4b_attr[ti] |= 1u << dv;
+        }
+        i4b p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, (int)r->M, (int)N, (int)NT, (int)m->Np,
+                 (int)KC, (int)r->ldx, (int)r->kvalid, m->G, m->gchunks, cfg.ks, (int)per, accumulate, y, ws,
+                 q->counters};
+        const int nwt = I4B_TAB[ti].nw * I4B_TAB[ti].tn;
+        dim3 grid((unsigned)((NT + nwt - 1) / nwt), (unsigned)cfg.ks);
+        I4B_TAB[ti].k<<<grid, I4B_TAB[ti].nw * 32, smem, c->stream>>>(p);
+        return cuda_check_launch(c, "int4 fused (bulk-copy streaming)", err);
     }
     if (cfg.kind == 4) {
         const int ti = i4k_index(cfg.mt, cfg.w, cfg.u);
@@ -1772,6 +2091,58 @@ static void i4_candidates_sk(cuda_ctx *c, i4_run *r, int64_t bucket) {
     }
 }
 
+/* kind 5's list for bucket 1 (<= 8 rows) or 2 (<= 16 rows): the table's kernels of that MT, each with the
+ * splits whose shared memory fits at 8 * bucket rows, no split empty and >= 2 chunks each, at most 16 blocks
+ * per multiprocessor. Depends on the bucket and shape only. */
+static void i4_candidates_bulk(cuda_ctx *c, i4_run *r, int64_t bucket) {
+    static const int KSL[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16};
+    const quant_wmeta *m = r->m;
+    const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
+    r->n = 0;
+    for (int ti = 0; ti < I4B_N; ti++) {
+        if (I4B_TAB[ti].mt != (int)bucket) continue;
+        const int nw = I4B_TAB[ti].nw, tn = I4B_TAB[ti].tn;
+        const int64_t nb = (NT + nw * tn - 1) / (nw * tn);
+        for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
+            const int ks = KSL[b];
+            const int64_t per = i4b_per(KC, ks);
+            if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break; /* no empty split, >= 2 chunks each */
+            if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
+            if (nb * ks > 16 * (int64_t)c->sm_count) break;
+            if (i4b_cfg_smem(m, ti, ks, bucket * 8) > i4b_maxdyn(c, ti)) continue;
+            if (r->n >= I4_MAX_CAND) return;
+            r->cand[r->n] = (i4_cfg){5, (int)bucket, nw, ks, tn, ti};
+            snprintf(r->names[r->n], sizeof r->names[0], "b-mt%d-nw%d-tn%d-r%d-s%d-ks%d", (int)bucket, nw, tn,
+                     I4B_TAB[ti].r, I4B_TAB[ti].s, ks);
+            r->name_ptr[r->n] = r->names[r->n];
+            r->n++;
+        }
+    }
+}
+
+/* kind 5's default (no autotune cache): the candidate with the least estimated time on the busiest
+ * multiprocessor: its blocks times (chunks per warp + a ramp of 8 chunks per block), scaled up when fewer
+ * than 16 warps are resident, plus the split-K partials; at the bucket's rows (depends on the key only) */
+static int i4_default_bulk(cuda_ctx *c, const i4_run *r) {
+    const quant_wmeta *m = r->m;
+    const int64_t KC = m->Kp / 64, N = r->w->v.N, sm = c->sm_count > 0 ? c->sm_count : 1;
+    double best_cost = 1e300;
+    int best = 0;
+    for (int i = 0; i < r->n; i++) {
+        const i4_cfg *g = &r->cand[i];
+        const int ti = g->d;
+        const int64_t per = i4b_per(KC, g->ks), blocks = i4_tiles(r, *g), vt = (int64_t)g->mt * 8;
+        const int occ = i4b_occupancy(c, ti, i4b_cfg_smem(m, ti, g->ks, vt));
+        const int64_t on_sm = (blocks + sm - 1) / sm, resident = on_sm < occ ? on_sm : occ;
+        double warps = (double)(resident * g->w);
+        if (warps > 16) warps = 16;
+        double cost = (double)on_sm * ((double)g->w * g->u * (per + 8)) * (16.0 / warps);
+        if (g->ks > 1) cost += (double)g->ks * vt * N * 8 / 512.0 / sm + 64.0 * g->ks;
+        if (cost < best_cost) best_cost = cost, best = i;
+    }
+    return best;
+}
+
 /* kind 3's default (no autotune cache): the candidate with the least estimated time per multiprocessor,
  * counting for the busiest multiprocessor its blocks' weight chunks and activation staging (L2 bytes at half
  * the cost of weight bytes), scaled up when fewer than 16 warps are resident, plus the split-K partials and
@@ -1969,6 +2340,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
      * rows itself (no staging launch) */
     const int sk = stream && quant_int4_sk_on(); /* the persistent stream-K kernel (kind 4) before both */
     const int v4 = stream && !sk && quant_int4_v4_on();
+    /* the bulk-copy kernel (kind 5, sixth pass): capability 9.0+ (cp.async.bulk, mbarrier transactions) */
+    const int bulk = stream && !sk && !v4 && c->cc_major >= 9 && quant_int4_bulk_on();
     if (fused && !stream && !x) { /* the previous fused kernels read FP32: widen (exact) */
         if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * K), "int4 FP32 activations", err)))
             return st;
@@ -2013,14 +2386,17 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
             }
             if (sk)
                 i4_candidates_sk(c, &r, bucket);
+            else if (bulk)
+                i4_candidates_bulk(c, &r, bucket);
             else
                 i4_candidates_stream(c, &r, bucket);
             if (r.n == 0)
                 return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no streaming int4 configuration fits (N %lld K %lld)",
                                    c->device, w->name, (long long)N, (long long)K);
-            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-p5": the stream-K kernel's */
+            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-p5": the stream-K kernel's;
+             * "-b6": the bulk-copy kernel's */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket, sk ? "p5" : "v3s");
+                     (long long)bucket, sk ? "p5" : bulk ? "b6" : "v3s");
         } else {
             i4_candidates(c, &r, bucket);
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
@@ -2036,7 +2412,11 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                    c->device, w->name, fc, key, r.n);
             choice = fc, src = "forced";
         } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr,
-                                         sk ? 0 : v4 ? i4_default_v4(c, &r) : stream ? i4_default_stream(c, &r) : i4_default(c, &r),
+                                         sk     ? 0
+                                         : v4   ? i4_default_v4(c, &r)
+                                         : bulk ? i4_default_bulk(c, &r)
+                                         : stream ? i4_default_stream(c, &r)
+                                                  : i4_default(c, &r),
                                          i4_tune_launch, &r,
                                          sizeof(float) * (size_t)(r.M * r.w->v.N), &choice, &src, err)))
             return st;
