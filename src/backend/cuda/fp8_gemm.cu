@@ -49,6 +49,7 @@
 #define FG_BK 128 /* bytes = e4m3 elements of K per block: one 128-byte swizzle row */
 #define FG_THREADS 384
 #define FG_BAND 8 /* column tiles per band of the tile order */
+#define FG_EPI 8  /* epilogue column groups (8 columns each) loaded before their stores */
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FG_DEVICE 1
@@ -222,38 +223,42 @@ __global__ void __launch_bounds__(FG_THREADS, 1)
             const int r0 = tm * FG_BM + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
             const float s0 = r0 < M ? sx[r0] : 0.0f, s1 = r1 < M ? sx[r1] : 0.0f;
             float *y0 = y + (int64_t)r0 * N, *y1 = y + (int64_t)r1 * N;
+            /* FG_EPI column groups at a time: their scales and (accumulating) the y they add to are all
+             * loaded before any store, so the loads are in flight together instead of each waiting out
+             * the store before it (the compiler keeps loads and stores to y in program order) */
 #pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
-                const int n = tn * BN + j * 8 + 2 * (lane & 3);
-                if (n >= N) continue;
-                const float w0 = sw[n], w1 = n + 1 < N ? sw[n + 1] : 0.0f;
-                float v00 = acc[4 * j] * s0 * w0, v01 = acc[4 * j + 1] * s0 * w1;
-                float v10 = acc[4 * j + 2] * s1 * w0, v11 = acc[4 * j + 3] * s1 * w1;
-                if (vec && n + 1 < N) {
-                    if (r0 < M) {
-                        float2 o = make_float2(v00, v01);
-                        if (accumulate) {
-                            float2 p = *(const float2 *)(y0 + n);
-                            o.x = p.x + o.x, o.y = p.y + o.y;
+            for (int j0 = 0; j0 < BN / 8; j0 += FG_EPI) {
+                float2 wv[FG_EPI], p0[FG_EPI], p1[FG_EPI];
+#pragma unroll
+                for (int jj = 0; jj < FG_EPI; jj++) {
+                    const int n = tn * BN + (j0 + jj) * 8 + 2 * (lane & 3);
+                    wv[jj] = make_float2(n < N ? sw[n] : 0.0f, n + 1 < N ? sw[n + 1] : 0.0f);
+                    p0[jj] = p1[jj] = make_float2(0.0f, 0.0f);
+                    if (accumulate && vec && n + 1 < N) {
+                        if (r0 < M) p0[jj] = *(const float2 *)(y0 + n);
+                        if (r1 < M) p1[jj] = *(const float2 *)(y1 + n);
+                    }
+                }
+#pragma unroll
+                for (int jj = 0; jj < FG_EPI; jj++) {
+                    const int j = j0 + jj, n = tn * BN + j * 8 + 2 * (lane & 3);
+                    if (n >= N) continue;
+                    const float w0 = wv[jj].x, w1 = wv[jj].y;
+                    float v00 = acc[4 * j] * s0 * w0, v01 = acc[4 * j + 1] * s0 * w1;
+                    float v10 = acc[4 * j + 2] * s1 * w0, v11 = acc[4 * j + 3] * s1 * w1;
+                    if (vec && n + 1 < N) {
+                        if (accumulate) v00 = p0[jj].x + v00, v01 = p0[jj].y + v01, v10 = p1[jj].x + v10, v11 = p1[jj].y + v11;
+                        if (r0 < M) *(float2 *)(y0 + n) = make_float2(v00, v01);
+                        if (r1 < M) *(float2 *)(y1 + n) = make_float2(v10, v11);
+                    } else {
+                        if (r0 < M) {
+                            y0[n] = accumulate ? y0[n] + v00 : v00;
+                            if (n + 1 < N) y0[n + 1] = accumulate ? y0[n + 1] + v01 : v01;
                         }
-                        *(float2 *)(y0 + n) = o;
-                    }
-                    if (r1 < M) {
-                        float2 o = make_float2(v10, v11);
-                        if (accumulate) {
-                            float2 p = *(const float2 *)(y1 + n);
-                            o.x = p.x + o.x, o.y = p.y + o.y;
+                        if (r1 < M) {
+                            y1[n] = accumulate ? y1[n] + v10 : v10;
+                            if (n + 1 < N) y1[n + 1] = accumulate ? y1[n + 1] + v11 : v11;
                         }
-                        *(float2 *)(y1 + n) = o;
-                    }
-                } else {
-                    if (r0 < M) {
-                        y0[n] = accumulate ? y0[n] + v00 : v00;
-                        if (n + 1 < N) y0[n + 1] = accumulate ? y0[n + 1] + v01 : v01;
-                    }
-                    if (r1 < M) {
-                        y1[n] = accumulate ? y1[n] + v10 : v10;
-                        if (n + 1 < N) y1[n + 1] = accumulate ? y1[n + 1] + v11 : v11;
                     }
                 }
             }
