@@ -882,25 +882,32 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
 #pragma unroll
             for (int r = 0; r < 4; r++) xk[n][r] = xq[n][r] = pp[n][r] = 0.0f;
         const bool qk = nb / 2 <= mt; /* column tiles nb, nb+1 touch the lower triangle */
+        /* the first chunk of a sequence starts from S = 0: K S and Q S are zero, only Q K^T is made;
+         * the last one's state update is never read (the state is not kept past the sequence) */
+        const bool first = ci == cf, last = ci + 1 == cl;
         {
             const float *pk = Ks + (mt * 16 + arow) * LDK + acol, *pq = Qs + (mt * 16 + arow) * LDK + acol;
             const float *ps = St + (nb * 8 + brow) * LDK + bcol, *pb = Ks + (nb * 8 + brow) * LDK + bcol;
-            uint32_t ak[4], aq[4], bs[4], bk[4];
-            ldsm4(ak, pk);
+            uint32_t ak[4] = {0, 0, 0, 0}, aq[4], bs[4] = {0, 0, 0, 0}, bk[4];
             ldsm4(aq, pq);
-            ldsm4(bs, ps);
             if (qk) ldsm4(bk, pb);
+            if (!first) {
+                ldsm4(ak, pk);
+                ldsm4(bs, ps);
+            }
             for (int ks = 0; ks < ks_dk; ks++) {
-                uint32_t nk[4], nq[4], ns[4], nbk[4];
+                uint32_t nk[4] = {0, 0, 0, 0}, nq[4], ns[4] = {0, 0, 0, 0}, nbk[4];
                 const int o = ks + 1 < ks_dk ? (ks + 1) * 8 : ks * 8; /* the last step reloads itself */
-                ldsm4(nk, pk + o);
                 ldsm4(nq, pq + o);
-                ldsm4(ns, ps + o);
                 if (qk) ldsm4(nbk, pb + o);
-                mma_tf32(xk[0], ak, bs[0], bs[1]);
-                mma_tf32(xk[1], ak, bs[2], bs[3]);
-                mma_tf32(xq[0], aq, bs[0], bs[1]);
-                mma_tf32(xq[1], aq, bs[2], bs[3]);
+                if (!first) {
+                    ldsm4(nk, pk + o);
+                    ldsm4(ns, ps + o);
+                    mma_tf32(xk[0], ak, bs[0], bs[1]);
+                    mma_tf32(xk[1], ak, bs[2], bs[3]);
+                    mma_tf32(xq[0], aq, bs[0], bs[1]);
+                    mma_tf32(xq[1], aq, bs[2], bs[3]);
+                }
                 if (qk) {
                     mma_tf32(pp[0], aq, bk[0], bk[1]);
                     mma_tf32(pp[1], aq, bk[2], bk[3]);
@@ -973,7 +980,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
                 }
         }
         /* S = exp(gL) S + (k exp(gL - gc))^T Vn over state rows sr..sr+15, columns 8cb..8cb+31 */
-        if (sr < dk) {
+        if (sr < dk && !last) {
 #pragma unroll
             for (int n = 0; n < 4; n++)
 #pragma unroll
