@@ -28,6 +28,9 @@
  * VSR_CUDA_INT4_V4=1 / cuda_quant_force_int4_v4(1); OFF by default (verified, no faster).
  * The persistent stream-K kernel k_i4_sk (fifth pass, kind 4, "-p5" keys) comes before both under
  * VSR_CUDA_INT4_SK=1 / cuda_quant_force_int4_sk(1); OFF by default (verified 2026-11-29c, no faster at 1 row).
+ * The bulk-copy streaming kernel k_i4_bulk (sixth pass, kind 5, "-b6" keys; capability 9.0+) replaces k_i4_stream
+ * under VSR_CUDA_INT4_BULK=1 / cuda_quant_force_int4_bulk(1); OFF by default (verified 2026-11-29c: every test
+ * passes, but no faster: gate_up 1 row 28.1 us from BF16 against 26.5; NOTES "sixth pass").
  * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (ops.cu). */
@@ -70,7 +73,8 @@ extern "C" int cuda_quant_force_int4_sk(int on) {
 }
 
 /* the bulk-copy streaming kernel (kind 5, sixth pass, M <= 16): VSR_CUDA_INT4_BULK=1 (read once) or
- * cuda_quant_force_int4_bulk(1); the stream-K and register-streaming switches, when on, come before it */
+ * cuda_quant_force_int4_bulk(1); the stream-K and register-streaming switches, when on, come before it. OFF by
+ * default: verified on the H200 (2026-11-29c) but no faster than k_i4_stream (NOTES "sixth pass") */
 static int g_int4_bulk = -1;
 static int quant_int4_bulk_on(void) { return cuda_env_switch("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk); }
 extern "C" int cuda_quant_force_int4_bulk(int on) {
