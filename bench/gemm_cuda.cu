@@ -1,7 +1,7 @@
 /* bench/gemm_cuda.cu: GEMM sweep of the CUDA backend's linears on the 27B model's projection
  * shapes: our BF16 (cuBLASLt; GEMM alone and the whole linear with the FP32->BF16 conversion),
- * our FP8 W8A8 linear (activation quantization included; fast accumulation, the default, and
- * fp8_linear_promoted; scaled and unscaled paths; fp8_old = the
+ * our FP8 W8A8 linear (activation quantization included; the default accumulation (promoted) or
+ * fast with VSR_CUDA_FP8_FAST_ACCUM=1, and fp8_linear_promoted; scaled and unscaled paths; fp8_old = the
  * cuBLASLt path with the sm_90a kernel off, fp8_wgmma = that kernel at every row count, fp8_pq_* = the
  * kernel alone on prequantized activations per tile width / accumulation mode), our int4
  * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels

@@ -13,7 +13,7 @@
  *    "bf16-out" (cuBLASLt's scaled product written as BF16, as torch's and vLLM's row-wise FP8 GEMMs
  *    write it, then widened: one more rounding of at most 2^-9 relative per element, ~1.3e-3 RMS,
  *    plus the 3e-4 above); plus 2e-3 x sqrt(max(K, 1024) / 1024) where the path says "fast" (fast
- *    accumulation, the default as in vLLM's FP8 GEMMs on Hopper: the tensor cores' partial sums are
+ *    accumulation, VSR_CUDA_FP8_FAST_ACCUM=1, as in vLLM's FP8 GEMMs on Hopper: the partial sums are
  *    never promoted into FP32, so the error grows like sqrt(K): the own kernel measured 5.7e-4 at
  *    K = 1000-1040); against the FP32 activations times the
  *    dequantized weights (vsr_gemm_bf16_ref on vsr_dequant_fp8_ref): 6e-2 (e4m3 keeps 3
@@ -558,7 +558,7 @@ TEST(fp8_against_reference) {
                     refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
                 }
             vsr_gemm_bf16_ref(x, M, K, wd, N, ref, 0);
-            /* fast accumulation (the default) and promoted, each through every path */
+            /* fast accumulation (VSR_CUDA_FP8_FAST_ACCUM=1) and promoted (the default), each through every path */
             for (int mi = 0; mi < 8; mi++) {
                 const int mode = mi % 4, fast = mi < 4;
                 /* 3: the own sm_90a kernel at every row count (VSR_FP8_GEMM=1; cuBLASLt elsewhere) */

@@ -21,8 +21,9 @@
  * vector scales into FP32, (b) from FP8_BF16_MIN_ROWS rows (every row count when forced), (c). A BF16
  * product rounds each element once more (relative 2^-9 at most); see tests/test_cuda_quant.c.
  * linear_swiglu and keep_product_bf16 read that BF16 product directly (kept_product below; the same bf16_product as the linear).
- * Accumulation: fast by default (CUBLASLT_MATMUL_DESC_FAST_ACCUM, as vLLM's FP8 GEMMs on Hopper),
- * VSR_CUDA_FP8_FAST_ACCUM=0 promotes (quant_common.cu); a plan is per setting, its path says ",fast".
+ * Accumulation: promoted into FP32 by default; VSR_CUDA_FP8_FAST_ACCUM=1 accumulates fast
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM, as vLLM's FP8 GEMMs on Hopper; why it is not the default:
+ * quant_common.cu); a plan is per setting, its path says ",fast".
  * cuBLASLt is asked for up to FP8_ALGOS algorithms; with --autotune-cache each is timed once per
  * shape (kernel "fp8_lt") and the winner recorded, else the heuristic's first is used.
  * Two steps: cuda_fp8_linear quantizes x (fp8_quantize) and calls cuda_fp8_linear_prequant, which a

@@ -47,8 +47,8 @@ int cuda_quant_force_int4_stream(int on);
 struct vsr_bweight;
 vsr_status cuda_quant_int4_linear_bf16(void *ctx, const void *xb, int64_t M, const struct vsr_bweight *w, float *y,
                                        int accumulate, vsr_err *err);
-/* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM; the own kernel's "fast"), 1 on (the default, or
- * VSR_CUDA_FP8_FAST_ACCUM=0: off), for tests and the bench; returns the previous setting. */
+/* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM; the own kernel's "fast"), 1 on, 0 off (the
+ * default, or VSR_CUDA_FP8_FAST_ACCUM=1: on), for tests and the bench; returns the previous setting. */
 int cuda_quant_set_fp8_fast_accum(int on);
 /* The FP8 linear's route on capability 9.0 when VSR_FP8_GEMM is unset (quant_fp8.cu): -1 automatic
  * (the default: timed with --autotune-cache, else cuBLASLt), 0 cuBLASLt, 1 / 2 the own sm_90a kernel
