@@ -463,10 +463,10 @@ extern "C" vsr_status cuda_fp8_upload(cuda_ctx *c, const vsr_weight_view *v, vsr
     return VSR_OK;
 }
 
-/* The own sm_90a kernel (fp8_gemm.cu) is OFF by default: VSR_FP8_GEMM=1 selects it at every row count
- * on capability 9.0; unset or 0 keeps the cuBLASLt paths. Its one H200 sweep (bench/NOTES.md "FP8 wgmma
- * kernel") passed every test but was not faster than the cuBLASLt path as a whole linear: 0.9-1.0x at
- * 4096-8192 rows on the large shapes, slower at 128-1024 rows. */
+/* The own sm_90a kernel (fp8_gemm.cu): VSR_FP8_GEMM=1 puts every FP8 linear on it (FP32 products, its own
+ * width rule) on capability 9.0; 0 keeps every one on cuBLASLt; unset (-1), the route below decides per
+ * shape (timed with --autotune-cache, else cuBLASLt). As a whole linear it is level with cuBLASLt at
+ * 4096-8192 rows and slower at 128-1024 (bench/NOTES.md "FP8 wgmma kernel", "The FP8 route"). */
 static int fp8_wgmma_mode(void) {
     const char *s = getenv("VSR_FP8_GEMM");
     return s && *s ? atoi(s) : -1;
