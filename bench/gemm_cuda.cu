@@ -5,11 +5,9 @@
  * cuBLASLt path with the sm_90a kernel off, fp8_wgmma = that kernel at every row count, fp8_pq_* = the
  * kernel alone on prequantized activations per tile width / accumulation mode), our int4
  * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
- * with the streaming kernel off, int4_v4 / int4_v4_bf16in = the register-streaming kernel forced on (off by
- * default until verified), int4_sk / int4_sk_bf16in = the persistent stream-K kernel forced on,
- * int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass) forced on,
- * int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path). VSR_FP8=0
- * skips the FP8 rows. Writes CSV to stdout:
+ * with the streaming kernel off, int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass)
+ * forced on, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path). VSR_FP8=0 skips the
+ * FP8 rows. Writes CSV to stdout:
  *   variant,shape,K,N,M,us,tflops,tbps
  * us is the median of per-launch event timings; weights rotate over enough copies to exceed
  * the 60 MB L2 several times. tbps counts the weight bytes as stored on the device plus FP32
@@ -27,10 +25,6 @@
 #include "backend/backend_cuda.h"
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
-/* quant_int4.cu: the register-streaming int4 kernel's switch (1 on; 0 the third pass's kernel, the default) */
-extern "C" int cuda_quant_force_int4_v4(int on);
-/* quant_int4.cu: the persistent stream-K int4 kernel's switch (1 on, 0 off) */
-extern "C" int cuda_quant_force_int4_sk(int on);
 /* quant_int4.cu: the bulk-copy streaming int4 kernel's switch (1 on, 0 off) */
 extern "C" int cuda_quant_force_int4_bulk(int on);
 
@@ -397,21 +391,6 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s M %lld int4 prev path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_prev", s, M, us, by_i4, act);
                 cuda_quant_force_int4_stream(1);
-                cuda_quant_force_int4_v4(1); /* the register-streaming kernel (no staging launch) */
-                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
-                fprintf(stderr, "%s M %lld int4 v4 path %s\n", s.name, (long long)M, cuda_quant_last_path());
-                row("int4_v4", s, M, us, by_i4, act);
-                us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
-                row("int4_v4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
-                cuda_quant_force_int4_v4(0);
-                const int sk_was = cuda_quant_force_int4_sk(1); /* int4_sk: the persistent stream-K kernel */
-                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
-                fprintf(stderr, "%s M %lld int4 sk path %s\n", s.name, (long long)M, cuda_quant_last_path());
-                row("int4_sk", s, M, us, by_i4, act);
-                us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
-                fprintf(stderr, "%s M %lld int4 sk bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
-                row("int4_sk_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
-                cuda_quant_force_int4_sk(0);
                 const int bulk_was = cuda_quant_force_int4_bulk(1); /* int4_bulk: the bulk-copy kernel */
                 us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 bulk path %s\n", s.name, (long long)M, cuda_quant_last_path());
@@ -420,7 +399,6 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s M %lld int4 bulk bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_bulk_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
                 cuda_quant_force_int4_bulk(bulk_was);
-                cuda_quant_force_int4_sk(sk_was);
                 us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);

@@ -42,12 +42,8 @@
 struct cuda_ctx;
 vsr_status cuda_fp8_linear_prequant(struct cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
                                     const vsr_bweight *w, float *y, int accumulate, vsr_err *err);
-/* from src/backend/cuda/quant_int4.cu: the register-streaming int4 kernel (<= 16 rows), 1 on, 0 off (the
- * default unless VSR_CUDA_INT4_V4=1: the third pass's streaming kernel); previous value, or -1 if unknown */
-int cuda_quant_force_int4_v4(int on);
-/* the persistent stream-K int4 kernel (<= 16 rows), 1 on, 0 off; previous value, or -1 if unknown */
-int cuda_quant_force_int4_sk(int on);
-/* the bulk-copy streaming int4 kernel (<= 16 rows, sixth pass), 1 on, 0 off; previous value, or -1 if unknown */
+/* from src/backend/cuda/quant_int4.cu: the bulk-copy streaming int4 kernel (<= 16 rows, sixth pass), 1 on, 0 off;
+ * previous value, or -1 if unknown */
 int cuda_quant_force_int4_bulk(int on);
 #endif
 
@@ -259,22 +255,19 @@ TEST(int4_every_candidate) {
                                                        * act-order g64, channel-wise, and the streaming cases */
     static const int64_t rows[] = {1, 5, 8, 16, 33, 256};
     const size_t nc = sizeof cases / sizeof cases[0];
-    int total = 0, total_stream = 0, total_v4 = 0, total_sk = 0, total_bulk = 0;
+    int total = 0, total_stream = 0, total_bulk = 0;
     const int bulk_was = cuda_quant_force_int4_bulk(0);
     const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
     const int has_bulk = cc >= 90; /* the bulk-copy kernel needs capability 9.0+ (else the third pass's runs) */
-    for (size_t cs = 0; cs < 5 * nc; cs++) {
-        /* each case five times: the bulk-copy kernel's list (<= 16 rows; forced on), the persistent
-         * stream-K kernel's (forced on), the register-streaming kernel's (forced on), the third pass's
-         * streaming kernel (the others off), then the previous kernels' (streaming off) */
+    for (size_t cs = 0; cs < 3 * nc; cs++) {
+        /* each case three times: the bulk-copy kernel's list (<= 16 rows; forced on), the third pass's
+         * streaming kernel (bulk-copy off), then the previous kernels' (streaming off) */
         const size_t ci = cs % nc;
-        const int pass = (int)(cs / nc), stream = pass < 4, sk = pass == 1, v4 = pass == 2;
+        const int pass = (int)(cs / nc), stream = pass < 2;
         const int bulk = pass == 0 && has_bulk;
         cuda_quant_force_int4_stream(stream);
         cuda_quant_force_int4_bulk(pass == 0);
-        cuda_quant_force_int4_sk(sk);
-        cuda_quant_force_int4_v4(v4);
         const i4case *c = &I4_CASES[cases[ci]];
         i4w w;
         vsr_bweight *bw;
@@ -306,14 +299,10 @@ TEST(int4_every_candidate) {
                 char path[160];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
-                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !v4 && !sk && !bulk) &&
-                              (strncmp(path, "int4:fused(v-", 13) == 0) == (want_stream && v4) &&
-                              (strncmp(path, "int4:fused(p-", 13) == 0) == (want_stream && sk) &&
+                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !bulk) &&
                               (strncmp(path, "int4:fused(b-", 13) == 0) == (want_stream && bulk),
-                          "case %d M %lld stream %d v4 %d sk %d bulk %d: path %s", cases[ci], (long long)M, stream, v4, sk,
-                          bulk, path);
-                total_stream += want_stream && !v4 && !sk && !bulk, total_v4 += want_stream && v4,
-                    total_sk += want_stream && sk, total_bulk += want_stream && bulk;
+                          "case %d M %lld stream %d bulk %d: path %s", cases[ci], (long long)M, stream, bulk, path);
+                total_stream += want_stream && !bulk, total_bulk += want_stream && bulk;
                 double eb = nerr(y, refb, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
@@ -333,18 +322,12 @@ TEST(int4_every_candidate) {
         i4_free(&w);
     }
     cuda_quant_force_int4_stream(1);
-    cuda_quant_force_int4_v4(1);
     CHECK(cuda_quant_force_int4_stream(2) == -1 && cuda_quant_force_int4_stream(1) == 1);
-    CHECK(cuda_quant_force_int4_v4(-1) == -1 && cuda_quant_force_int4_v4(2) == -1 && cuda_quant_force_int4_v4(0) == 1);
-    CHECK(cuda_quant_force_int4_v4(0) == 0); /* back to the default (off) */
-    CHECK(cuda_quant_force_int4_sk(1) == 0 && cuda_quant_force_int4_sk(-1) == -1 && cuda_quant_force_int4_sk(2) == -1);
-    CHECK(cuda_quant_force_int4_sk(0) == 1); /* back to the default (off) */
-    CHECK_MSG(total_sk >= 40, "only %d stream-K configurations checked", total_sk);
     CHECK(cuda_quant_force_int4_bulk(-1) == -1 && cuda_quant_force_int4_bulk(2) == -1);
     CHECK(cuda_quant_force_int4_bulk(1) == 0 && cuda_quant_force_int4_bulk(bulk_was) == 1); /* back to the default */
     CHECK_MSG(!has_bulk || total_bulk >= 60, "only %d bulk-copy configurations checked", total_bulk);
-    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the stream-K kernel, %d of the "
-           "register-streaming kernel, %d of the third pass's)\n", total, total_bulk, total_sk, total_v4, total_stream);
+    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's)\n", total,
+           total_bulk, total_stream);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or
@@ -412,17 +395,14 @@ static void int4_bf16_entry_pass(void) {
     }
 }
 
-/* the BF16 entry with the default <= 16-row kernel, then with the persistent stream-K kernel forced on, then
- * with the bulk-copy kernel forced on (and stream-K off) */
+/* the BF16 entry with the default <= 16-row kernel, then with the bulk-copy kernel forced on */
 TEST(int4_bf16_entry) {
     const int bulk_was = cuda_quant_force_int4_bulk(0);
     cuda_quant_force_int4_bulk(bulk_was);
-    for (int pass = 0; pass < 3; pass++) {
-        cuda_quant_force_int4_sk(pass == 1);
-        if (pass == 2) cuda_quant_force_int4_bulk(1);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) cuda_quant_force_int4_bulk(1);
         int4_bf16_entry_pass();
     }
-    cuda_quant_force_int4_sk(0);
     cuda_quant_force_int4_bulk(bulk_was);
 }
 

@@ -24,10 +24,9 @@
  * At <= 16 rows, groups computable per 64-column chunk, the weight-streaming kernel k_i4_stream
  * (third pass; per-warp cp.async rings, BF16 activations) replaces both, with its own candidate list
  * ("-v3s" keys); VSR_CUDA_INT4_STREAM=0 / cuda_quant_force_int4_stream(0) keeps the two above.
- * The register-streaming kernel k_i4_v4 (fourth pass, "-v4" keys) replaces k_i4_stream there under
- * VSR_CUDA_INT4_V4=1 / cuda_quant_force_int4_v4(1); OFF by default (verified, no faster).
- * The persistent stream-K kernel k_i4_sk (fifth pass, kind 4, "-p5" keys) comes before both under
- * VSR_CUDA_INT4_SK=1 / cuda_quant_force_int4_sk(1); OFF by default (verified 2026-11-29c, no faster at 1 row).
+ * The fourth and fifth passes' kernels (register-streaming k_i4_v4, kind 3; persistent stream-K k_i4_sk,
+ * kind 4) passed their tests on the H200 but were no faster than k_i4_stream, and were removed (NOTES
+ * "fourth pass", "fifth pass"); kinds 3 and 4 are unused so that kind 5 keeps its number.
  * The bulk-copy streaming kernel k_i4_bulk (sixth pass, kind 5, "-b6" keys; capability 9.0+) replaces k_i4_stream
  * under VSR_CUDA_INT4_BULK=1 / cuda_quant_force_int4_bulk(1); OFF by default (verified 2026-11-29c: every test
  * passes, but no faster: gate_up 1 row 28.1 us from BF16 against 26.5; NOTES "sixth pass").
@@ -47,34 +46,9 @@ extern int quant_forced_int4_path(void);
 extern int quant_forced_int4_cfg(void);
 extern int quant_int4_stream_on(void);
 
-/* the register-streaming kernel (kind 3, M <= 16): OFF unless VSR_CUDA_INT4_V4=1 (read once) or switched on
- * by cuda_quant_force_int4_v4(1), because it has not yet run correctly on a GPU (its one run, 2026-11-29,
- * failed every launch at the shared-memory attribute, fixed since but not re-run); off, the <= 16-row path is
- * k_i4_stream as before (its own list and key) */
-static int g_int4_v4 = -1;
-static int quant_int4_v4_on(void) { return cuda_env_switch("VSR_CUDA_INT4_V4", 0, &g_int4_v4); }
-/* test/bench knob: 1 on, 0 off; returns the previous value, or -1 for an unknown value (nothing changed) */
-extern "C" int cuda_quant_force_int4_v4(int on) {
-    if (on < 0 || on > 1) return -1;
-    const int old = quant_int4_v4_on();
-    g_int4_v4 = on;
-    return old;
-}
-
-/* the persistent stream-K kernel (kind 4, M <= 16): OFF unless VSR_CUDA_INT4_SK=1 (read once) or
- * cuda_quant_force_int4_sk(1); when on it takes precedence over kinds 2 and 3 there */
-static int g_int4_sk = -1;
-static int quant_int4_sk_on(void) { return cuda_env_switch("VSR_CUDA_INT4_SK", 0, &g_int4_sk); }
-extern "C" int cuda_quant_force_int4_sk(int on) {
-    if (on < 0 || on > 1) return -1;
-    const int old = quant_int4_sk_on();
-    g_int4_sk = on;
-    return old;
-}
-
 /* the bulk-copy streaming kernel (kind 5, sixth pass, M <= 16): VSR_CUDA_INT4_BULK=1 (read once) or
- * cuda_quant_force_int4_bulk(1); the stream-K and register-streaming switches, when on, come before it. OFF by
- * default: verified on the H200 (2026-11-29c) but no faster than k_i4_stream (NOTES "sixth pass") */
+ * cuda_quant_force_int4_bulk(1). OFF by default: verified on the H200 (2026-11-29c) but no faster than
+ * k_i4_stream (NOTES "sixth pass") */
 static int g_int4_bulk = -1;
 static int quant_int4_bulk_on(void) { return cuda_env_switch("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk); }
 extern "C" int cuda_quant_force_int4_bulk(int on) {
@@ -738,497 +712,11 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     splitk_sum(p.ws, p.y, p.M, p.N, p.KS, p.accumulate, n0, RB, vt, NW * 32, p.counters + blockIdx.x);
 }
 
-/* ---- the register-streaming kernel (fourth pass, M <= 16) ----
- * Why: k_i4_stream streams 1.5-1.9 TB/s at 1 row and is as slow L2-warm (gate_up 24 us from L2), so it is
- * not short of bytes in flight but of issue: ~107 instructions per 512-byte chunk, a cp.async wait and
- * volatile shared loads that keep every chunk of a warp serial, a separate staging launch for FP32
- * activations (2.5-3.5 us) and per-launch cudaFuncSetAttribute calls. Here:
- *  - weights go global -> registers (ld.global.nc, L1 bypassed, 16 bytes per lane per chunk) in groups of
- *    U chunks, double-buffered: group g+1 is in flight while group g is dequantized and multiplied; the
- *    loads and shared reads are ordinary (non-volatile) so the compiler interleaves chunks;
- *  - the block's activations (M rows x its K slice) are read straight from the caller's FP32 or BF16 rows
- *    (act-order gathered through perm) and written to shared memory already in B-fragment order, so a
- *    lane reads a chunk's 8 fragment words with two 16-byte loads; no staging launch; the first weight
- *    group is issued before the staging so the two latencies overlap;
- *  - scales (u32 bias|scale per group and row) are loaded with their weights, once per SC chunks when two
- *    neighbouring chunks share a group (group a multiple of 128 columns, or channel-wise);
- *  - grid (ceil(NT / (NW * tpw)), KS): each warp owns tpw 16-row n-tiles of its block in turn over the
- *    block's K slice; the register pipeline runs across the n-tiles, so a warp ramps once;
- *    KS > 1: partials to ws and the last block of an n-block adds them in split order (deterministic).
- * Arithmetic per n-tile: the same dequantization (exact subtraction, one rounding of the product) and the
- * same mma order along K as k_i4_stream. Tokens of the 8-token tile beyond M read the last valid row
- * (their outputs are never stored). */
-typedef struct i4v {
-    const uint4 *wq;
-    const uint32_t *sz;
-    const float *x32;        /* FP32 [M, K] (row stride K), or NULL */
-    const __nv_bfloat16 *xb; /* BF16 [M, K] (row stride K), or NULL */
-    const int32_t *perm;     /* act-order: permuted column -> original column (-1 padding), or NULL */
-    int64_t M, K, N, Np, KC;
-    int G, gchunks, KS, per, tpw, accumulate, fastx; /* per: chunks per split; fastx: 16-byte pieces readable */
-    float *y, *ws;
-    unsigned *counters;
-} i4v;
-
-__device__ __forceinline__ uint4 ldg_stream(const uint4 *p) { /* read once: no L1 allocation */
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint32_t bf2_rn(float a, float b) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    return *(uint32_t *)&v;
-}
-
-/* 8 permuted columns [kp, kp + 8) of row t as 4 bf16x2 words (column order within the piece) */
-__device__ __forceinline__ uint4 i4v_piece(const i4v &p, int64_t t, int64_t kp) {
-    if (p.fastx && kp + 8 <= p.K) {
-        if (p.x32) {
-            const float4 a = __ldg((const float4 *)(p.x32 + t * p.K + kp)), b = __ldg((const float4 *)(p.x32 + t * p.K + kp) + 1);
-            return make_uint4(bf2_rn(a.x, a.y), bf2_rn(a.z, a.w), bf2_rn(b.x, b.y), bf2_rn(b.z, b.w));
-        }
-        return __ldg((const uint4 *)(p.xb + t * p.K + kp));
-    }
-    float f[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        const int64_t k = p.perm ? (int64_t)__ldg(p.perm + kp + e) : (kp + e < p.K ? kp + e : -1);
-        f[e] = k < 0 ? 0.0f : (p.x32 ? __ldg(p.x32 + t * p.K + k) : __bfloat162float(p.xb[t * p.K + k]));
-    }
-    return make_uint4(bf2_rn(f[0], f[1]), bf2_rn(f[2], f[3]), bf2_rn(f[4], f[5]), bf2_rn(f[6], f[7]));
-}
-
-/* the load side of a warp's pipeline: the next group's weights (src: lane's uint4 of its first chunk), its
- * scale row, and the group (gq) and chunk within it (gr) of that first chunk */
-typedef struct i4v_ls {
-    const uint4 *src;
-    const uint32_t *srow;
-    int gq, gr;
-} i4v_ls;
-
-/* one group of nvalid (<= U) chunks into w / s0 / s8, then advance the load side by U chunks; a full group
- * is unguarded so the compiler can interleave its loads */
-template <int U, int SC>
-__device__ __forceinline__ void i4v_load(const i4v &p, i4v_ls &ls, int nvalid, uint4 (&w)[U], uint32_t (&s0)[U / SC],
-                                         uint32_t (&s8)[U / SC]) {
-    const int gl = p.G - 1;
-    if (nvalid == U) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            w[u] = ldg_stream(ls.src + u * 32);
-            if (u % SC == 0) {
-                const int64_t g = ls.gq < gl ? ls.gq : gl;
-                s0[u / SC] = __ldg(ls.srow + g * p.Np);
-                s8[u / SC] = __ldg(ls.srow + g * p.Np + 8);
-            }
-            if (u % SC == SC - 1 && (ls.gr += SC) >= p.gchunks) ls.gr -= p.gchunks, ls.gq++;
-        }
-    } else {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (u < nvalid) {
-                w[u] = ldg_stream(ls.src + u * 32);
-                if (u % SC == 0) {
-                    const int64_t g = ls.gq < gl ? ls.gq : gl;
-                    s0[u / SC] = __ldg(ls.srow + g * p.Np);
-                    s8[u / SC] = __ldg(ls.srow + g * p.Np + 8);
-                }
-            }
-            if (u % SC == SC - 1 && (ls.gr += SC) >= p.gchunks) ls.gr -= p.gchunks, ls.gq++;
-        }
-    }
-    ls.src += U * 32;
-}
-
-template <int MT, int SC>
-__device__ __forceinline__ void i4v_chunk(const uint4 &w, uint32_t s0, uint32_t s8, bool newscale,
-                                          const uint4 *const (&xr)[MT], int kl, uint32_t &br, uint32_t &sr,
-                                          uint32_t &br8, uint32_t &sr8, float (&acc)[MT][4]) {
-    if (newscale) {
-        br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232);
-        br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
-    }
-    uint4 blo[MT], bhi[MT];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) blo[mt] = xr[mt][kl * 8], bhi[mt] = xr[mt][kl * 8 + 1];
-    const uint32_t wd[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const uint32_t a0 = dq2s(wd[j], 0, br, sr), a1 = dq2s(wd[j], 1, br8, sr8);
-        const uint32_t a2 = dq2s(wd[j], 2, br, sr), a3 = dq2s(wd[j], 3, br8, sr8);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const uint4 &b = j < 2 ? blo[mt] : bhi[mt];
-            mma16816(acc[mt], a0, a1, a2, a3, (j & 1) ? b.z : b.x, (j & 1) ? b.w : b.y);
-        }
-    }
-}
-
-/* multiply one group (chunks kl .. kl + nvalid - 1 of the block's slice); full groups unguarded */
-template <int MT, int U, int SC>
-__device__ __forceinline__ void i4v_mul(const uint4 (&w)[U], const uint32_t (&s0)[U / SC], const uint32_t (&s8)[U / SC],
-                                        const uint4 *const (&xr)[MT], int kl, int nvalid, float (&acc)[MT][4]) {
-    uint32_t br = 0, sr = 0, br8 = 0, sr8 = 0;
-    if (nvalid == U) {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            i4v_chunk<MT, SC>(w[u], s0[u / SC], s8[u / SC], u % SC == 0, xr, kl + u, br, sr, br8, sr8, acc);
-    } else {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (u < nvalid) i4v_chunk<MT, SC>(w[u], s0[u / SC], s8[u / SC], u % SC == 0, xr, kl + u, br, sr, br8, sr8, acc);
-    }
-}
-
-/* dynamic shared memory of k_i4_v4 at vt rows: the activation rows, (per * 32 + 4) words each */
-static __host__ __device__ inline size_t i4v_smem(int64_t vt, int64_t per) { return (size_t)vt * (size_t)(per * 32 + 4) * 4; }
-
-template <int MT, int NW, int U, int SC>
-__global__ void __launch_bounds__(NW * 32, 8 / NW * 2) k_i4_v4(const i4v p) {
-    static_assert(U % SC == 0 && U % 2 == 0, "U even, a multiple of SC");
-    extern __shared__ __align__(16) uint32_t i4v_sm[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3, r = lane >> 2;
-    const int64_t NT = p.Np / 16;
-    const int z = blockIdx.y;
-    const int64_t kc0 = (int64_t)z * p.per, kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
-    const int nk = (int)(kc1 - kc0); /* >= 1 (the candidate rule leaves no empty split) */
-    const int ng = (nk + U - 1) / U;
-    const int vt = (int)p.M;
-    const int RS = p.per * 32 + 4; /* words per activation row: 4 banks past a multiple of 32 */
-    const int64_t tb0 = (int64_t)blockIdx.x * NW * p.tpw; /* the block's first n-tile */
-    const int64_t rem = NT - tb0 - warp;
-    const int ni = rem <= 0 ? 0 : (int)((rem + NW - 1) / NW < p.tpw ? (rem + NW - 1) / NW : p.tpw); /* this warp's tiles */
-    const int gtot = ni * ng;
-
-    uint4 wA[U], wB[U];
-    uint32_t sA0[U / SC], sA8[U / SC], sB0[U / SC], sB8[U / SC];
-    /* the load side starts at this warp's first tile, chunk kc0; the first group is issued before the
-     * activations are staged, so both latencies overlap */
-    const int gq0 = (int)(kc0 / p.gchunks), gr0 = (int)(kc0 - (int64_t)gq0 * p.gchunks);
-    i4v_ls ls = {p.wq + ((tb0 + warp) * p.KC + kc0) * 32 + lane, p.sz + (tb0 + warp) * 16 + (lane >> 2), gq0, gr0};
-    int lg = 0, litem = 0; /* the group and tile the load side is at */
-    auto advance = [&]() { /* after a group is issued: the next group, or the first of the next tile */
-        if (++lg == ng) {
-            lg = 0, litem++;
-            const int64_t nt = tb0 + (int64_t)litem * NW + warp;
-            ls.src = p.wq + (nt * p.KC + kc0) * 32 + lane, ls.srow = p.sz + nt * 16 + (lane >> 2);
-            ls.gq = gq0, ls.gr = gr0;
-        }
-    };
-    if (gtot > 0) {
-        i4v_load<U, SC>(p, ls, nk < U ? nk : U, wA, sA0, sA8);
-        advance();
-    }
-
-    /* activations -> shared memory in B-fragment order: natural word 4a + e of a chunk (piece a of 8
-     * columns, e its column pair) goes to position 8e + a, so lane (r, q) finds its words 8j + 4h + q at
-     * 8q + 2j + h: two 16-byte loads per chunk */
-    {
-        const int npc = nk * 8, total = vt * npc;
-        for (int base = threadIdx.x; base < total; base += NW * 32 * 4) {
-            uint4 v[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int idx = base + k * NW * 32;
-                if (idx < total) {
-                    const int t = idx / npc, pc = idx - t * npc;
-                    v[k] = i4v_piece(p, t, kc0 * 64 + (int64_t)pc * 8);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int idx = base + k * NW * 32;
-                if (idx < total) {
-                    const int t = idx / npc, pc = idx - t * npc;
-                    uint32_t *d = i4v_sm + (size_t)t * RS + (pc >> 3) * 32 + (pc & 7);
-                    d[0] = v[k].x, d[8] = v[k].y, d[16] = v[k].z, d[24] = v[k].w;
-                }
-            }
-        }
-    }
-    __syncthreads();
-
-    const uint4 *xr[MT];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        const int row = mt * 8 + r < vt ? mt * 8 + r : vt - 1;
-        xr[mt] = (const uint4 *)(i4v_sm + (size_t)row * RS + q * 8);
-    }
-    float acc[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[mt][e] = 0.0f;
-
-    int item = 0, g = 0; /* of group gi (the multiply side) */
-    for (int gi = 0; gi < gtot; gi++) {
-        const int nv = nk - g * U < U ? nk - g * U : U, nvl = nk - lg * U < U ? nk - lg * U : U;
-        if (gi & 1) {
-            if (gi + 1 < gtot) i4v_load<U, SC>(p, ls, nvl, wA, sA0, sA8), advance();
-            i4v_mul<MT, U, SC>(wB, sB0, sB8, xr, g * U, nv, acc);
-        } else {
-            if (gi + 1 < gtot) i4v_load<U, SC>(p, ls, nvl, wB, sB0, sB8), advance();
-            i4v_mul<MT, U, SC>(wA, sA0, sA8, xr, g * U, nv, acc);
-        }
-        if (g == ng - 1) { /* the tile's K slice is done: store, and start the next tile from zero */
-            const int64_t nt = tb0 + (int64_t)item * NW + warp;
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
-                    const int64_t m = mt * 8 + q * 2 + (e & 1);
-                    if (n < p.N && m < p.M) {
-                        if (p.KS == 1)
-                            p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[mt][e] : acc[mt][e];
-                        else
-                            p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[mt][e];
-                    }
-                    acc[mt][e] = 0.0f;
-                }
-        }
-        if (++g == ng) g = 0, item++;
-    }
-    if (p.KS == 1) return;
-    /* split K: the last block to arrive for this n-block adds the partials in split order */
-    if (!splitk_last_block(p.counters + blockIdx.x, p.KS)) return;
-    splitk_sum(p.ws, p.y, p.M, p.N, p.KS, p.accumulate, tb0 * 16, (int64_t)NW * p.tpw * 16, vt, NW * 32,
-               p.counters + blockIdx.x);
-}
-
-/* ---- the persistent stream-K kernel (fifth pass, M <= 16) ----
- * Why (ncu of k_i4_stream at gate_up, 1 row: 544 blocks of 5-per-SM capacity = 0.82 waves, so 16 SMs ran
- * 5 blocks and the rest 4; SM active 71 % of the elapsed cycles; DRAM 33 %): the earlier kernels are bound
- * by uneven blocks per SM, a ramp and a tail, not by DRAM or issue. Here:
- *  - the grid is a whole number of blocks per SM (or fewer, for small shapes), and the work is the
- *    flattened space of units (n-quad of TN 16-row n-tiles, 64-column chunk), quad-major, split into W equal
- *    contiguous ranges, one per warp (warp w: units [w U / W, (w + 1) U / W)): every warp, so every SM,
- *    gets the same number of 512-byte chunks to within TN; no warp waits for another, no barrier;
- *  - each warp streams its range through registers, double-buffered (the next unit's TN weight chunks,
- *    their scales and the unit's activation B fragments in flight while this unit is multiplied); the
- *    B fragments are read straight from the BF16 rows (L1/L2: shared by every warp) and reused for the
- *    unit's TN n-tiles; no shared memory;
- *  - a warp's range covers at most two partial n-quads (its first and last): a quad covered by one warp is
- *    stored directly; otherwise each piece goes to the warp's record (2 per warp), the last piece to arrive
- *    (per-quad counter) adds the pieces in warp order and stores: deterministic, timing-independent.
- * Dequantization and mma per n-tile and chunk exactly as k_i4_stream (exact subtraction, one rounding).
- * Needs groups computable per 64-column chunk (gchunks > 0). Tokens of the 8-token tile beyond M read the
- * last valid row (never stored); n-tiles of the last quad beyond NT re-read the last tile (never stored). */
-typedef struct i4k {
-    const uint4 *wq;
-    const uint32_t *sz;
-    const __nv_bfloat16 *x; /* bf16 [M, ldx], permuted column order, 4-byte aligned rows (ldx even) */
-    int M, N, NT, Np, KC, ldx, kvalid; /* columns >= kvalid read as zero (kvalid a multiple of 8) */
-    int U, W;                          /* units ceil(NT / TN) * KC; warps of the grid (32-bit: the launcher checks) */
-    int G, gchunks, accumulate;
-    float *y, *ws;                     /* ws: 2 records per warp of TN * 16 * M floats */
-    unsigned *counters;                /* one per n-quad, zero between launches */
-} i4k;
-
-template <int MT, int TN> struct i4k_buf {
-    uint4 w[TN];
-    uint32_t s0[TN], s8[TN];
-    uint32_t b[MT][8];
-};
-
-/* the load side: unit (nq, kc), its group g and the chunk's place gr in it */
-typedef struct i4k_ls {
-    int nq, kc, g, gr;
-} i4k_ls;
-
-template <int MT, int TN>
-__device__ __forceinline__ void i4k_load(const i4k &p, const i4k_ls &ls, int lane, i4k_buf<MT, TN> &B) {
-    const int r = lane >> 2, q = lane & 3;
-    const int g = ls.g < p.G - 1 ? ls.g : p.G - 1;
-#pragma unroll
-    for (int t = 0; t < TN; t++) {
-        const int tile = ls.nq * TN + t < p.NT ? ls.nq * TN + t : p.NT - 1;
-        B.w[t] = ldg_stream(p.wq + (((size_t)(tile * p.KC + ls.kc)) << 5) + lane);
-        const uint32_t *sp = p.sz + (size_t)(g * p.Np + tile * 16 + r);
-        B.s0[t] = __ldg(sp), B.s8[t] = __ldg(sp + 8);
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        const int row = mt * 8 + r < p.M ? mt * 8 + r : p.M - 1;
-        const uint32_t *xp = (const uint32_t *)(p.x + (size_t)(row * p.ldx)) + (ls.kc * 32 + q);
-        const int col = ls.kc * 64 + 2 * q; /* + 8v: a column pair is all valid or all padding */
-#pragma unroll
-        for (int v = 0; v < 8; v++) B.b[mt][v] = col + 8 * v < p.kvalid ? __ldg(xp + 4 * v) : 0u;
-    }
-}
-__device__ __forceinline__ void i4k_advance(const i4k &p, i4k_ls &ls) {
-    if (++ls.gr == p.gchunks) ls.gr = 0, ls.g++;
-    if (++ls.kc == p.KC) ls.kc = 0, ls.nq++, ls.g = 0, ls.gr = 0;
-}
-
-template <int MT, int TN>
-__device__ __forceinline__ void i4k_mul(const i4k_buf<MT, TN> &B, float (&acc)[TN][MT][4]) {
-#pragma unroll
-    for (int t = 0; t < TN; t++) {
-        const uint32_t br = prmt(B.s0[t], 0x1010), sr = prmt(B.s0[t], 0x3232);
-        const uint32_t br8 = prmt(B.s8[t], 0x1010), sr8 = prmt(B.s8[t], 0x3232);
-        const uint32_t wd[4] = {B.w[t].x, B.w[t].y, B.w[t].z, B.w[t].w};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const uint32_t a0 = dq2s(wd[j], 0, br, sr), a1 = dq2s(wd[j], 1, br8, sr8);
-            const uint32_t a2 = dq2s(wd[j], 2, br, sr), a3 = dq2s(wd[j], 3, br8, sr8);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) mma16816(acc[t][mt], a0, a1, a2, a3, B.b[mt][2 * j], B.b[mt][2 * j + 1]);
-        }
-    }
-}
-
-/* first unit of warp w's range, and the warp owning unit x (the last warp whose range starts at or before x) */
-__device__ __forceinline__ int i4k_start(const i4k &p, int w) { return (int)((int64_t)w * p.U / p.W); }
-__device__ __forceinline__ int i4k_owner(const i4k &p, int x) {
-    return (int)(((int64_t)(x + 1) * p.W + p.U - 1) / p.U) - 1;
-}
-
-/* y (+)= v for the lane's elements of n-quad nq */
-template <int MT, int TN>
-__device__ __forceinline__ void i4k_store(const i4k &p, int nq, int lane, const float (&v)[TN][MT][4]) {
-    const int r = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int t = 0; t < TN; t++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int tile = nq * TN + t, n = tile * 16 + r + ((e & 2) ? 8 : 0), m = mt * 8 + q * 2 + (e & 1);
-                if (tile < p.NT && n < p.N && m < p.M) {
-                    float *d = p.y + (size_t)m * p.N + n;
-                    *d = p.accumulate ? *d + v[t][mt][e] : v[t][mt][e];
-                }
-            }
-}
-
-/* n-quad nq's piece of warp wid (range from u0) is done (acc): store it when the warp holds the whole quad;
- * else write it to the warp's record (0: the piece that starts the range, 1: the other) and count it in;
- * true when it was the quad's last piece to arrive: the warp then adds the pieces after its loop (i4k_sum) */
-template <int MT, int TN>
-__device__ __forceinline__ bool i4k_flush(const i4k &p, int wid, int u0, int nq, int lane, const float (&acc)[TN][MT][4]) {
-    const int r = lane >> 2, q = lane & 3;
-    const int base = nq * p.KC;
-    const int wa = i4k_owner(p, base), wb = i4k_owner(p, base + p.KC - 1);
-    if (wa == wb) {
-        i4k_store<MT, TN>(p, nq, lane, acc);
-        return false;
-    }
-    float *mine = p.ws + ((size_t)wid * 2 + (base <= u0 ? 0 : 1)) * ((size_t)TN * 16 * p.M); /* [t][m][16 rows] */
-#pragma unroll
-    for (int t = 0; t < TN; t++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int m = mt * 8 + q * 2 + (e & 1);
-                if (m < p.M) __stcg(mine + (t * p.M + m) * 16 + r + ((e & 2) ? 8 : 0), acc[t][mt][e]);
-            }
-    __threadfence();
-    __syncwarp();
-    int npieces = 0; /* warps of [wa, wb] with a non-empty range */
-    for (int w = wa; w <= wb; w++) npieces += i4k_start(p, w) < i4k_start(p, w + 1);
-    unsigned prev = 0;
-    if (lane == 0) prev = atomicAdd(p.counters + nq, 1u);
-    prev = __shfl_sync(0xffffffffu, prev, 0);
-    return prev == (unsigned)npieces - 1;
-}
-
-/* n-quad nq, whose last piece this warp wrote: y (+)= its pieces added in warp order (the sum does not
- * depend on who arrived last); the counter reset for the next launch (stream-ordered) */
-template <int MT, int TN> __device__ __forceinline__ void i4k_sum(const i4k &p, int nq, int lane) {
-    const int r = lane >> 2, q = lane & 3;
-    const int base = nq * p.KC;
-    const int wa = i4k_owner(p, base), wb = i4k_owner(p, base + p.KC - 1);
-    __threadfence();
-    float s[TN][MT][4];
-#pragma unroll
-    for (int t = 0; t < TN; t++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[t][mt][e] = 0.0f;
-    for (int w = wa; w <= wb; w++) {
-        const int sw = i4k_start(p, w);
-        if (sw >= i4k_start(p, w + 1)) continue;
-        const float *pr = p.ws + ((size_t)w * 2 + (sw < base ? 1 : 0)) * ((size_t)TN * 16 * p.M);
-#pragma unroll
-        for (int t = 0; t < TN; t++)
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int m = mt * 8 + q * 2 + (e & 1);
-                    if (m < p.M) s[t][mt][e] += __ldcg(pr + (t * p.M + m) * 16 + r + ((e & 2) ? 8 : 0));
-                }
-    }
-    i4k_store<MT, TN>(p, nq, lane, s);
-    if (lane == 0) p.counters[nq] = 0;
-}
-
-/* after multiplying unit (cnq, ckc), the i-th of the warp's n: flush at the end of a quad or of the range;
- * a quad whose last piece this was goes to pend (at most two: a range has at most two partial quads) */
-template <int MT, int TN>
-__device__ __forceinline__ void i4k_step(const i4k &p, int wid, int u0, int i, int n, int &cnq, int &ckc, int lane,
-                                         float (&acc)[TN][MT][4], int &pend0, int &pend1) {
-    if (ckc == p.KC - 1 || i == n - 1) {
-        if (i4k_flush<MT, TN>(p, wid, u0, cnq, lane, acc)) {
-            if (pend0 < 0) pend0 = cnq;
-            else pend1 = cnq;
-        }
-#pragma unroll
-        for (int t = 0; t < TN; t++)
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
-    }
-    if (++ckc == p.KC) ckc = 0, cnq++;
-}
-
-template <int MT, int NW, int TN, int MINB>
-__global__ void __launch_bounds__(NW * 32, MINB) k_i4_sk(const i4k p) {
-    const int lane = threadIdx.x & 31;
-    const int wid = (int)blockIdx.x * NW + (int)(threadIdx.x >> 5);
-    if (wid >= p.W) return;
-    const int u0 = i4k_start(p, wid), n = i4k_start(p, wid + 1) - u0;
-    if (n <= 0) return;
-    i4k_ls ls;
-    ls.nq = u0 / p.KC, ls.kc = u0 - ls.nq * p.KC;
-    ls.g = ls.kc / p.gchunks, ls.gr = ls.kc - ls.g * p.gchunks;
-    int cnq = ls.nq, ckc = ls.kc;
-    int pend0 = -1, pend1 = -1;
-    float acc[TN][MT][4];
-#pragma unroll
-    for (int t = 0; t < TN; t++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
-    i4k_buf<MT, TN> A, B;
-    i4k_load<MT, TN>(p, ls, lane, A);
-    i4k_advance(p, ls);
-    for (int i = 0; i < n; i += 2) {
-        if (i + 1 < n) i4k_load<MT, TN>(p, ls, lane, B), i4k_advance(p, ls);
-        i4k_mul<MT, TN>(A, acc);
-        i4k_step<MT, TN>(p, wid, u0, i, n, cnq, ckc, lane, acc, pend0, pend1);
-        if (i + 1 >= n) break;
-        if (i + 2 < n) i4k_load<MT, TN>(p, ls, lane, A), i4k_advance(p, ls);
-        i4k_mul<MT, TN>(B, acc);
-        i4k_step<MT, TN>(p, wid, u0, i + 1, n, cnq, ckc, lane, acc, pend0, pend1);
-    }
-    if (pend0 >= 0) i4k_sum<MT, TN>(p, pend0, lane);
-    if (pend1 >= 0) i4k_sum<MT, TN>(p, pend1, lane);
-}
-
 /* ---- the bulk-copy streaming kernel (sixth pass, kind 5, M <= 16) ----
- * Why (ncu, NOTES fifth pass): k_i4_stream, k_i4_v4 and k_i4_sk all stop at 1.6-1.8 TB/s with DRAM ~33 %
- * busy: 107-130 instructions per 512-byte chunk at ~2 IPC and ~1.1 eligible warps of 16, so issue per byte
- * and latency hiding bind, not bytes alone. Here the weights never pass through registers on the way in and
- * the per-chunk work is the dequantization and little else:
+ * Why (ncu, NOTES fifth pass): k_i4_stream, k_i4_v4 and k_i4_sk (the last two since removed) all stop at
+ * 1.6-1.8 TB/s with DRAM ~33 % busy: 107-130 instructions per 512-byte chunk at ~2 IPC and ~1.1 eligible
+ * warps of 16, so issue per byte and latency hiding bind, not bytes alone. Here the weights never pass
+ * through registers on the way in and the per-chunk work is the dequantization and little else:
  *  - each warp streams its n-tiles' K slice (TN tiles x `per` chunks, contiguous per tile in the repacked
  *    layout) through its own shared-memory ring of R stages of S chunks per tile, each stage one
  *    cp.async.bulk per tile issued by lane 0 onto the stage's mbarrier (complete_tx): NW * R * S * TN * 512
@@ -1515,11 +1003,12 @@ __global__ void __launch_bounds__(256) k_i4_unpack16(const uint4 *__restrict__ w
 
 /* ---- configurations ----
  * kind 0: k_i4_fused (staged fragments, warps split K inside a block), w warps;
- * kind 1: k_i4_shared (activations shared in shared memory, one n-tile per warp), w = NW warps. */
+ * kind 1: k_i4_shared (activations shared in shared memory, one n-tile per warp), w = NW warps;
+ * kind 2: k_i4_stream; kind 5: k_i4_bulk (3 and 4 were the removed fourth and fifth passes). */
 
 typedef struct i4_cfg {
-    int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kind 2's n-tiles per warp (TN); kind 3's U */
-    int d;                  /* kind 2: ring slots per warp; kind 3: n-tiles per warp in turn (tpw) */
+    int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kinds 2 and 5: n-tiles per warp (TN) */
+    int d;                  /* kind 2: ring slots per warp; kind 5: the entry of I4B_TAB */
 } i4_cfg;
 
 typedef void (*i4_kern)(const uint4 *, const uint32_t *, const int4 *, const uint4 *, int64_t, int64_t, int64_t,
@@ -1569,119 +1058,26 @@ static i4t_kern i4t_kernel_for(int mt, int nw, int tn, int d) {
     return NULL;
 }
 
-/* kind 3, the register-streaming kernel (M <= 16): MT token tiles, NW warps, U chunks per register group, SC
- * chunks per scale load (2 where neighbouring chunks share a group) */
-typedef void (*i4v_kern)(const i4v);
-static const struct {
-    int mt, nw, u, sc;
-    i4v_kern k;
-} I4V_TAB[] = {
-    /* U = 8 only where the scales are shared by chunk pairs at one token tile: the other U = 8 builds spill
-     * (ptxas: 56-116 bytes at the 128-register cap) */
-    {1, 8, 8, 2, k_i4_v4<1, 8, 8, 2>}, {1, 4, 8, 2, k_i4_v4<1, 4, 8, 2>}, {1, 8, 4, 1, k_i4_v4<1, 8, 4, 1>},
-    {1, 4, 4, 1, k_i4_v4<1, 4, 4, 1>}, {2, 8, 4, 2, k_i4_v4<2, 8, 4, 2>}, {2, 4, 4, 2, k_i4_v4<2, 4, 4, 2>},
-    {2, 8, 4, 1, k_i4_v4<2, 8, 4, 1>}, {2, 4, 4, 1, k_i4_v4<2, 4, 4, 1>},
-};
-#define I4V_N ((int)(sizeof I4V_TAB / sizeof I4V_TAB[0]))
-#define I4V_MAX_DEV 16
-/* per table entry: registers (read once), and on which devices the shared-memory attributes are set (once,
- * not per launch: the third pass set them on every call) */
-static int g_i4v_regs[I4V_N], g_i4v_static[I4V_N];
-static unsigned g_i4v_attr[I4V_N];
-static int g_i4v_optin[I4V_MAX_DEV], g_i4v_smsm[I4V_MAX_DEV];
-
-static int i4v_index(int mt, int nw, int u, int sc) {
-    for (int i = 0; i < I4V_N; i++)
-        if (I4V_TAB[i].mt == mt && I4V_TAB[i].nw == nw && I4V_TAB[i].u == u && I4V_TAB[i].sc == sc) return i;
-    return -1;
-}
+#define I4_MAX_DEV 16
+static int g_i4_optin[I4_MAX_DEV], g_i4_smsm[I4_MAX_DEV];
 /* the device's opt-in shared memory per block and shared memory per multiprocessor (read once per device) */
-static void i4v_dev_limits(cuda_ctx *c, int *optin, int *smsm) {
-    const int d = c->device >= 0 && c->device < I4V_MAX_DEV ? c->device : 0;
-    if (!g_i4v_optin[d]) {
+static void i4_dev_limits(cuda_ctx *c, int *optin, int *smsm) {
+    const int d = c->device >= 0 && c->device < I4_MAX_DEV ? c->device : 0;
+    if (!g_i4_optin[d]) {
         int a = 0, b = 0;
         if (cudaDeviceGetAttribute(&a, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess || a <= 0)
             a = 48 * 1024, cudaGetLastError();
         if (cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerMultiprocessor, c->device) != cudaSuccess || b <= 0)
             b = a, cudaGetLastError();
-        g_i4v_smsm[d] = b, g_i4v_optin[d] = a;
+        g_i4_smsm[d] = b, g_i4_optin[d] = a;
     }
-    *optin = g_i4v_optin[d], *smsm = g_i4v_smsm[d];
-}
-/* registers and static shared memory of table entry ti (read once) */
-static void i4v_attrs(int ti) {
-    if (!g_i4v_regs[ti]) {
-        cudaFuncAttributes fa;
-        const int ok = cudaFuncGetAttributes(&fa, I4V_TAB[ti].k) == cudaSuccess;
-        cudaGetLastError();
-        g_i4v_static[ti] = ok ? (int)fa.sharedSizeBytes : 1024;
-        g_i4v_regs[ti] = ok && fa.numRegs > 0 ? fa.numRegs : 128;
-    }
-}
-/* the most dynamic shared memory entry ti may ask for: the opt-in limit less its static shared memory (the
- * first GPU run set the attribute to the whole opt-in limit, which the runtime refuses: invalid argument) */
-static size_t i4v_maxdyn(cuda_ctx *c, int ti) {
-    int optin, smsm;
-    i4v_dev_limits(c, &optin, &smsm);
-    i4v_attrs(ti);
-    return optin > g_i4v_static[ti] ? (size_t)(optin - g_i4v_static[ti]) : 0;
-}
-/* resident blocks per multiprocessor of table entry ti at smem bytes (registers in 256-register warp units) */
-static int i4v_occupancy(cuda_ctx *c, int ti, size_t smem) {
-    i4v_attrs(ti);
-    int optin, smsm;
-    i4v_dev_limits(c, &optin, &smsm);
-    const int nw = I4V_TAB[ti].nw, wregs = (g_i4v_regs[ti] * 32 + 255) / 256 * 256;
-    int occ = 65536 / (wregs * nw);
-    const int by_smem = (int)((size_t)smsm / (smem + (size_t)g_i4v_static[ti] + 1024));
-    if (by_smem < occ) occ = by_smem;
-    if (64 / nw < occ) occ = 64 / nw;
-    return occ < 1 ? 1 : occ;
+    *optin = g_i4_optin[d], *smsm = g_i4_smsm[d];
 }
 
 static i4s_kern i4s_kernel_for(int mt, int nw, int u) {
     for (size_t i = 0; i < sizeof I4S_TAB / sizeof I4S_TAB[0]; i++)
         if (I4S_TAB[i].mt == mt && I4S_TAB[i].nw == nw && I4S_TAB[i].u == u) return I4S_TAB[i].k;
     return NULL;
-}
-
-/* kind 5 in the docs' numbering = kind 4 here: the persistent stream-K kernel (M <= 16): MT token tiles, NW
- * warps, TN n-tiles per unit; MINB blocks per SM in the register cap (128 registers, 168 for the last) */
-typedef void (*i4k_kern)(const i4k);
-static const struct {
-    int mt, nw, tn;
-    i4k_kern k;
-} I4K_TAB[] = {
-    {1, 4, 4, k_i4_sk<1, 4, 4, 4>}, {1, 8, 4, k_i4_sk<1, 8, 4, 2>}, {1, 4, 2, k_i4_sk<1, 4, 2, 4>},
-    {2, 4, 2, k_i4_sk<2, 4, 2, 4>}, {2, 8, 2, k_i4_sk<2, 8, 2, 2>}, {2, 4, 4, k_i4_sk<2, 4, 4, 3>},
-};
-#define I4K_N ((int)(sizeof I4K_TAB / sizeof I4K_TAB[0]))
-static int g_i4k_occ[I4K_N][I4V_MAX_DEV]; /* resident blocks per SM (read once per kernel and device) */
-static int i4k_index(int mt, int nw, int tn) {
-    for (int i = 0; i < I4K_N; i++)
-        if (I4K_TAB[i].mt == mt && I4K_TAB[i].nw == nw && I4K_TAB[i].tn == tn) return i;
-    return -1;
-}
-static int i4k_occupancy(cuda_ctx *c, int ti) {
-    const int d = c->device >= 0 && c->device < I4V_MAX_DEV ? c->device : 0;
-    if (!g_i4k_occ[ti][d]) {
-        int occ = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, I4K_TAB[ti].k, I4K_TAB[ti].nw * 32, 0) != cudaSuccess ||
-            occ < 1)
-            occ = 1, cudaGetLastError();
-        g_i4k_occ[ti][d] = occ;
-    }
-    return g_i4k_occ[ti][d];
-}
-/* kind 4's grid: d > 0: d blocks per SM (at most the resident count), d == 0: about 8 units per warp; never
- * more warps than units */
-static int64_t i4k_blocks(cuda_ctx *c, const quant_wmeta *m, int ti, int d) {
-    const int nw = I4K_TAB[ti].nw, tn = I4K_TAB[ti].tn, occ = i4k_occupancy(c, ti);
-    const int64_t U = (m->Np / 16 + tn - 1) / tn * (m->Kp / 64), sm = c->sm_count > 0 ? c->sm_count : 1;
-    int64_t b = d > 0 ? sm * (d < occ ? d : occ) : U / (nw * 8);
-    if (b > sm * occ) b = sm * occ;
-    if (b > (U + nw - 1) / nw) b = (U + nw - 1) / nw;
-    return b < 1 ? 1 : b;
 }
 
 /* kind 5, the bulk-copy streaming kernel (M <= 16): MT token tiles, NW warps, TN n-tiles per warp, R ring
@@ -1710,14 +1106,14 @@ static void i4b_attrs(int ti) { /* registers and static shared memory (read once
 }
 static size_t i4b_maxdyn(cuda_ctx *c, int ti) { /* the opt-in limit less the static shared memory */
     int optin, smsm;
-    i4v_dev_limits(c, &optin, &smsm);
+    i4_dev_limits(c, &optin, &smsm);
     i4b_attrs(ti);
     return optin > g_i4b_static[ti] ? (size_t)(optin - g_i4b_static[ti]) : 0;
 }
 static int i4b_occupancy(cuda_ctx *c, int ti, size_t smem) { /* resident blocks per SM at smem bytes */
     i4b_attrs(ti);
     int optin, smsm;
-    i4v_dev_limits(c, &optin, &smsm);
+    i4_dev_limits(c, &optin, &smsm);
     const int nw = I4B_TAB[ti].nw, wregs = (g_i4b_regs[ti] * 32 + 255) / 256 * 256;
     int occ = 65536 / (wregs * nw);
     const int by_smem = (int)((size_t)smsm / (smem + (size_t)g_i4b_static[ti] + 1024));
@@ -1740,8 +1136,7 @@ typedef struct i4_run {
     const quant_wmeta *m;
     const float *x;   /* the caller's FP32 activations (kind 1 reads them directly) */
     const uint4 *xf;  /* staged fragments (kind 0), filled by i4_launch */
-    const __nv_bfloat16 *xb; /* kind 2: bf16 [M, ldx] in permuted order, columns >= kvalid read as zero */
-    const __nv_bfloat16 *xbin; /* kind 3: the caller's BF16 [M, K] (x NULL), read and gathered in the kernel */
+    const __nv_bfloat16 *xb; /* kinds 2, 5: bf16 [M, ldx] in permuted order, columns >= kvalid read as zero */
     int64_t ldx, kvalid;
     int64_t M, Mt;
     i4_cfg cand[I4_MAX_CAND];
@@ -1753,17 +1148,8 @@ typedef struct i4_run {
 static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
     if (cfg.kind == 2) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
-    if (cfg.kind == 3) return (NT + cfg.w * cfg.d - 1) / (cfg.w * cfg.d) * cfg.ks;
-    if (cfg.kind == 4) return (NT + cfg.u - 1) / cfg.u; /* n-quads (the counters it needs) */
     if (cfg.kind == 5) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
-}
-
-/* kind 3: chunks per split: ceil(KC / ks) rounded up to even (a scale load may serve a chunk pair) */
-static int64_t i4v_per(int64_t KC, int ks, int u) {
-    (void)u;
-    const int64_t per = (KC + ks - 1) / ks;
-    return per + (per & 1);
 }
 
 /* kind 2: shared memory of a configuration at vt rows (per: chunks per split) */
@@ -1817,7 +1203,7 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         if (smem > maxdyn)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: bulk-copy streaming kernel needs %zu bytes of shared memory (at "
                                "most %zu)", smem, maxdyn);
-        const int dv = c->device >= 0 && c->device < I4V_MAX_DEV ? c->device : 0;
+        const int dv = c->device >= 0 && c->device < I4_MAX_DEV ? c->device : 0;
         if (!(g_i4b_attr[ti] & (1u << dv))) { /* once per kernel and device */
             if ((st = cuda_check(c, cudaFuncSetAttribute(I4B_TAB[ti].k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
                                  "int4 bulk-copy kernel: carveout", err)) ||
@@ -1834,72 +1220,6 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         dim3 grid((unsigned)((NT + nwt - 1) / nwt), (unsigned)cfg.ks);
         I4B_TAB[ti].k<<<grid, I4B_TAB[ti].nw * 32, smem, c->stream>>>(p);
         return cuda_check_launch(c, "int4 fused (bulk-copy streaming)", err);
-    }
-    if (cfg.kind == 4) {
-        const int ti = i4k_index(cfg.mt, cfg.w, cfg.u);
-        if (ti < 0 || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0 || ((uintptr_t)r->xb & 3) || (r->ldx & 1))
-            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no persistent stream-K kernel for mt=%d nw=%d tn=%d (M %lld)",
-                               cfg.mt, cfg.w, cfg.u, (long long)r->M);
-        const int64_t NQ = (NT + cfg.u - 1) / cfg.u, U = NQ * KC, blocks = i4k_blocks(c, m, ti, cfg.d);
-        const int64_t W = blocks * cfg.w;
-        if (U > INT32_MAX || W > INT32_MAX || NT * KC > INT32_MAX || (int64_t)m->G * m->Np > INT32_MAX)
-            return vsr_err_set(err, VSR_E_UNSUPPORTED, "int4: weight too large for the stream-K kernel's 32-bit indices "
-                               "(N %lld K %lld)", (long long)N, (long long)r->w->v.K);
-        /* 2 records per warp of TN x 16 x M floats; one counter per n-quad (zero between launches) */
-        if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)(2 * W * cfg.u * 16 * r->M),
-                             "int4 stream-K partials", err)))
-            return st;
-        if ((size_t)NQ > q->counters_n) {
-            if (q->counters) {
-                if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), "int4: synchronize", err))) return st;
-                cudaFree(q->counters);
-                q->counters = NULL, q->counters_n = 0;
-            }
-            void *pc;
-            if ((st = cuda_check(c, cudaMalloc(&pc, (size_t)NQ * sizeof(unsigned)), "int4 stream-K counters: cudaMalloc",
-                                 err)))
-                return st;
-            if ((st = cuda_check(c, cudaMemsetAsync(pc, 0, (size_t)NQ * sizeof(unsigned), c->stream),
-                                 "int4 counters: memset", err))) {
-                cudaFree(pc);
-                return st;
-            }
-            q->counters = (unsigned *)pc, q->counters_n = (size_t)NQ;
-        }
-        i4k p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, (int)r->M, (int)N, (int)NT, (int)m->Np,
-                 (int)KC, (int)r->ldx, (int)r->kvalid, (int)U, (int)W, m->G, m->gchunks, accumulate, y, (float *)q->aux,
-                 q->counters};
-        I4K_TAB[ti].k<<<(unsigned)blocks, cfg.w * 32, 0, c->stream>>>(p);
-        return cuda_check_launch(c, "int4 fused (persistent stream-K)", err);
-    }
-    if (cfg.kind == 3) {
-        const int sc = (m->G == 1 || m->gchunks % 2 == 0) ? 2 : 1;
-        const int ti = i4v_index(cfg.mt, cfg.w, cfg.u, sc);
-        const int64_t per = i4v_per(KC, cfg.ks, cfg.u);
-        if (ti < 0 || r->M > cfg.mt * 8 || (!r->x && !r->xbin) || m->gchunks <= 0 || (cfg.ks - 1) * per >= KC)
-            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no register-streaming kernel for mt=%d nw=%d u=%d ks=%d (M %lld)",
-                               cfg.mt, cfg.w, cfg.u, cfg.ks, (long long)r->M);
-        const size_t smem = i4v_smem(r->M, per);
-        const int dv = c->device >= 0 && c->device < I4V_MAX_DEV ? c->device : 0;
-        const size_t maxdyn = i4v_maxdyn(c, ti);
-        if (smem > maxdyn)
-            return vsr_err_set(err, VSR_E_INTERNAL, "int4: register-streaming kernel needs %zu bytes of shared memory (at "
-                               "most %zu)", smem, maxdyn);
-        if (!(g_i4v_attr[ti] & (1u << dv))) { /* once per kernel and device: the opt-in maximum less static */
-            if ((st = cuda_check(c, cudaFuncSetAttribute(I4V_TAB[ti].k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
-                                 "int4 register-streaming kernel: carveout", err)) ||
-                (st = cuda_check(c, cudaFuncSetAttribute(I4V_TAB[ti].k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         (int)maxdyn),
-                                 "int4 register-streaming kernel: shared memory attribute", err)))
-                return st;
-            g_i4v_attr[ti] |= 1u << dv;
-        }
-        const int fastx = !r->w->g_idx && ((uintptr_t)(r->x ? (const void *)r->x : (const void *)r->xbin) & 15) == 0;
-        i4v p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->x, r->x ? NULL : r->xbin, r->w->g_idx, r->M,
-                 r->w->v.K, N, m->Np, KC, m->G, m->gchunks, cfg.ks, (int)per, cfg.d, accumulate, fastx, y, ws, q->counters};
-        dim3 grid((unsigned)((NT + cfg.w * cfg.d - 1) / (cfg.w * cfg.d)), (unsigned)cfg.ks);
-        I4V_TAB[ti].k<<<grid, cfg.w * 32, smem, c->stream>>>(p);
-        return cuda_check_launch(c, "int4 fused (register streaming)", err);
     }
     if (cfg.kind == 2) {
         i4t_kern k = i4t_kernel_for(cfg.mt, cfg.w, cfg.u, cfg.d);
@@ -2029,72 +1349,6 @@ static void i4_candidates_stream(cuda_ctx *c, i4_run *r, int64_t bucket) {
     }
 }
 
-/* kind 3's list for bucket 1 (<= 8 rows) or 2 (<= 16 rows): the table's kernels of that MT and this weight's
- * scale sharing, n-tiles per warp 1, 2, 4 and the splits whose shared memory fits at 8 * bucket rows, no
- * split empty; no split, then grids from half a wave of multiprocessors to 12 blocks per multiprocessor. Depends on the
- * bucket and shape only (never on M), so the autotune key holds. */
-static void i4_candidates_v4(cuda_ctx *c, i4_run *r, int64_t bucket) {
-    static const int KSL[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16};
-    static const int TPW[] = {1, 2, 4};
-    const quant_wmeta *m = r->m;
-    const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
-    const int sc = (m->G == 1 || m->gchunks % 2 == 0) ? 2 : 1;
-    r->n = 0;
-    for (int ti = 0; ti < I4V_N; ti++) {
-        if (I4V_TAB[ti].mt != (int)bucket || I4V_TAB[ti].sc != sc) continue;
-        const int nw = I4V_TAB[ti].nw, u = I4V_TAB[ti].u;
-        for (size_t a = 0; a < sizeof TPW / sizeof TPW[0]; a++) {
-            const int tpw = TPW[a];
-            const int64_t nb = (NT + nw * tpw - 1) / (nw * tpw);
-            if (tpw > 1 && (NT + nw * (tpw / 2) - 1) / (nw * (tpw / 2)) == nb) break; /* no fewer blocks than tpw/2 */
-            for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
-                const int ks = KSL[b];
-                const int64_t per = i4v_per(KC, ks, u);
-                if (ks > 1 && (ks - 1) * per >= KC) break; /* an empty split */
-                if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
-                if (nb * ks > 12 * (int64_t)c->sm_count) break;
-                if (i4v_smem(bucket * 8, per) > i4v_maxdyn(c, ti)) continue;
-                const int64_t nextper = b + 1 < sizeof KSL / sizeof KSL[0] ? i4v_per(KC, KSL[b + 1], u) : 0;
-                const int last = b + 1 == sizeof KSL / sizeof KSL[0] || (KSL[b + 1] - 1) * nextper >= KC;
-                /* ks 1 always (no reduction); more splits only from half a wave up, or the last split possible */
-                if (ks > 1 && nb * ks * 2 < c->sm_count && !last) continue;
-                if (r->n >= I4_MAX_CAND) return;
-                r->cand[r->n] = (i4_cfg){3, (int)bucket, nw, ks, u, tpw};
-                snprintf(r->names[r->n], sizeof r->names[0], "v-mt%d-nw%d-u%d-tp%d-ks%d", (int)bucket, nw, u, tpw, ks);
-                r->name_ptr[r->n] = r->names[r->n];
-                r->n++;
-            }
-        }
-    }
-}
-
-/* kind 4's list for bucket 1 (<= 8 rows) or 2 (<= 16 rows): the table's kernels of that MT, each with as
- * many blocks per SM as are resident, half that, one, and ~8 units per warp (fewer warps: fewer partial
- * pieces on small shapes). Depends on the bucket and shape only. */
-static void i4_candidates_sk(cuda_ctx *c, i4_run *r, int64_t bucket) {
-    r->n = 0;
-    for (int ti = 0; ti < I4K_N; ti++) {
-        if (I4K_TAB[ti].mt != (int)bucket) continue;
-        const int occ = i4k_occupancy(c, ti);
-        const int ds[4] = {occ, occ / 2, 1, 0};
-        int64_t prev[4] = {-1, -1, -1, -1};
-        for (int a = 0; a < 4; a++) {
-            if (a < 3 && ds[a] < 1) continue;
-            const int64_t b = i4k_blocks(c, r->m, ti, ds[a]);
-            int dup = 0;
-            for (int k = 0; k < a; k++) dup |= prev[k] == b;
-            prev[a] = b;
-            if (dup) continue;
-            if (r->n >= I4_MAX_CAND) return;
-            r->cand[r->n] = (i4_cfg){4, (int)bucket, I4K_TAB[ti].nw, 1, I4K_TAB[ti].tn, ds[a]};
-            snprintf(r->names[r->n], sizeof r->names[0], "p-mt%d-nw%d-tn%d-b%d", (int)bucket, I4K_TAB[ti].nw,
-                     I4K_TAB[ti].tn, ds[a]);
-            r->name_ptr[r->n] = r->names[r->n];
-            r->n++;
-        }
-    }
-}
-
 /* kind 5's list for bucket 1 (<= 8 rows) or 2 (<= 16 rows): the table's kernels of that MT, each with the
  * splits whose shared memory fits at 8 * bucket rows, no split empty and >= 2 chunks each, at most 16 blocks
  * per multiprocessor. Depends on the bucket and shape only. */
@@ -2141,36 +1395,6 @@ static int i4_default_bulk(cuda_ctx *c, const i4_run *r) {
         double warps = (double)(resident * g->w);
         if (warps > 16) warps = 16;
         double cost = (double)on_sm * ((double)g->w * g->u * (per + 8)) * (16.0 / warps);
-        if (g->ks > 1) cost += (double)g->ks * vt * N * 8 / 512.0 / sm + 64.0 * g->ks;
-        if (cost < best_cost) best_cost = cost, best = i;
-    }
-    return best;
-}
-
-/* kind 3's default (no autotune cache): the candidate with the least estimated time per multiprocessor,
- * counting for the busiest multiprocessor its blocks' weight chunks and activation staging (L2 bytes at half
- * the cost of weight bytes), scaled up when fewer than 16 warps are resident, plus the split-K partials and
- * a fixed cost per split for the last block's reduction; all at the bucket's rows and FP32 activations, so
- * the choice depends on the autotune key alone (both entries, any M of the bucket, pick the same) */
-static int i4_default_v4(cuda_ctx *c, const i4_run *r) {
-    const quant_wmeta *m = r->m;
-    const int64_t KC = m->Kp / 64, N = r->w->v.N, sm = c->sm_count > 0 ? c->sm_count : 1;
-    const int sc = (m->G == 1 || m->gchunks % 2 == 0) ? 2 : 1;
-    double best_cost = 1e300;
-    int best = 0;
-    for (int i = 0; i < r->n; i++) {
-        const i4_cfg *g = &r->cand[i];
-        const int ti = i4v_index(g->mt, g->w, g->u, sc);
-        if (ti < 0) continue;
-        const int64_t per = i4v_per(KC, g->ks, g->u), blocks = i4_tiles(r, *g);
-        const int64_t vt = (int64_t)g->mt * 8; /* the bucket's rows, not M: the choice depends on the key only */
-        const int occ = i4v_occupancy(c, ti, i4v_smem(vt, per));
-        const int64_t on_sm = (blocks + sm - 1) / sm; /* blocks of the busiest multiprocessor */
-        const int64_t resident = on_sm < occ ? on_sm : occ;
-        double warps = (double)(resident * g->w);
-        if (warps > 16) warps = 16;
-        const double act = (double)vt * per * 64 * 4 / 512.0 * 0.5; /* FP32 rows, in 512-byte chunks */
-        double cost = (double)on_sm * ((double)g->w * g->d * per + act) * (16.0 / warps);
         if (g->ks > 1) cost += (double)g->ks * vt * N * 8 / 512.0 / sm + 64.0 * g->ks;
         if (cost < best_cost) best_cost = cost, best = i;
     }
@@ -2339,13 +1563,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
     /* the streaming kernel (kind 2) at <= 16 rows, groups computable per chunk; VSR_CUDA_INT4_STREAM=0 or
      * cuda_quant_force_int4_stream(0) keeps the previous fused kernels (their own candidate list and key) */
     const int stream = fused && M <= 16 && m->gchunks > 0 && quant_int4_stream_on();
-    /* within it, the register-streaming kernel (kind 3, fourth pass) when VSR_CUDA_INT4_V4=1 or
-     * cuda_quant_force_int4_v4(1) (off by default until verified on a GPU): it reads the caller's FP32 or BF16
-     * rows itself (no staging launch) */
-    const int sk = stream && quant_int4_sk_on(); /* the persistent stream-K kernel (kind 4) before both */
-    const int v4 = stream && !sk && quant_int4_v4_on();
     /* the bulk-copy kernel (kind 5, sixth pass): capability 9.0+ (cp.async.bulk, mbarrier transactions) */
-    const int bulk = stream && !sk && !v4 && c->cc_major >= 9 && quant_int4_bulk_on();
+    const int bulk = stream && c->cc_major >= 9 && quant_int4_bulk_on();
     if (fused && !stream && !x) { /* the previous fused kernels read FP32: widen (exact) */
         if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * K), "int4 FP32 activations", err)))
             return st;
@@ -2361,16 +1580,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
         int64_t bucket = 1;
         while (bucket < Mt) bucket *= 2;
         char key[96];
-        if (v4) {
-            r.xbin = xb;
-            i4_candidates_v4(c, &r, bucket);
-            if (r.n == 0)
-                return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no register-streaming int4 configuration fits (N %lld "
-                                   "K %lld)", c->device, w->name, (long long)N, (long long)K);
-            /* "-v4": this kernel's list */
-            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v4", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket);
-        } else if (stream) {
+        if (stream) {
             /* BF16 rows in permuted order: the caller's in place when they are (no act-order, 16-byte
              * aligned), else one staging pass (FP32 -> BF16, or a BF16 gather) into [M, Kp] */
             if (xb && !w->g_idx && ((uintptr_t)xb & 15) == 0) {
@@ -2388,19 +1598,17 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                 if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
                 r.xb = (const __nv_bfloat16 *)q->act, r.ldx = Kp, r.kvalid = Kp;
             }
-            if (sk)
-                i4_candidates_sk(c, &r, bucket);
-            else if (bulk)
+            if (bulk)
                 i4_candidates_bulk(c, &r, bucket);
             else
                 i4_candidates_stream(c, &r, bucket);
             if (r.n == 0)
                 return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no streaming int4 configuration fits (N %lld K %lld)",
                                    c->device, w->name, (long long)N, (long long)K);
-            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-p5": the stream-K kernel's;
-             * "-b6": the bulk-copy kernel's */
+            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's
+             * (the removed kernels' "-v4" and "-p5" entries in a cache are never asked for) */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket, sk ? "p5" : bulk ? "b6" : "v3s");
+                     (long long)bucket, bulk ? "b6" : "v3s");
         } else {
             i4_candidates(c, &r, bucket);
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
@@ -2416,9 +1624,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                    c->device, w->name, fc, key, r.n);
             choice = fc, src = "forced";
         } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr,
-                                         sk     ? 0
-                                         : v4   ? i4_default_v4(c, &r)
-                                         : bulk ? i4_default_bulk(c, &r)
+                                         bulk     ? i4_default_bulk(c, &r)
                                          : stream ? i4_default_stream(c, &r)
                                                   : i4_default(c, &r),
                                          i4_tune_launch, &r,
