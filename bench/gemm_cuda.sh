@@ -28,7 +28,8 @@ if [ "${1:-}" = build ]; then
   nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc -DVSR_HAVE_CUDA=1 \
     -c -o $BUILD/gemm_cuda.o bench/gemm_cuda.cu
   g++ -O2 -pthread -o $Q/gemm_cuda $BUILD/gemm_cuda.o $BUILD/libvsr.a $LIBS
-  grep -qx "/$Q/" .git/info/exclude 2>/dev/null || echo "/$Q/" >> .git/info/exclude
+  ex=$(git rev-parse --git-path info/exclude 2>/dev/null) && { grep -qx "/$Q/" "$ex" 2>/dev/null || echo "/$Q/" >> "$ex"; }
+  pwd > $Q/build_root   # see tools/gpu/cuda_env.sh
   ls -la $Q
   exit 0
 fi

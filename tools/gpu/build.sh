@@ -25,6 +25,7 @@ cc $CFLAGS -o $G/bench_cuda tools/gpu/bench_cuda.c $G/libvsr.a $LIBS
 cc $CFLAGS -o $G/mkfixture tools/gpu/mkfixture.c $G/libvsr.a $LIBS
 rm $G/libvsr.a
 cp tools/gpu/run_tests.sh $G/
-[ -d .git ] && { grep -qx "/$G/" .git/info/exclude 2>/dev/null || echo "/$G/" >> .git/info/exclude; }
+ex=$(git rev-parse --git-path info/exclude 2>/dev/null) && { grep -qx "/$G/" "$ex" 2>/dev/null || echo "/$G/" >> "$ex"; }
 strip $G/test_cuda_* $G/bench_cuda $G/mkfixture
+pwd > $G/build_root   # the data directory compiled in is $(pwd)/data: cuda_env.sh links it there
 ls -la $G

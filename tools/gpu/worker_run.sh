@@ -28,8 +28,9 @@ if [ "${1:-}" = build ]; then
     case "$l" in "$PWD"/.gpuw/*|.gpuw/*) continue ;; esac   # already carried (a rebuild)
     cp -L "$l" .gpuw/lib/
   done
-  [ -d .git ] && { grep -qx '/.gpuw/' .git/info/exclude 2>/dev/null || echo '/.gpuw/' >> .git/info/exclude; }
+  ex=$(git rev-parse --git-path info/exclude 2>/dev/null) && { grep -qx '/.gpuw/' "$ex" 2>/dev/null || echo '/.gpuw/' >> "$ex"; }
   strip .gpuw/vllm-srun .gpuw/test_cuda_*
+  pwd > .gpuw/build_root   # see cuda_env.sh
   du -sh .gpuw; ls .gpuw .gpuw/lib
   exit 0
 fi
