@@ -508,6 +508,29 @@ static void quant_rows(const float *x, int64_t M, int64_t K, uint8_t *q, float *
     }
 }
 
+/* FP8 test weights: random BF16 [N, K] (row magnitudes 1-7 x 0.05) quantized per channel (e4m3 wq, BF16 ws) */
+static void fp8_weights(int64_t N, int64_t K, uint16_t *wb, uint8_t *wq, uint16_t *ws) {
+    for (int64_t i = 0; i < N * K; i++) wb[i] = f2bf(frand() * 0.05f * (1 + (i % 7)));
+    vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
+}
+
+/* FP8 test activations x [M, K] (row 1 all zero when M > 2: scale 1), their per-row quantization (xq,
+ * sx, as the GPU makes them) and refq = the product of the same quantized operands in double, scaled */
+static void fp8_acts_ref(int64_t M, int64_t N, int64_t K, const uint8_t *wq, const uint16_t *ws, float *x, uint8_t *xq,
+                         float *sx, float *refq) {
+    for (int64_t i = 0; i < M * K; i++) x[i] = frand() * (1 + (i % 5));
+    if (M > 2)
+        for (int64_t k = 0; k < K; k++) x[1 * K + k] = 0;
+    quant_rows(x, M, K, xq, sx);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)vsr_e4m3fn_to_f32(xq[m * K + k]) * vsr_e4m3fn_to_f32(wq[n * K + k]);
+            refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
+        }
+}
+
 /* the device is a Hopper H100/H200 (capability 9.0): the own FP8 wgmma kernel applies */
 static int fp8_is_sm90(void) {
     int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0);
@@ -528,8 +551,7 @@ TEST(fp8_against_reference) {
         uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *wd = malloc(sizeof(uint16_t) * (size_t)(N * K));
         uint8_t *wq = malloc((size_t)(N * K));
         uint16_t *ws = malloc(sizeof(uint16_t) * (size_t)N);
-        for (int64_t i = 0; i < N * K; i++) wb[i] = f2bf(frand() * 0.05f * (1 + (i % 7)));
-        vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
+        fp8_weights(N, K, wb, wq, ws);
         vsr_dequant_fp8_ref(wq, ws, N, K, wd);
         vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.fp8"};
         vsr_bweight *bw = NULL;
@@ -546,17 +568,7 @@ TEST(fp8_against_reference) {
             uint8_t *xq = malloc((size_t)(M * K));
             float *refq = malloc(sizeof(float) * (size_t)(M * N)), *ref = malloc(sizeof(float) * (size_t)(M * N));
             float *y = malloc(sizeof(float) * (size_t)(M * N)), *y2 = malloc(sizeof(float) * (size_t)(M * N));
-            for (int64_t i = 0; i < M * K; i++) x[i] = frand() * (1 + (i % 5));
-            if (M > 2) /* an all-zero row (scale 1) */
-                for (int64_t k = 0; k < K; k++) x[1 * K + k] = 0;
-            quant_rows(x, M, K, xq, sx);
-            for (int64_t m = 0; m < M; m++)
-                for (int64_t n = 0; n < N; n++) {
-                    double s = 0;
-                    for (int64_t k = 0; k < K; k++)
-                        s += (double)vsr_e4m3fn_to_f32(xq[m * K + k]) * vsr_e4m3fn_to_f32(wq[n * K + k]);
-                    refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
-                }
+            fp8_acts_ref(M, N, K, wq, ws, x, xq, sx, refq);
             vsr_gemm_bf16_ref(x, M, K, wd, N, ref, 0);
             /* fast accumulation (VSR_CUDA_FP8_FAST_ACCUM=1) and promoted (the default), each through every path */
             for (int mi = 0; mi < 8; mi++) {
@@ -633,20 +645,9 @@ TEST(fp8_wgmma_prequant) {
         float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
         float *refq = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
         float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
-        for (int64_t i = 0; i < N * K; i++) wb[i] = f2bf(frand() * 0.05f * (1 + (i % 7)));
-        vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
-        for (int64_t i = 0; i < M * K; i++) x[i] = frand() * (1 + (i % 5));
-        if (M > 2)
-            for (int64_t k = 0; k < K; k++) x[1 * K + k] = 0;
-        quant_rows(x, M, K, xq, sx);
+        fp8_weights(N, K, wb, wq, ws);
+        fp8_acts_ref(M, N, K, wq, ws, x, xq, sx, refq);
         for (int64_t m = 0; m < M; m++) memcpy(xqp + m * Kp, xq + m * K, (size_t)K);
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++) {
-                double s = 0;
-                for (int64_t k = 0; k < K; k++)
-                    s += (double)vsr_e4m3fn_to_f32(xq[m * K + k]) * vsr_e4m3fn_to_f32(wq[n * K + k]);
-                refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
-            }
         for (int64_t i = 0; i < M * N; i++) y0[i] = frand();
         vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.fp8w"};
         vsr_bweight *bw = NULL;
@@ -736,18 +737,8 @@ TEST(fp8_route) {
     float *refq = malloc(sizeof(float) * (size_t)(M * N)), *ra = malloc(sizeof(float) * (size_t)(M * N));
     float *y = malloc(sizeof(float) * (size_t)(M * N)), *y2 = malloc(sizeof(float) * (size_t)(M * N));
     float *y0 = malloc(sizeof(float) * (size_t)(M * N)), *ylt = malloc(sizeof(float) * (size_t)(M * N));
-    for (int64_t i = 0; i < N * K; i++) wb[i] = f2bf(frand() * 0.05f * (1 + (i % 7)));
-    vsr_quantize_fp8_rtn(wb, N, K, wq, ws);
-    for (int64_t i = 0; i < M * K; i++) x[i] = frand() * (1 + (i % 5));
-    for (int64_t k = 0; k < K; k++) x[1 * K + k] = 0;
-    quant_rows(x, M, K, xq, sx);
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t n = 0; n < N; n++) {
-            double s = 0;
-            for (int64_t k = 0; k < K; k++)
-                s += (double)vsr_e4m3fn_to_f32(xq[m * K + k]) * vsr_e4m3fn_to_f32(wq[n * K + k]);
-            refq[m * N + n] = (float)(s * sx[m] * bf2f(ws[n]));
-        }
+    fp8_weights(N, K, wb, wq, ws);
+    fp8_acts_ref(M, N, K, wq, ws, x, xq, sx, refq);
     for (int64_t i = 0; i < M * N; i++) y0[i] = frand(), ra[i] = refq[i] + y0[i];
     vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.route"};
     vsr_bweight *bw = NULL;
