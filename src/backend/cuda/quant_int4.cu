@@ -1297,10 +1297,12 @@ static i4t_kern i4t_kernel_for(int mt, int nw, int tn, int d) {
 }
 
 #define I4_MAX_DEV 16
+/* the slot of this device in the per-device "done" bitmasks and tables (devices past I4_MAX_DEV share 0) */
+static inline int i4_dev_slot(const cuda_ctx *c) { return c->device >= 0 && c->device < I4_MAX_DEV ? c->device : 0; }
 static int g_i4_optin[I4_MAX_DEV], g_i4_smsm[I4_MAX_DEV];
 /* the device's opt-in shared memory per block and shared memory per multiprocessor (read once per device) */
 static void i4_dev_limits(cuda_ctx *c, int *optin, int *smsm) {
-    const int d = c->device >= 0 && c->device < I4_MAX_DEV ? c->device : 0;
+    const int d = i4_dev_slot(c);
     if (!g_i4_optin[d]) {
         int a = 0, b = 0;
         if (cudaDeviceGetAttribute(&a, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess || a <= 0)
@@ -1382,6 +1384,25 @@ static const struct {
 #define I4BQ_N ((int)(sizeof I4BQ_TAB / sizeof I4BQ_TAB[0]))
 static int g_i4bq_static[I4BQ_N];
 static unsigned g_i4bq_attr[I4BQ_N];
+
+
+/* All of the SM's shared memory as carveout, and the dynamic limit maxdyn, for kernel k: set once per kernel
+ * and device (bit i4_dev_slot in *done) */
+static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size_t maxdyn, const char *what,
+                                vsr_err *err) {
+    const unsigned bit = 1u << i4_dev_slot(c);
+    if (*done & bit) return VSR_OK;
+    char msg[96];
+    vsr_status st;
+    snprintf(msg, sizeof msg, "%s: carveout", what);
+    if ((st = cuda_check(c, cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100), msg, err)))
+        return st;
+    snprintf(msg, sizeof msg, "%s: shared memory attribute", what);
+    if ((st = cuda_check(c, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)maxdyn), msg, err)))
+        return st;
+    *done |= bit;
+    return VSR_OK;
+}
 static size_t g_i4bq_occ_smem[I4BQ_N][I4_MAX_DEV];
 static int g_i4bq_occ[I4BQ_N][I4_MAX_DEV];
 static size_t i4bq_maxdyn(cuda_ctx *c, int ti) { /* the opt-in limit less the static shared memory (read once) */
@@ -1487,16 +1508,8 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         if (smem > maxdyn)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: bulk-copy streaming kernel needs %zu bytes of shared memory (at "
                                "most %zu)", smem, maxdyn);
-        const int dv = c->device >= 0 && c->device < I4_MAX_DEV ? c->device : 0;
-        if (!(g_i4b_attr[ti] & (1u << dv))) { /* once per kernel and device */
-            if ((st = cuda_check(c, cudaFuncSetAttribute(I4B_TAB[ti].k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
-                                 "int4 bulk-copy kernel: carveout", err)) ||
-                (st = cuda_check(c, cudaFuncSetAttribute(I4B_TAB[ti].k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         (int)maxdyn),
-                                 "int4 bulk-copy kernel: shared memory attribute", err)))
-                return st;
-            g_i4b_attr[ti] |= 1u << dv;
-        }
+        if ((st = i4_attrs_once(c, (const void *)I4B_TAB[ti].k, &g_i4b_attr[ti], maxdyn, "int4 bulk-copy kernel", err)))
+            return st;
         i4b p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, (int)r->M, (int)N, (int)NT, (int)m->Np,
                  (int)KC, (int)r->ldx, (int)r->kvalid, m->G, m->gchunks, cfg.ks, (int)per, accumulate, y, ws,
                  q->counters};
@@ -1521,16 +1534,10 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         if (smem > maxdyn)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: persistent bulk-copy kernel needs %zu bytes of shared memory "
                                "(at most %zu)", smem, maxdyn);
-        const int dv = c->device >= 0 && c->device < I4_MAX_DEV ? c->device : 0;
-        if (!(g_i4bq_attr[ti] & (1u << dv))) { /* once per kernel and device */
-            if ((st = cuda_check(c, cudaFuncSetAttribute(I4BQ_TAB[ti].k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
-                                 "int4 persistent bulk-copy kernel: carveout", err)) ||
-                (st = cuda_check(c, cudaFuncSetAttribute(I4BQ_TAB[ti].k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         (int)maxdyn),
-                                 "int4 persistent bulk-copy kernel: shared memory attribute", err)))
-                return st;
-            g_i4bq_attr[ti] |= 1u << dv;
-        }
+        if ((st = i4_attrs_once(c, (const void *)I4BQ_TAB[ti].k, &g_i4bq_attr[ti], maxdyn,
+                                "int4 persistent bulk-copy kernel", err)))
+            return st;
+        const int dv = i4_dev_slot(c);
         /* resident blocks per SM at this shared memory: asked of the runtime once per kernel, device and size */
         if (g_i4bq_occ_smem[ti][dv] != smem || g_i4bq_occ[ti][dv] <= 0) {
             int occ = 0;
