@@ -96,6 +96,29 @@ __device__ __forceinline__ void splitk_sum(const float *ws, float *y, int64_t M,
     if (threadIdx.x == 0) *counter = 0;
 }
 
+/* A warp's finished mma.m16n8k16 accumulators, TN n-tiles of 16 rows from tile0 x MT token tiles of 8
+ * (lane: rows r, r + 8 of a tile, tokens 2q, 2q + 1 of a token tile), into y (KS == 1: stored, or added
+ * when accumulating) or into split z's partials ws[z][m][n]; nothing for tiles >= NT, rows >= N,
+ * tokens >= M, or a warp that is not active. I: the kernel's index type. */
+template <int TN, int MT, typename I>
+__device__ __forceinline__ void i4_store_frags(const float (&acc)[TN][MT][4], bool active, I tile0, I NT, int r, int q,
+                                               I M, I N, int KS, int z, int accumulate, float *y, float *ws) {
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const I n = (tile0 + t) * 16 + r + ((e & 2) ? 8 : 0);
+                const I m = mt * 8 + q * 2 + (e & 1);
+                if (!active || tile0 + t >= NT || n >= N || m >= M) continue;
+                if (KS == 1)
+                    y[(size_t)m * N + n] = accumulate ? y[(size_t)m * N + n] + acc[t][mt][e] : acc[t][mt][e];
+                else
+                    ws[((size_t)z * M + m) * N + n] = acc[t][mt][e];
+            }
+}
+
 /* one thread per (n-tile, 64-column chunk, lane): build that lane's uint4 */
 __global__ void k_i4_repack(const uint32_t *__restrict__ packed, int64_t N, int64_t K, const int32_t *__restrict__ perm,
                             int64_t NT, int64_t KC, uint4 *__restrict__ out) {
@@ -692,20 +715,7 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     }
     cp_wait<0>();
 
-#pragma unroll
-    for (int t = 0; t < TN; t++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t n = (ntb + t) * 16 + r + ((e & 2) ? 8 : 0);
-                const int64_t m = mt * 8 + q * 2 + (e & 1);
-                if (ntb + t >= NT || n >= p.N || m >= p.M) continue;
-                if (p.KS == 1)
-                    p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
-                else
-                    p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
-            }
+    i4_store_frags<TN, MT, int64_t>(acc, true, ntb, NT, r, q, p.M, p.N, p.KS, z, p.accumulate, p.y, p.ws);
     if (p.KS == 1) return;
     /* split K: the last block to arrive for this n-block adds the partials in split order */
     if (!splitk_last_block(p.counters + blockIdx.x, p.KS)) return;
@@ -916,20 +926,7 @@ __global__ void __launch_bounds__(NW * 32) k_i4_bulk(const i4b p) {
         }
     }
 
-#pragma unroll
-    for (int t = 0; t < TN; t++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int n = (wt0 + t) * 16 + r + ((e & 2) ? 8 : 0);
-                const int m = mt * 8 + q * 2 + (e & 1);
-                if (!wact || wt0 + t >= p.NT || n >= p.N || m >= p.M) continue;
-                if (p.KS == 1)
-                    p.y[(size_t)m * p.N + n] = p.accumulate ? p.y[(size_t)m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
-                else
-                    p.ws[((size_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
-            }
+    i4_store_frags<TN, MT, int>(acc, wact, wt0, p.NT, r, q, p.M, p.N, p.KS, z, p.accumulate, p.y, p.ws);
     if (p.KS == 1) return;
     /* split K: the last block to arrive for this n-block adds the partials in split order */
     if (!splitk_last_block(p.counters + blockIdx.x, p.KS)) return;
@@ -1153,20 +1150,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) k_i4_bulkp(const i4bq p) {
             if (lane == 0 && pit < p.items) pissue(slot);
         }
 
-#pragma unroll
-        for (int t = 0; t < TN; t++)
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int n = (wt0 + t) * 16 + r + ((e & 2) ? 8 : 0);
-                    const int m = mt * 8 + q * 2 + (e & 1);
-                    if (wt0 + t >= p.NT || n >= p.N || m >= p.M) continue;
-                    if (p.KS == 1)
-                        p.y[(size_t)m * p.N + n] = p.accumulate ? p.y[(size_t)m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
-                    else
-                        p.ws[((size_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
-                }
+        i4_store_frags<TN, MT, int>(acc, true, wt0, p.NT, r, q, p.M, p.N, p.KS, z, p.accumulate, p.y, p.ws);
         /* split K: the last item of this n-block to arrive adds the partials in split order (block-uniform) */
         if (p.KS > 1 && splitk_last_block(p.counters + nbk, p.KS))
             splitk_sum(p.ws, p.y, p.M, p.N, p.KS, p.accumulate, (int64_t)nbk * RB, RB, vt, NW * 32, p.counters + nbk);
