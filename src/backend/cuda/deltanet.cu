@@ -173,6 +173,105 @@ __device__ __forceinline__ float tf32f(float x) { return __uint_as_float(to_tf32
  *    rows is masked (eg, ek, P's exp), so nothing else changes.
  * The K S / Q S / Q K^T step is also software-pipelined by hand: the fragments of step ks+1
  * are loaded (ldmatrix, still volatile, so program order holds) before step ks's mma. */
+/* ---- pieces of the intra-chunk kernels (256 threads; all four called by every thread of the block) ---- */
+
+/* beta = sigmoid(b) and the log decay g = -exp(A_log) softplus(a + dt_bias) of row tid < 64 of the chunk
+ * (rows r0 .., value head h) into bt, gc; 0 past Lc */
+__device__ __forceinline__ void dn_gate_rows(int tid, int Lc, int64_t r0, int Hv, int h, const float *__restrict__ b,
+                                             const float *__restrict__ a, const float *__restrict__ A_log,
+                                             const float *__restrict__ dt_bias, float *gc, float *bt) {
+    if (tid < DNC_C) {
+        float be = 0.0f, gg = 0.0f;
+        if (tid < Lc) {
+            const int64_t bi = (r0 + tid) * Hv + h;
+            be = sigmoid_d(b[bi]);
+            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
+        }
+        bt[tid] = be, gc[tid] = gg;
+    }
+}
+
+/* warp 0: gc[0..63] = its inclusive cumsum (rows past Lc add 0: their gc is gc[Lc-1]) */
+__device__ __forceinline__ void dn_cumsum64(int w, int lane, float *gc) {
+    if (w == 0) {
+        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        float ex = s - (x0 + x1);
+        gc[2 * lane] = ex + x0;
+        gc[2 * lane + 1] = ex + x0 + x1;
+    }
+}
+
+/* Ts = (I - Am)^-1 (Am strictly lower triangular, Ts zeroed above the diagonal blocks), blocked by 16:
+ * the 4 diagonal blocks by substitution in registers (threads 0..63), then block rows in three rounds
+ * fully unrolled (every thread; barriers inside) */
+__device__ __forceinline__ void dn_solve_T(int tid, const float *Am, float *Ts) {
+    if (tid < DNC_C) {
+        const int B = tid >> 4, jj = tid & 15;
+        const float *Ab = Am + 16 * B * LD64 + 16 * B;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
+            x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
+        }
+        float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
+#pragma unroll
+        for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
+    }
+    __syncthreads();
+    {
+        const int r = tid >> 4, cc = tid & 15;
+#pragma unroll
+        for (int I = 1; I < 4; I++) {
+            float xv[3] = {0.0f, 0.0f, 0.0f};
+            const float *arow = Am + (16 * I + r) * LD64;
+#pragma unroll
+            for (int J = 0; J < 3; J++) {
+                if (J >= I) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
+                xv[J] = s;
+            }
+#pragma unroll
+            for (int J = 0; J < 3; J++)
+                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
+            __syncthreads();
+            float yv[3] = {0.0f, 0.0f, 0.0f};
+            const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
+#pragma unroll
+            for (int J = 0; J < 3; J++) {
+                if (J >= I) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
+                yv[J] = s;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int J = 0; J < 3; J++)
+                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
+            __syncthreads();
+        }
+    }
+}
+
+/* T (rounded to TF32: the state kernels read it by ldmatrix) to device memory as 16-byte rows */
+__device__ __forceinline__ void dn_write_T(int tid, const float *Ts, float *T) {
+    for (int e = tid; e < DNC_C * DNC_C / 4; e += 256) {
+        int i = e / (DNC_C / 4), c = (e % (DNC_C / 4)) * 4;
+        float4 v = *(const float4 *)(Ts + i * LD64 + c);
+        v.x = tf32f(v.x), v.y = tf32f(v.y), v.z = tf32f(v.z), v.w = tf32f(v.w);
+        *(float4 *)(T + i * DNC_C + c) = v;
+    }
+}
+
 /* v5's intra-chunk kernel: v3's (T rounded, as v4 ran it) with the serial parts made parallel,
  * the same arithmetic in the same order (on the H200 v5 and v4 agreed bit for bit): the eight rows of each warp's norm pass at once, k
  * rounded to TF32 there so K K^T reads it by ldmatrix, and the blocked solve's rounds fully
@@ -194,27 +293,10 @@ __global__ void __launch_bounds__(256) k_dn5_intra(const float *__restrict__ qkv
     const float *ksrc = qkv + (int64_t)Hk * dk + (int64_t)hk * dk;
 
     stage_tile(Ks, LDK, ksrc + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, 256);
-    if (tid < DNC_C) {
-        float be = 0.0f, gg = 0.0f;
-        if (tid < Lc) {
-            int64_t bi = (r0 + tid) * Hv + h;
-            be = sigmoid_d(b[bi]);
-            gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
-        }
-        bt[tid] = be, gc[tid] = gg;
-    }
+    dn_gate_rows(tid, Lc, r0, Hv, h, b, a, A_log, dt_bias, gc, bt);
     cp_wait_all();
     __syncthreads();
-    if (w == 0) { /* inclusive cumsum (rows past Lc add 0: their gc is gc[Lc-1]) */
-        float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
-        for (int o = 1; o < 32; o <<= 1) {
-            float y = __shfl_up_sync(0xffffffffu, s, o);
-            if (lane >= o) s += y;
-        }
-        float ex = s - (x0 + x1);
-        gc[2 * lane] = ex + x0;
-        gc[2 * lane + 1] = ex + x0 + x1;
-    }
+    dn_cumsum64(w, lane, gc);
     /* l2-normalise the 64 k rows in place and round them to TF32 (K K^T reads them by
      * ldmatrix): warp w takes rows 8w..8w+7, all eight at once (v3 did them one after another:
      * eight dependent load / 5-shuffle / sqrt chains). Same sums in the same order as v3: the
@@ -284,71 +366,8 @@ __global__ void __launch_bounds__(256) k_dn5_intra(const float *__restrict__ qkv
             }
     }
     __syncthreads();
-    /* T = (I - Am)^-1, blocked by 16 */
-    if (tid < DNC_C) {
-        const int B = tid >> 4, jj = tid & 15;
-        const float *Ab = Am + 16 * B * LD64 + 16 * B;
-        float x[16];
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
-            x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
-        }
-        float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
-#pragma unroll
-        for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
-    }
-    __syncthreads();
-    {
-        const int r = tid >> 4, cc = tid & 15;
-        /* fully unrolled (v3's inner loop had a run-time length: each step waited on its two
-         * shared loads); the same sums in the same order */
-#pragma unroll
-        for (int I = 1; I < 4; I++) {
-            float xv[3] = {0.0f, 0.0f, 0.0f};
-            const float *arow = Am + (16 * I + r) * LD64;
-#pragma unroll
-            for (int J = 0; J < 3; J++) {
-                if (J >= I) break;
-                float s = 0.0f;
-#pragma unroll
-                for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
-                xv[J] = s;
-            }
-#pragma unroll
-            for (int J = 0; J < 3; J++)
-                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
-            __syncthreads();
-            float yv[3] = {0.0f, 0.0f, 0.0f};
-            const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
-#pragma unroll
-            for (int J = 0; J < 3; J++) {
-                if (J >= I) break;
-                float s = 0.0f;
-#pragma unroll
-                for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
-                yv[J] = s;
-            }
-            __syncthreads();
-#pragma unroll
-            for (int J = 0; J < 3; J++)
-                if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
-            __syncthreads();
-        }
-    }
-    /* T to device memory as 16-byte rows */
-    float *T = Tg + ch * DNC_C * DNC_C;
-    for (int e = tid; e < DNC_C * DNC_C / 4; e += 256) {
-        int i = e / (DNC_C / 4), c = (e % (DNC_C / 4)) * 4;
-        float4 v = *(const float4 *)(Ts + i * LD64 + c);
-        { /* T is read by ldmatrix, so it must already be TF32 (cvt.rna, as v3's load_a) */
-            v.x = __uint_as_float(to_tf32(v.x)), v.y = __uint_as_float(to_tf32(v.y));
-            v.z = __uint_as_float(to_tf32(v.z)), v.w = __uint_as_float(to_tf32(v.w));
-        }
-        *(float4 *)(T + i * DNC_C + c) = v;
-    }
+    dn_solve_T(tid, Am, Ts); /* T = (I - Am)^-1 */
+    dn_write_T(tid, Ts, Tg + ch * DNC_C * DNC_C);
 }
 
 #define STATE5_SMEM (sizeof(float) * (4 * DNC_C * LDK + 5 * DNC_C * LDV + 6 * DNC_C))
@@ -700,27 +719,10 @@ __global__ void __launch_bounds__(256) k_dn6_intra(const float *__restrict__ qkv
         const int64_t ch = (int64_t)ci * Hv + h;
         /* the previous head is done with gc, bt, Am and Ts (its T written out) */
         __syncthreads();
-        if (tid < DNC_C) {
-            float be = 0.0f, gg = 0.0f;
-            if (tid < Lc) {
-                const int64_t bi = (r0 + tid) * Hv + h;
-                be = sigmoid_d(b[bi]);
-                gg = -expf(A_log[h]) * softplus_d(a[bi] + dt_bias[h]);
-            }
-            bt[tid] = be, gc[tid] = gg;
-        }
+        dn_gate_rows(tid, Lc, r0, Hv, h, b, a, A_log, dt_bias, gc, bt);
         for (int e = tid; e < DNC_C * LD64; e += 256) Ts[e] = 0.0f;
         __syncthreads();
-        if (w == 0) { /* inclusive cumsum (rows past Lc add 0: their gc is gc[Lc-1]) */
-            float x0 = gc[2 * lane], x1 = gc[2 * lane + 1], s = x0 + x1;
-            for (int o = 1; o < 32; o <<= 1) {
-                float y = __shfl_up_sync(0xffffffffu, s, o);
-                if (lane >= o) s += y;
-            }
-            float ex = s - (x0 + x1);
-            gc[2 * lane] = ex + x0;
-            gc[2 * lane + 1] = ex + x0 + x1;
-        }
+        dn_cumsum64(w, lane, gc);
         __syncthreads();
         if (tid < Lc) {
             const int64_t gi = (r0 + tid) * Hv + h;
@@ -735,66 +737,8 @@ __global__ void __launch_bounds__(256) k_dn6_intra(const float *__restrict__ qkv
                 Am[i * LD64 + j] = j < i ? -bt[i] * s1[n][r] * expf(gc[i] - gc[j]) : 0.0f;
             }
         __syncthreads();
-        /* T = (I - Am)^-1, blocked by 16 (k_dn5_intra's solve) */
-        if (tid < DNC_C) {
-            const int B = tid >> 4, jj = tid & 15;
-            const float *Ab = Am + 16 * B * LD64 + 16 * B;
-            float x[16];
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-                float s = 0.0f;
-#pragma unroll
-                for (int m = 0; m < i; m++) s = fmaf(Ab[i * LD64 + m], x[m], s);
-                x[i] = i < jj ? 0.0f : (i == jj ? 1.0f : s);
-            }
-            float *Tb = Ts + 16 * B * LD64 + 16 * B + jj;
-#pragma unroll
-            for (int i = 0; i < 16; i++) Tb[i * LD64] = x[i];
-        }
-        __syncthreads();
-        {
-            const int r = tid >> 4, cc = tid & 15;
-#pragma unroll
-            for (int I = 1; I < 4; I++) {
-                float xv[3] = {0.0f, 0.0f, 0.0f};
-                const float *arow = Am + (16 * I + r) * LD64;
-#pragma unroll
-                for (int J = 0; J < 3; J++) {
-                    if (J >= I) break;
-                    float s = 0.0f;
-#pragma unroll
-                    for (int m = 16 * J; m < 16 * I; m++) s = fmaf(arow[m], Ts[m * LD64 + 16 * J + cc], s);
-                    xv[J] = s;
-                }
-#pragma unroll
-                for (int J = 0; J < 3; J++)
-                    if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = xv[J];
-                __syncthreads();
-                float yv[3] = {0.0f, 0.0f, 0.0f};
-                const float *trow = Ts + (16 * I + r) * LD64 + 16 * I;
-#pragma unroll
-                for (int J = 0; J < 3; J++) {
-                    if (J >= I) break;
-                    float s = 0.0f;
-#pragma unroll
-                    for (int k = 0; k < 16; k++) s = fmaf(trow[k], Ts[(16 * I + k) * LD64 + 16 * J + cc], s);
-                    yv[J] = s;
-                }
-                __syncthreads();
-#pragma unroll
-                for (int J = 0; J < 3; J++)
-                    if (J < I) Ts[(16 * I + r) * LD64 + 16 * J + cc] = yv[J];
-                __syncthreads();
-            }
-        }
-        /* T (rounded to TF32: the state kernel reads it by ldmatrix) as 16-byte rows */
-        float *T = Tg + ch * DNC_C * DNC_C;
-        for (int e = tid; e < DNC_C * DNC_C / 4; e += 256) {
-            int i = e / (DNC_C / 4), c = (e % (DNC_C / 4)) * 4;
-            float4 v = *(const float4 *)(Ts + i * LD64 + c);
-            v.x = tf32f(v.x), v.y = tf32f(v.y), v.z = tf32f(v.z), v.w = tf32f(v.w);
-            *(float4 *)(T + i * DNC_C + c) = v;
-        }
+        dn_solve_T(tid, Am, Ts); /* T = (I - Am)^-1 */
+        dn_write_T(tid, Ts, Tg + ch * DNC_C * DNC_C);
     }
 }
 
