@@ -3,7 +3,9 @@
  * our FP8 W8A8 linear (activation quantization included; the default accumulation (promoted) or
  * fast with VSR_CUDA_FP8_FAST_ACCUM=1, and fp8_linear_promoted; scaled and unscaled paths; fp8_old = the
  * cuBLASLt path with the sm_90a kernel off, fp8_wgmma = that kernel at every row count, fp8_pq_* = the
- * kernel alone on prequantized activations per tile width / accumulation mode), our int4
+ * kernel alone on prequantized activations per tile width / accumulation mode (promoted pipelined, the
+ * serial promoted schedule, fast), fp8_kept_* = the product kept in BF16 for linear_swiglu per route
+ * forced), our int4
  * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
  * with the streaming kernel off, int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass)
  * forced on, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path). VSR_FP8=0 skips the
@@ -359,12 +361,16 @@ int main(int argc, char **argv) {
             static const struct {
                 const char *name, *bn;
                 int fast;
-            } GV[] = {{"fp8_pq_auto", "", 0}, {"fp8_pq_bn128", "128", 0}, {"fp8_pq_bn256", "256", 0},
-                      {"fp8_pq_fast256", "256", 1}, {"fp8_pq_fast128", "128", 1}};
+                const char *promote;
+            } GV[] = {{"fp8_pq_auto", "", 0, ""},          {"fp8_pq_bn128", "128", 0, ""},
+                      {"fp8_pq_bn256", "256", 0, ""},      {"fp8_pq_serial128", "128", 0, "serial"},
+                      {"fp8_pq_serial256", "256", 0, "serial"}, {"fp8_pq_fast256", "256", 1, ""},
+                      {"fp8_pq_fast128", "128", 1, ""}};
             int fast_was;
             fast_was = cuda_quant_set_fp8_fast_accum(0);
             for (const auto &g : GV) {
                 setenv("VSR_FP8_GEMM_BN", g.bn, 1);
+                setenv("VSR_FP8_GEMM_PROMOTE", g.promote, 1);
                 cuda_quant_set_fp8_fast_accum(g.fast);
                 us = time_us([&](int i) {
                     CK(cuda_fp8_linear_prequant(C, xq8, sx8, M, W8[i % W8.size()], y, 0, &e));
@@ -374,7 +380,23 @@ int main(int argc, char **argv) {
             }
             cuda_quant_set_fp8_fast_accum(fast_was); /* the default (VSR_CUDA_FP8_FAST_ACCUM) for the next rows */
             unsetenv("VSR_FP8_GEMM_BN");
+            unsetenv("VSR_FP8_GEMM_PROMOTE");
             unsetenv("VSR_FP8_GEMM");
+            /* the product kept in BF16 for a reader (linear_swiglu's, unscaled), per route forced */
+            for (int route = 0; route < 3; route++) {
+                static const char *const KN[3] = {"fp8_kept_lt", "fp8_kept_wg128", "fp8_kept_wg256"};
+                const int was = cuda_quant_force_fp8_route(route);
+                us = time_us([&](int i) {
+                    const __nv_bfloat16 *d;
+                    const float *dsx, *dsw;
+                    int64_t ldd;
+                    int ran = 0;
+                    CK(cuda_fp8_linear_bf16out(C, NULL, xq8, sx8, M, W8[i % W8.size()], &d, &ldd, &dsx, &dsw, &ran, &e));
+                });
+                fprintf(stderr, "%s M %lld %s path %s\n", s.name, (long long)M, KN[route], cuda_quant_last_path());
+                row(KN[route], s, M, us, by_fp8, 1.0 * M * K + 2.0 * M * N);
+                cuda_quant_force_fp8_route(was);
+            }
         int4_rows:
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld int4 path %s\n", s.name, (long long)M, cuda_quant_last_path());

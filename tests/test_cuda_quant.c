@@ -20,7 +20,9 @@
  *    mantissa bits: ~2^-5 relative per activation).
  * Every output is poisoned with NaN first, so an unwritten element fails.
  * VSR_QUANT_TESTS=int4 runs only the int4 tests (int4_against_reference, int4_every_candidate,
- * int4_bf16_entry, int4_refusals): the quick GPU check of an int4 kernel change; unset, every test runs.
+ * int4_bf16_entry, int4_refusals): the quick GPU check of an int4 kernel change; VSR_QUANT_TESTS=fp8 skips
+ * fp8_against_reference (the slowest FP8 test; the own kernel's and the routes' tests run); unset, every
+ * test runs.
  * Without CUDA in the build or without a device, prints "SKIP: no CUDA device (...)". */
 #include <math.h>
 #include <stdint.h>
@@ -42,6 +44,13 @@
 struct cuda_ctx;
 vsr_status cuda_fp8_linear_prequant(struct cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
                                     const vsr_bweight *w, float *y, int accumulate, vsr_err *err);
+/* from cuda_internal.h (BF16 as its bits): the FP8 product kept in BF16 for a reader, unscaled with its
+ * scales (d [M, ldd]; dsx NULL when d is scaled), or scaled into dst [M, N] */
+vsr_status cuda_fp8_linear_bf16out(struct cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
+                                   const vsr_bweight *w, const uint16_t **d, int64_t *ldd, const float **dsx,
+                                   const float **dsw, int *ran, vsr_err *err);
+vsr_status cuda_fp8_linear_bf16_to(struct cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
+                                   const vsr_bweight *w, uint16_t *dst, int *ran, vsr_err *err);
 /* from src/backend/cuda/quant_int4.cu: the bulk-copy streaming int4 kernel (<= 16 rows, sixth pass), 1 on, 0 off;
  * previous value, or -1 if unknown */
 int cuda_quant_force_int4_bulk(int on);
@@ -661,11 +670,14 @@ TEST(fp8_wgmma_prequant) {
             dset(dsx, sx, sizeof(float) * (size_t)M);
             setenv("VSR_FP8_GEMM_BN", c->bn, 1);
             setenv("VSR_FP8_GEMM_CTAS", c->ctas, 1);
-            /* variant 0, 1: own kernel promoted / fast; 2, 3: cuBLASLt (VSR_FP8_GEMM=0) promoted / fast */
+            /* variant 0, 1: own kernel promoted (pipelined) / fast; 2, 3: cuBLASLt (VSR_FP8_GEMM=0) promoted /
+             * fast; 4: own kernel, the serial promoted schedule, bit-identical to variant 0 */
             const int fast_was = cuda_quant_set_fp8_fast_accum(0);
-            for (int var = 0; var < 4; var++) {
-                setenv("VSR_FP8_GEMM", var >= 2 ? "0" : "1", 1);
-                cuda_quant_set_fp8_fast_accum(var & 1);
+            float *ypipe[2] = {malloc(sizeof(float) * (size_t)(M * N)), malloc(sizeof(float) * (size_t)(M * N))};
+            for (int var = 0; var < 5; var++) {
+                setenv("VSR_FP8_GEMM", var == 2 || var == 3 ? "0" : "1", 1);
+                cuda_quant_set_fp8_fast_accum(var == 1 || var == 3);
+                if (var == 4) setenv("VSR_FP8_GEMM_PROMOTE", "serial", 1);
                 for (int acc = 0; acc <= 1; acc++) {
                     for (int rep = 0; rep < 2; rep++) {
                         float *out = rep ? y2 : y;
@@ -676,7 +688,14 @@ TEST(fp8_wgmma_prequant) {
                         dget(out, dy, sizeof(float) * (size_t)(M * N));
                     }
                     const char *path = cuda_quant_last_path();
-                    if (var < 2 && fp8_is_sm90()) CHECK_MSG(!strncmp(path, "fp8:wgmma", 9), "path %s", path);
+                    if ((var < 2 || var == 4) && fp8_is_sm90()) CHECK_MSG(!strncmp(path, "fp8:wgmma", 9), "path %s", path);
+                    if (var == 0 && fp8_is_sm90()) CHECK_MSG(strstr(path, ",promote,") != NULL, "path %s", path);
+                    if (var == 4 && fp8_is_sm90()) CHECK_MSG(strstr(path, ",promote-serial,") != NULL, "path %s", path);
+                    if (var == 0) memcpy(ypipe[acc], y, sizeof(float) * (size_t)(M * N));
+                    if (var == 4)
+                        CHECK_MSG(memcmp(y, ypipe[acc], sizeof(float) * (size_t)(M * N)) == 0,
+                                  "fp8 prequant M %lld N %lld K %lld acc %d: serial and pipelined promotion differ (%.3g)",
+                                  (long long)M, (long long)N, (long long)K, acc, nerr(y, ypipe[acc], M * N));
                     double err = 0, num = 0, den = 0;
                     for (int64_t i = 0; i < M * N; i++) {
                         double r = (double)refq[i] + (acc ? y0[i] : 0.0), d = (double)y[i] - r;
@@ -695,6 +714,8 @@ TEST(fp8_wgmma_prequant) {
             }
             cuda_quant_set_fp8_fast_accum(fast_was);
             unsetenv("VSR_FP8_GEMM"), unsetenv("VSR_FP8_GEMM_BN"), unsetenv("VSR_FP8_GEMM_CTAS");
+            unsetenv("VSR_FP8_GEMM_PROMOTE");
+            free(ypipe[0]), free(ypipe[1]);
         }
         GB.ops->buf_free(GB.ctx, dxq), GB.ops->buf_free(GB.ctx, dsx), GB.ops->buf_free(GB.ctx, dy);
         if (bw) GB.ops->weight_free(GB.ctx, bw);
@@ -799,6 +820,131 @@ TEST(fp8_route) {
     CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, "", &e), e);
     if (bw) GB.ops->weight_free(GB.ctx, bw);
     free(wb), free(ws), free(wq), free(xq), free(x), free(sx), free(refq), free(ra), free(y), free(y2), free(y0), free(ylt);
+}
+
+/* The FP8 products kept in BF16 for a reader (linear_swiglu's unscaled product with its scales,
+ * keep_product_bf16's scaled one) on each route forced: cuBLASLt, the own kernel at width 128 and 256
+ * (its BF16 outputs, "bf16-raw" / "bf16-scaled"). Each against the same-quantized reference (the BF16
+ * rounding bound), bit-identical on a rerun, the routes within that bound of each other; then the
+ * automatic choice with an autotune directory: timed, recorded under its own key (kept1 / kept2), and
+ * the answer of the route it names, forced. */
+static void kept_to_f32(const uint16_t *d, int64_t ldd, const float *dsx, const float *dsw, int64_t M, int64_t N,
+                        float *y) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            float v = bf2f(d[m * ldd + n]);
+            y[m * N + n] = dsx ? v * dsx[m] * dsw[n] : v;
+        }
+}
+/* runs one kept product (kind 1: bf16out, 2: bf16_to) and brings it back as FP32 [M, N] */
+static vsr_status kept_once(const vsr_bweight *bw, const float *dx, int64_t M, int64_t N, int kind, uint16_t *ddst,
+                            float *y, vsr_err *e) {
+    struct cuda_ctx *cc = (struct cuda_ctx *)GB.ctx;
+    int ran = 0;
+    vsr_status st;
+    if (kind == 1) {
+        const uint16_t *d = NULL;
+        const float *dsx = NULL, *dsw = NULL;
+        int64_t ldd = 0;
+        if ((st = cuda_fp8_linear_bf16out(cc, dx, NULL, NULL, M, bw, &d, &ldd, &dsx, &dsw, &ran, e))) return st;
+        if (!ran) return vsr_err_set(e, VSR_E_INTERNAL, "kept product did not run");
+        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(M * ldd));
+        float *hsx = malloc(sizeof(float) * (size_t)M), *hsw = malloc(sizeof(float) * (size_t)N);
+        dget(h, d, sizeof(uint16_t) * (size_t)(M * ldd));
+        if (dsx) dget(hsx, dsx, sizeof(float) * (size_t)M), dget(hsw, dsw, sizeof(float) * (size_t)N);
+        kept_to_f32(h, ldd, dsx ? hsx : NULL, hsw, M, N, y);
+        free(h), free(hsx), free(hsw);
+        return VSR_OK;
+    }
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(M * N));
+    for (int64_t i = 0; i < M * N; i++) h[i] = 0x7fc0; /* NaN poison */
+    dset(ddst, h, sizeof(uint16_t) * (size_t)(M * N));
+    if ((st = cuda_fp8_linear_bf16_to(cc, dx, NULL, NULL, M, bw, ddst, &ran, e))) return free(h), st;
+    if (!ran) return free(h), vsr_err_set(e, VSR_E_INTERNAL, "kept product did not run");
+    dget(h, ddst, sizeof(uint16_t) * (size_t)(M * N));
+    kept_to_f32(h, N, NULL, NULL, M, N, y);
+    free(h);
+    return VSR_OK;
+}
+
+TEST(fp8_kept_route) {
+    if (!fp8_is_sm90()) {
+        printf("  (fp8 kept route: not a capability 9.0 device, cuBLASLt only)\n");
+        return;
+    }
+    static const char *const names[3] = {"[route lt,", "[route wg128,", "[route wg256,"};
+    const int64_t M = 300, N = 520, K = 1040;
+    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *ws = malloc(sizeof(uint16_t) * (size_t)N);
+    uint8_t *wq = malloc((size_t)(N * K)), *xq = malloc((size_t)(M * K));
+    float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
+    float *refq = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
+    float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *ylt[3] = {NULL, NULL, NULL};
+    ylt[1] = malloc(sizeof(float) * (size_t)(M * N)), ylt[2] = malloc(sizeof(float) * (size_t)(M * N));
+    fp8_weights(N, K, wb, wq, ws);
+    fp8_acts_ref(M, N, K, wq, ws, x, xq, sx, refq);
+    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.kept"};
+    vsr_bweight *bw = NULL;
+    vsr_err e = {0};
+    vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+    CHECK_OK(st, e);
+    float *dx = dalloc(sizeof(float) * (size_t)(M * K));
+    uint16_t *ddst = dalloc(sizeof(uint16_t) * (size_t)(M * N));
+    if (!st && dx && ddst) {
+        dset(dx, x, sizeof(float) * (size_t)(M * K));
+        for (int kind = 1; kind <= 2; kind++)
+            for (int route = 0; route < 3; route++) {
+                cuda_quant_force_fp8_route(route);
+                CHECK_OK(kept_once(bw, dx, M, N, kind, ddst, y, &e), e);
+                char path[200];
+                snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+                CHECK_MSG(strstr(path, route ? names[route] : "fp8:") != NULL, "kept %d route %d: path %s", kind, route,
+                          path);
+                if (route)
+                    CHECK_MSG(!strncmp(path, "fp8:wgmma(", 10) && strstr(path, route == 1 ? "bn=128" : "bn=256") &&
+                                  strstr(path, kind == 1 ? ",bf16-raw" : ",bf16-scaled") && strstr(path, ",forced]"),
+                              "kept %d route %d: path %s", kind, route, path);
+                else CHECK_MSG(strstr(path, "bf16-kept") != NULL, "kept %d route 0: path %s", kind, path);
+                /* the unscaled product rounded to BF16, then (kept 2) the scaled one rounded again */
+                const double bound = 4e-3 + (kind == 2 ? 4e-3 : 0.0);
+                double err = nerr(y, refq, M * N);
+                printf("  fp8 kept %d route %d: %s err %.3g\n", kind, route, path, err);
+                CHECK_MSG(err <= bound, "fp8 kept %d route %d path %s: %.3g > %.1g", kind, route, path, err, bound);
+                CHECK_OK(kept_once(bw, dx, M, N, kind, ddst, y2, &e), e);
+                CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0, "fp8 kept %d route %d rerun differs",
+                          kind, route);
+                if (route == 0) memcpy(ylt[kind], y, sizeof(float) * (size_t)(M * N));
+                else
+                    CHECK_MSG(nerr(y, ylt[kind], M * N) <= bound, "kept %d route %d vs cuBLASLt: %.3g", kind, route,
+                              nerr(y, ylt[kind], M * N));
+            }
+        cuda_quant_force_fp8_route(-1);
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/kept_route", test_tmpdir());
+        CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, dir, &e), e);
+        for (int kind = 1; kind <= 2; kind++) {
+            CHECK_OK(kept_once(bw, dx, M, N, kind, ddst, y, &e), e);
+            char path[200];
+            snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+            printf("  fp8 kept %d, automatic: %s\n", kind, path);
+            int chosen = 0;
+            for (int r = 1; r < 3; r++)
+                if (strstr(path, names[r])) chosen = r;
+            /* cuBLASLt's own path names carry no route tag; the record says it was timed */
+            char cmd[900];
+            snprintf(cmd, sizeof cmd, "ls %s/fp8_route-*-m300-n520-k1040-kept%d-*.json >/dev/null 2>&1", dir, kind);
+            CHECK_MSG(system(cmd) == 0, "no kept%d fp8_route record in %s", kind, dir);
+            if (chosen) CHECK_MSG(strstr(path, ",timed]") != NULL, "path %s", path);
+            cuda_quant_force_fp8_route(chosen);
+            CHECK_OK(kept_once(bw, dx, M, N, kind, ddst, y2, &e), e);
+            CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0, "automatic kept %d route differs from %d forced",
+                      kind, chosen);
+            cuda_quant_force_fp8_route(-1);
+        }
+        CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, "", &e), e);
+    }
+    GB.ops->buf_free(GB.ctx, dx), GB.ops->buf_free(GB.ctx, ddst);
+    if (bw) GB.ops->weight_free(GB.ctx, bw);
+    free(wb), free(ws), free(wq), free(xq), free(x), free(sx), free(refq), free(y), free(y2), free(ylt[1]), free(ylt[2]);
 }
 
 /* ---- autotune across processes ---- */
@@ -945,9 +1091,10 @@ int main(int argc, char **argv) {
         vsr_backend_destroy(&GB);
         return test_summary();
     }
-    RUN(fp8_against_reference);
+    if (!(only && strcmp(only, "fp8") == 0)) RUN(fp8_against_reference);
     RUN(fp8_wgmma_prequant);
     RUN(fp8_route);
+    RUN(fp8_kept_route);
     RUN(fp8_refused_before_ada);
     RUN(autotune_two_processes);
     vsr_backend_destroy(&GB);

@@ -93,6 +93,12 @@ template <int R> __device__ __forceinline__ void reg_fence(float *d) {
 #pragma unroll
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+__device__ __forceinline__ void wgmma_n64(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
 __device__ __forceinline__ void wgmma_n128(float *d, uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
@@ -118,21 +124,52 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int *tm
 template <int BN> struct fg_cfg {
     static constexpr int STAGES = BN == 256 ? 4 : 6;
     static constexpr int A_BYTES = FG_BM * FG_BK, B_BYTES = BN * FG_BK;
-    static constexpr int SMEM = STAGES * (A_BYTES + B_BYTES) + 2 * STAGES * 8 + 1024; /* + alignment slack */
+    /* the ring, its 2 x STAGES barriers, the column scales of two tiles (4 x BN floats: one tile's
+     * epilogue reads its copy while the next tile's is written), alignment slack */
+    static constexpr int SMEM = STAGES * (A_BYTES + B_BYTES) + 2 * STAGES * 8 + 2 * BN * 4 + 1024;
 };
 
-template <int BN, bool PROMOTE>
+/* accumulation modes: the tensor cores' own sums straight into the accumulators (fast), or promoted into
+ * FP32 every K block: serial, the first version (one n128 group at a time, waited out before the next
+ * is issued; kept for the tests' bit-for-bit comparison: VSR_FP8_GEMM_PROMOTE=serial), or pipelined: the
+ * block is cut into pieces of 64 columns whose groups go into two temporaries in turn, and each piece is
+ * added into the accumulators while the next one runs on the tensor cores (only the block's last piece
+ * is waited out: ptxas follows the groups' order inside the block, not across the loop's back edge).
+ * Both promoted modes sum the same 4 instructions per column from zero and add them into the
+ * accumulators in K order: the same sums. */
+enum { FG_FAST = 0, FG_PROMOTE_SERIAL = 1, FG_PROMOTE = 2 };
+
+#ifdef FG_DEVICE
+/* 4 wgmma (K 128 bytes) of width NS into d, from zero */
+template <int NS> __device__ __forceinline__ void fg_piece(float *d, uint64_t da, uint64_t db) {
+#pragma unroll
+    for (int k = 0; k < FG_BK / 32; k++) {
+        if constexpr (NS == 64) wgmma_n64(d, da + 2 * k, db + 2 * k, k > 0);
+        else wgmma_n128(d, da + 2 * k, db + 2 * k, k > 0);
+    }
+}
+template <int R> __device__ __forceinline__ void fg_add(float *acc, const float *t) {
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i] += t[i];
+}
+#endif
+
+/* out_kind: FG_OUT_F32 y FP32 (+)= (round_bf16 ? bf16(acc) : acc) * sx * sw; FG_OUT_BF16_RAW y BF16 =
+ * bf16(acc), unscaled (the reader applies the scales: linear_swiglu); FG_OUT_BF16_SCALED y BF16 =
+ * bf16(float(bf16(acc)) * sx * sw) (keep_product_bf16). ldy: y's row stride in elements. */
+template <int BN, int MODE>
 __global__ void __launch_bounds__(FG_THREADS, 1)
     k_fp8_gemm(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-               const float *__restrict__ sx, const float *__restrict__ sw, float *__restrict__ y, int M, int N,
-               int Kp, int accumulate, int vec, int round_bf16) {
+               const float *__restrict__ sx, const float *__restrict__ sw, void *__restrict__ yv, int64_t ldy, int M,
+               int N, int Kp, int accumulate, int vec, int round_bf16, int out_kind) {
 #ifdef FG_DEVICE
     typedef fg_cfg<BN> C;
     constexpr int STAGES = C::STAGES;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (sa(smem_raw) + 1023u) & ~1023u; /* 128-byte swizzle wants 1024-aligned tiles */
     const uint32_t sA = base, sB = base + STAGES * C::A_BYTES, bars = sB + STAGES * C::B_BYTES;
-    /* full[s] at bars + 8s, empty[s] at bars + 8 (STAGES + s) */
+    /* full[s] at bars + 8s, empty[s] at bars + 8 (STAGES + s); then the column scales, 2 x BN floats */
+    float *sws = (float *)(smem_raw + (bars + 16 * STAGES - sa(smem_raw)));
     const int tiles_m = (M + FG_BM - 1) / FG_BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
     const int kblocks = (Kp + FG_BK - 1) / FG_BK;
     const int wg = threadIdx.x / 128;
@@ -161,78 +198,137 @@ __global__ void __launch_bounds__(FG_THREADS, 1)
         }
     } else { /* consumers */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        constexpr int NACC = BN / 2; /* m64nBN fragment: BN/2 floats per thread */
+        constexpr int NACC = BN / 2;                /* m64nBN fragment: BN/2 floats per thread */
+        constexpr int NS = 64;                      /* promoted pieces' width */
+        constexpr int Q = BN / NS, NT = NS / 2;     /* pieces per K block, floats per piece */
         float acc[NACC];
-        float tmp[PROMOTE ? 64 : 1];
-#pragma unroll
-        for (int i = 0; i < (PROMOTE ? 64 : 1); i++) tmp[i] = 0.0f;
-        const int cw = wg - 1, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+        float tA[MODE == FG_FAST ? 1 : (MODE == FG_PROMOTE ? NT : 64)], tB[MODE == FG_PROMOTE ? NT : 1];
+        const int cw = wg - 1, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31, ct = threadIdx.x - 128;
         const uint32_t a_off = cw * 64 * FG_BK;
-        int it = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int it = 0, ti = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x, ti++) {
             int tm, tn;
             tile_of(t, tiles_m, tiles_n, &tm, &tn);
+            /* the epilogue's scales, loaded now so that their latency hides behind the products: the row
+             * scales of this thread's two rows, the tile's column scales into shared memory */
+            const int r0 = tm * FG_BM + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+            float s0 = 0.0f, s1 = 0.0f;
+            float *swt = sws + (ti & 1) * BN;
+            if (out_kind != FG_OUT_BF16_RAW) {
+                s0 = r0 < M ? sx[r0] : 0.0f, s1 = r1 < M ? sx[r1] : 0.0f;
+                for (int j = ct; j < BN; j += 256) swt[j] = tn * BN + j < N ? sw[tn * BN + j] : 0.0f;
+            }
 #pragma unroll
             for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
-            int prev = -1;
-            for (int kb = 0; kb < kblocks; kb++, it++) {
-                const int s = it % STAGES;
-                mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-                const uint64_t da = gdesc(sA + s * C::A_BYTES + a_off), db = gdesc(sB + s * C::B_BYTES);
-                if constexpr (PROMOTE) {
+            if constexpr (MODE == FG_PROMOTE) {
+                for (int kb = 0; kb < kblocks; kb++, it++) {
+                    const int s = it % STAGES;
+                    mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+                    const uint64_t da = gdesc(sA + s * C::A_BYTES + a_off), db = gdesc(sB + s * C::B_BYTES);
 #pragma unroll
-                    for (int h = 0; h < BN / 128; h++) {
-                        reg_fence<64>(tmp);
+                    for (int q = 0; q < Q; q++) {
+                        float *cur = (q & 1) ? tB : tA, *prv = (q & 1) ? tA : tB;
+                        wg_fence();
+                        fg_piece<NS>(cur, da, db + (uint64_t)(q * NS * FG_BK / 16));
+                        wg_commit();
+                        if (q > 0) { /* the piece before is done once one group is left: add it */
+                            wg_wait<1>();
+                            reg_fence<NT>(prv);
+                            fg_add<NT>(acc + (q - 1) * NT, prv);
+                        }
+                    }
+                    /* the block's last piece (ptxas follows the groups' order only inside the block: a
+                     * piece left in flight across the loop's back edge serializes every wgmma) */
+                    wg_wait<0>();
+                    reg_fence<NT>((Q - 1) & 1 ? tB : tA);
+                    fg_add<NT>(acc + (Q - 1) * NT, (Q - 1) & 1 ? tB : tA);
+                    mbar_arrive(bars + 8 * (STAGES + s));
+                }
+            } else {
+                int prev = -1;
+                for (int kb = 0; kb < kblocks; kb++, it++) {
+                    const int s = it % STAGES;
+                    mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+                    const uint64_t da = gdesc(sA + s * C::A_BYTES + a_off), db = gdesc(sB + s * C::B_BYTES);
+                    if constexpr (MODE == FG_PROMOTE_SERIAL) {
+#pragma unroll
+                        for (int h = 0; h < BN / 128; h++) {
+                            reg_fence<64>(tA);
+                            wg_fence();
+                            fg_piece<128>(tA, da, db + (uint64_t)(h * 128 * FG_BK / 16));
+                            wg_commit();
+                            wg_wait<0>();
+                            reg_fence<64>(tA);
+                            fg_add<64>(acc + h * 64, tA);
+                        }
+                        mbar_arrive(bars + 8 * (STAGES + s));
+                    } else {
+                        reg_fence<NACC>(acc);
                         wg_fence();
 #pragma unroll
-                        for (int k = 0; k < FG_BK / 32; k++)
-                            wgmma_n128(tmp, da + 2 * k, db + (uint64_t)(h * 128 * FG_BK / 16) + 2 * k, k > 0);
+                        for (int k = 0; k < FG_BK / 32; k++) {
+                            if constexpr (BN == 256) wgmma_n256(acc, da + 2 * k, db + 2 * k, 1);
+                            else wgmma_n128(acc, da + 2 * k, db + 2 * k, 1);
+                        }
                         wg_commit();
-                        wg_wait<0>();
-                        reg_fence<64>(tmp);
-#pragma unroll
-                        for (int i = 0; i < 64; i++) acc[h * 64 + i] += tmp[i];
+                        reg_fence<NACC>(acc);
+                        wg_wait<1>(); /* the previous block's group is done: its stage can be refilled */
+                        reg_fence<NACC>(acc);
+                        if (prev >= 0) mbar_arrive(bars + 8 * (STAGES + prev));
+                        prev = s;
                     }
-                    mbar_arrive(bars + 8 * (STAGES + s));
-                } else {
-                    reg_fence<NACC>(acc);
-                    wg_fence();
-#pragma unroll
-                    for (int k = 0; k < FG_BK / 32; k++) {
-                        if constexpr (BN == 256) wgmma_n256(acc, da + 2 * k, db + 2 * k, 1);
-                        else wgmma_n128(acc, da + 2 * k, db + 2 * k, 1);
-                    }
-                    wg_commit();
-                    reg_fence<NACC>(acc);
-                    wg_wait<1>(); /* the previous block's group is done: its stage can be refilled */
+                }
+                if constexpr (MODE == FG_FAST) {
+                    wg_wait<0>();
                     reg_fence<NACC>(acc);
                     if (prev >= 0) mbar_arrive(bars + 8 * (STAGES + prev));
-                    prev = s;
                 }
             }
-            if constexpr (!PROMOTE) {
-                wg_wait<0>();
-                reg_fence<NACC>(acc);
-                if (prev >= 0) mbar_arrive(bars + 8 * (STAGES + prev));
-            }
-            /* epilogue; round_bf16: the product rounded to BF16 first, as quant_fp8.cu's (b') path keeps it */
-            if (round_bf16) {
+            /* epilogue. The column scales: every consumer thread has written its share (named barrier 1,
+             * the 256 consumer threads; the other copy is rewritten only after the next tile's barrier) */
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            if (out_kind == FG_OUT_BF16_RAW || round_bf16) {
 #pragma unroll
                 for (int i = 0; i < NACC; i++) acc[i] = __bfloat162float(__float2bfloat16_rn(acc[i]));
             }
-            const int r0 = tm * FG_BM + cw * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-            const float s0 = r0 < M ? sx[r0] : 0.0f, s1 = r1 < M ? sx[r1] : 0.0f;
-            float *y0 = y + (int64_t)r0 * N, *y1 = y + (int64_t)r1 * N;
-            /* FG_EPI column groups at a time: their scales and (accumulating) the y they add to are all
-             * loaded before any store, so the loads are in flight together instead of each waiting out
-             * the store before it (the compiler keeps loads and stores to y in program order) */
+            if (out_kind != FG_OUT_F32) {
+                __nv_bfloat16 *y0 = (__nv_bfloat16 *)yv + (int64_t)r0 * ldy, *y1 = (__nv_bfloat16 *)yv + (int64_t)r1 * ldy;
+                const int scaled = out_kind == FG_OUT_BF16_SCALED;
+#pragma unroll
+                for (int j = 0; j < BN / 8; j++) {
+                    const int c = j * 8 + 2 * (lane & 3), n = tn * BN + c;
+                    if (n >= N) continue;
+                    float v00 = acc[4 * j], v01 = acc[4 * j + 1], v10 = acc[4 * j + 2], v11 = acc[4 * j + 3];
+                    if (scaled) {
+                        const float w0 = swt[c], w1 = swt[c + 1];
+                        v00 = v00 * s0 * w0, v01 = v01 * s0 * w1, v10 = v10 * s1 * w0, v11 = v11 * s1 * w1;
+                    }
+                    if (vec && n + 1 < N) {
+                        if (r0 < M) *(__nv_bfloat162 *)(y0 + n) = __floats2bfloat162_rn(v00, v01);
+                        if (r1 < M) *(__nv_bfloat162 *)(y1 + n) = __floats2bfloat162_rn(v10, v11);
+                    } else {
+                        if (r0 < M) {
+                            y0[n] = __float2bfloat16_rn(v00);
+                            if (n + 1 < N) y0[n + 1] = __float2bfloat16_rn(v01);
+                        }
+                        if (r1 < M) {
+                            y1[n] = __float2bfloat16_rn(v10);
+                            if (n + 1 < N) y1[n + 1] = __float2bfloat16_rn(v11);
+                        }
+                    }
+                }
+                continue;
+            }
+            float *y0 = (float *)yv + (int64_t)r0 * ldy, *y1 = (float *)yv + (int64_t)r1 * ldy;
+            /* FG_EPI column groups at a time: (accumulating) the y they add to is loaded before any store,
+             * so the loads are in flight together instead of each waiting out the store before it (the
+             * compiler keeps loads and stores to y in program order) */
 #pragma unroll
             for (int j0 = 0; j0 < BN / 8; j0 += FG_EPI) {
-                float2 wv[FG_EPI], p0[FG_EPI], p1[FG_EPI];
+                float2 p0[FG_EPI], p1[FG_EPI];
 #pragma unroll
                 for (int jj = 0; jj < FG_EPI; jj++) {
                     const int n = tn * BN + (j0 + jj) * 8 + 2 * (lane & 3);
-                    wv[jj] = make_float2(n < N ? sw[n] : 0.0f, n + 1 < N ? sw[n + 1] : 0.0f);
                     p0[jj] = p1[jj] = make_float2(0.0f, 0.0f);
                     if (accumulate && vec && n + 1 < N) {
                         if (r0 < M) p0[jj] = *(const float2 *)(y0 + n);
@@ -241,9 +337,9 @@ __global__ void __launch_bounds__(FG_THREADS, 1)
                 }
 #pragma unroll
                 for (int jj = 0; jj < FG_EPI; jj++) {
-                    const int j = j0 + jj, n = tn * BN + j * 8 + 2 * (lane & 3);
+                    const int j = j0 + jj, c = j * 8 + 2 * (lane & 3), n = tn * BN + c;
                     if (n >= N) continue;
-                    const float w0 = wv[jj].x, w1 = wv[jj].y;
+                    const float w0 = swt[c], w1 = swt[c + 1];
                     float v00 = acc[4 * j] * s0 * w0, v01 = acc[4 * j + 1] * s0 * w1;
                     float v10 = acc[4 * j + 2] * s1 * w0, v11 = acc[4 * j + 3] * s1 * w1;
                     if (vec && n + 1 < N) {
@@ -300,20 +396,20 @@ extern "C" int fp8_gemm_usable(cuda_ctx *c) {
     return g_encode != NULL;
 }
 
-template <int BN, bool PROMOTE>
+template <int BN, int MODE>
 static vsr_status launch(cuda_ctx *c, const CUtensorMap &ma, const CUtensorMap &mb, const float *sx, const float *sw,
-                         float *y, int M, int N, int Kp, int accumulate, int vec, int round_bf16, int ctas,
-                         vsr_err *err) {
+                         void *y, int64_t ldy, int M, int N, int Kp, int accumulate, int vec, int round_bf16,
+                         int out_kind, int ctas, vsr_err *err) {
     static int attr_done; /* per instantiation; setting it twice is harmless */
     const int smem = fg_cfg<BN>::SMEM;
     if (!attr_done) {
-        vsr_status st = cuda_check(c, cudaFuncSetAttribute(k_fp8_gemm<BN, PROMOTE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        vsr_status st = cuda_check(c, cudaFuncSetAttribute(k_fp8_gemm<BN, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                                    "FP8 wgmma GEMM: shared memory attribute", err);
         if (st) return st;
         attr_done = 1;
     }
-    k_fp8_gemm<BN, PROMOTE><<<ctas, FG_THREADS, smem, c->stream>>>(ma, mb, sx, sw, y, M, N, Kp, accumulate, vec,
-                                                                  round_bf16);
+    k_fp8_gemm<BN, MODE><<<ctas, FG_THREADS, smem, c->stream>>>(ma, mb, sx, sw, y, ldy, M, N, Kp, accumulate, vec,
+                                                                round_bf16, out_kind);
     return cuda_check_launch(c, "FP8 wgmma GEMM", err);
 }
 
@@ -322,13 +418,21 @@ static int env_int(const char *name, int dflt) {
     return s && *s ? atoi(s) : dflt;
 }
 
+/* VSR_FP8_GEMM_PROMOTE=serial: the first promoted schedule (one group at a time), for the tests */
+static int promote_serial(void) {
+    const char *s = getenv("VSR_FP8_GEMM_PROMOTE");
+    return s && !strcmp(s, "serial");
+}
+
 extern "C" vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M, const uint8_t *wq,
-                                   const float *sw, int64_t N, int64_t Np, int64_t Kp, float *y, int accumulate, int fast,
-                                   int bn_req, int round_bf16, fp8_gemm_wcache *wc, int *ran, vsr_err *err) {
+                                   const float *sw, int64_t N, int64_t Np, int64_t Kp, void *y, int64_t ldy,
+                                   int out_kind, int accumulate, int fast, int bn_req, int round_bf16,
+                                   fp8_gemm_wcache *wc, int *ran, vsr_err *err) {
     *ran = 0;
     if (!fp8_gemm_usable(c) || M <= 0 || M > (1 << 30) || Np > (1 << 30) || Kp > (1 << 30) || Kp % 16 ||
-        ((uintptr_t)xq & 15) || ((uintptr_t)wq & 15))
+        ((uintptr_t)xq & 15) || ((uintptr_t)wq & 15) || ldy < N || out_kind < FG_OUT_F32 || out_kind > FG_OUT_BF16_SCALED)
         return VSR_OK;
+    if (out_kind != FG_OUT_F32) accumulate = 0, round_bf16 = 1; /* BF16 outputs: products rounded, no += */
     /* tile width: fewest full-chip waves x width (a tile's time ~ its width); on a tie the narrower
      * one when the wider leaves SMs idle */
     const int64_t tm = (M + FG_BM - 1) / FG_BM, sms = c->sm_count > 0 ? c->sm_count : 132;
@@ -351,16 +455,24 @@ extern "C" vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *
         wc->w[wi] = wq;
     } else
         memcpy(&mb, wc->map[wi], sizeof mb);
-    const int vec = N % 2 == 0 && ((uintptr_t)y & 7) == 0;
+    const size_t esz = out_kind == FG_OUT_F32 ? sizeof(float) : sizeof(__nv_bfloat16);
+    const int vec = N % 2 == 0 && ldy % 2 == 0 && ((uintptr_t)y & (2 * esz - 1)) == 0;
+    const int mode = fast ? FG_FAST : promote_serial() ? FG_PROMOTE_SERIAL : FG_PROMOTE;
     vsr_status st;
+#define FG_LAUNCH(BN_, MODE_)                                                                                          \
+    launch<BN_, MODE_>(c, ma, mb, sx, sw, y, ldy, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, out_kind, ctas, err)
     if (bn == 256)
-        st = fast ? launch<256, false>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, ctas, err)
-                  : launch<256, true>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, ctas, err);
+        st = mode == FG_FAST ? FG_LAUNCH(256, FG_FAST) : mode == FG_PROMOTE ? FG_LAUNCH(256, FG_PROMOTE) : FG_LAUNCH(256, FG_PROMOTE_SERIAL);
     else
-        st = fast ? launch<128, false>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, ctas, err)
-                  : launch<128, true>(c, ma, mb, sx, sw, y, (int)M, (int)N, (int)Kp, accumulate, vec, round_bf16, ctas, err);
+        st = mode == FG_FAST ? FG_LAUNCH(128, FG_FAST) : mode == FG_PROMOTE ? FG_LAUNCH(128, FG_PROMOTE) : FG_LAUNCH(128, FG_PROMOTE_SERIAL);
+#undef FG_LAUNCH
     if (st) return st;
-    quant_set_last_path("fp8:wgmma(bn=%d,%s%s,ctas=%d)", bn, fast ? "fast" : "promote", round_bf16 ? ",bf16-out" : "", ctas);
+    static const char *const mode_names[3] = {"fast", "promote-serial", "promote"};
+    static const char *const out_names[3] = {"", ",bf16-out", ",bf16-raw"};
+    quant_set_last_path("fp8:wgmma(bn=%d,%s%s,ctas=%d)", bn, mode_names[mode],
+                        out_kind == FG_OUT_F32 ? (round_bf16 ? out_names[1] : "")
+                                               : out_kind == FG_OUT_BF16_RAW ? out_names[2] : ",bf16-scaled",
+                        ctas);
     *ran = 1;
     return VSR_OK;
 }

@@ -1,5 +1,5 @@
 /* src/backend/cuda/fp8_gemm.h: the sm_90a FP8 W8A8 GEMM (fp8_gemm.cu) as quant_fp8.cu calls it.
- *   y[M, N] (+)= sx[m] * sw[n] * (xq[M, Kp] . wq[Np, Kp]^T), FP32 out, e4m3 operands, row-major,
+ *   y[M, N] (+)= sx[m] * sw[n] * (xq[M, Kp] . wq[Np, Kp]^T), FP32 or BF16 out, e4m3 operands, row-major,
  *   Kp a multiple of 16, N <= Np, xq and wq 16-byte aligned (TMA).
  * fp8_gemm_wcache holds the weight's TMA descriptors (one per tile width), built on first use and
  * kept beside the weight (quant_fp8.cu's per-weight metadata). */
@@ -23,17 +23,26 @@ typedef struct fp8_gemm_wcache {
 /* The kernel exists for this device (compute capability 9.0 and the sm_90a build) and the driver
  * exports cuTensorMapEncodeTiled. */
 int fp8_gemm_usable(cuda_ctx *c);
+/* What the kernel writes (y's row stride ldy, in elements, >= N):
+ *   FG_OUT_F32          y FP32 (+)= sx[m] * sw[n] * acc, acc rounded to BF16 first when round_bf16;
+ *   FG_OUT_BF16_RAW     y BF16 = bf16(acc), unscaled (the reader applies sx, sw: linear_swiglu's product);
+ *   FG_OUT_BF16_SCALED  y BF16 = bf16(float(bf16(acc)) * sx[m] * sw[n]) (keep_product_bf16's product).
+ * The BF16 outputs never accumulate; both round the product as quant_fp8.cu's (b') path does. */
+enum { FG_OUT_F32 = 0, FG_OUT_BF16_RAW = 1, FG_OUT_BF16_SCALED = 2 };
+
 /* Runs the GEMM on c->stream; *ran = 0 (and VSR_OK) where it does not apply (alignment), so the
  * caller falls back. fast = 1: no FP32 promotion of the tensor-core partial sums between 128-wide
- * K blocks (cuBLASLt's FAST_ACCUM); 0: promoted every K block. The tile width, the grid cap and
- * the path can be forced for tests: VSR_FP8_GEMM_BN=128|256, VSR_FP8_GEMM_CTAS=n; bn_req = 128 or 256
- * asks for a width (the route choice in quant_fp8.cu), 0 lets the waves x width rule pick.
- * round_bf16 = 1: each product rounded to BF16 before the scales, y (+)= float(bf16(acc)) * sx[m] *
- * sw[n], the rounding and order of quant_fp8.cu's (b') path. Writes the path name
- * ("fp8:wgmma(bn=..,promote|fast[,bf16-out],ctas=..)") through quant_set_last_path. */
+ * K blocks (cuBLASLt's FAST_ACCUM); 0: promoted every K block (pipelined: the next piece runs on the
+ * tensor cores while the last is added; VSR_FP8_GEMM_PROMOTE=serial runs the first, one-at-a-time
+ * schedule, bit-identical, for tests). The tile width, the grid cap and the path can be forced for
+ * tests: VSR_FP8_GEMM_BN=128|256, VSR_FP8_GEMM_CTAS=n; bn_req = 128 or 256 asks for a width (the route
+ * choice in quant_fp8.cu), 0 lets the waves x width rule pick. Writes the path name
+ * ("fp8:wgmma(bn=..,promote|promote-serial|fast[,bf16-out|,bf16-raw|,bf16-scaled],ctas=..)") through
+ * quant_set_last_path. */
 vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M, const uint8_t *wq,
-                        const float *sw, int64_t N, int64_t Np, int64_t Kp, float *y, int accumulate, int fast,
-                        int bn_req, int round_bf16, fp8_gemm_wcache *wc, int *ran, vsr_err *err);
+                        const float *sw, int64_t N, int64_t Np, int64_t Kp, void *y, int64_t ldy, int out_kind,
+                        int accumulate, int fast, int bn_req, int round_bf16, fp8_gemm_wcache *wc, int *ran,
+                        vsr_err *err);
 
 #ifdef __cplusplus
 }

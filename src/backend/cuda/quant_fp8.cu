@@ -626,8 +626,37 @@ static vsr_status route_run(cuda_ctx *c, quant_state *q, int route, const uint8_
     if (route == ROUTE_LT) return lt_linear(c, q, xq, sx, M, w, y, accumulate, err);
     quant_wmeta *m = (quant_wmeta *)w->q;
     return fp8_gemm_run(c, xq, sx, M, (const uint8_t *)w->w, (const float *)w->scale, w->v.N, m->Np, m->Kp, y,
-                        accumulate, quant_fp8_fast_accum(), route == ROUTE_WG256 ? 256 : 128, round_bf16,
+                        w->v.N, FG_OUT_F32, accumulate, quant_fp8_fast_accum(), route == ROUTE_WG256 ? 256 : 128, round_bf16,
                         &((fp8_meta *)m)->gemm, ran, err);
+}
+
+/* A product kept for a reader (kept_product below) on route `route`: KEPT_RAW the unscaled BF16 product
+ * into out [M, Np] (linear_swiglu applies the scales), KEPT_SCALED the scaled one into out [M, N]
+ * (keep_product_bf16). ROUTE_LT: cuBLASLt's BF16 product (+ the scaling pass for KEPT_SCALED where it
+ * is unscaled); *scaled says whether out holds scaled values. */
+enum { KEPT_NONE = 0, KEPT_RAW = 1, KEPT_SCALED = 2 };
+static vsr_status kept_run(cuda_ctx *c, quant_state *q, int route, const uint8_t *xq, const float *sx, int64_t M,
+                           const vsr_bweight *w, int kept, void *out, int *scaled, int *ran, vsr_err *err) {
+    quant_wmeta *m = (quant_wmeta *)w->q;
+    const int64_t N = w->v.N, Np = m->Np;
+    const float *sw = (const float *)w->scale;
+    vsr_status st;
+    if (route == ROUTE_LT) {
+        fp8_plan *p;
+        if ((st = bf16_product(c, q, xq, sx, M, w, 1, out, scaled, &p, ran, err)) || !*ran) return st;
+        if (kept == KEPT_SCALED && !*scaled) {
+            if ((st = fp8_epilogue_bf16(c, (const __nv_bfloat16 *)out, Np, sx, sw, M, N, out, 1, 0, err))) return st;
+            *scaled = 1;
+            quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s%s)+scaled into BF16", p->chosen, p->src, acc_tag(p));
+        } else
+            quant_set_last_path(*scaled ? "fp8:scaled(outer-vec,bf16-kept,a%d,%s%s)" : "fp8:unscaled(bf16-kept,a%d,%s%s)",
+                                p->chosen, p->src, acc_tag(p));
+        return VSR_OK;
+    }
+    *scaled = kept == KEPT_SCALED;
+    return fp8_gemm_run(c, xq, sx, M, (const uint8_t *)w->w, sw, N, Np, m->Kp, out, kept == KEPT_SCALED ? N : Np,
+                        kept == KEPT_SCALED ? FG_OUT_BF16_SCALED : FG_OUT_BF16_RAW, 0, quant_fp8_fast_accum(),
+                        route == ROUTE_WG256 ? 256 : 128, 1, &((fp8_meta *)m)->gemm, ran, err);
 }
 
 typedef struct route_tune {
@@ -636,7 +665,7 @@ typedef struct route_tune {
     const float *sx;
     int64_t M;
     const vsr_bweight *w;
-    int accumulate, round_bf16;
+    int accumulate, round_bf16, kept;
 } route_tune;
 
 /* autotune launch of route `cand`; writes q->route_out, not the autotuner's buffer: ROUTE_LT's first
@@ -644,27 +673,33 @@ typedef struct route_tune {
 static int route_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err) {
     (void)out;
     route_tune *t = (route_tune *)arg;
-    int ran = 0;
-    if (quant_grow(c, &t->q->route_out, &t->q->route_out_bytes, sizeof(float) * (size_t)(t->M * t->w->v.N),
+    int ran = 0, scaled = 0;
+    const int64_t cols = t->kept ? ((const quant_wmeta *)t->w->q)->Np : t->w->v.N;
+    if (quant_grow(c, &t->q->route_out, &t->q->route_out_bytes, sizeof(float) * (size_t)(t->M * cols),
                    "FP8 route timing", err) ||
-        route_run(c, t->q, cand, t->xq, t->sx, t->M, t->w, (float *)t->q->route_out, t->accumulate, t->round_bf16,
-                  &ran, err))
+        (t->kept ? kept_run(c, t->q, cand, t->xq, t->sx, t->M, t->w, t->kept, t->q->route_out, &scaled, &ran, err)
+                 : route_run(c, t->q, cand, t->xq, t->sx, t->M, t->w, (float *)t->q->route_out, t->accumulate,
+                             t->round_bf16, &ran, err)))
         return -1;
     return ran ? 0 : TUNE_SKIP;
 }
 
 static vsr_status choose_route(cuda_ctx *c, quant_state *q, const uint8_t *xq, const float *sx, int64_t M,
-                               const vsr_bweight *w, int accumulate, int round_bf16, int *route, const char **src,
-                               vsr_err *err) {
+                               const vsr_bweight *w, int accumulate, int round_bf16, int kept, int *route,
+                               const char **src, vsr_err *err) {
     if (g_force_route >= 0) {
         *route = g_force_route, *src = "forced";
         return VSR_OK;
     }
     quant_wmeta *m = (quant_wmeta *)w->q;
     char key[128];
-    snprintf(key, sizeof key, "m%lld-n%lld-k%lld-a%d-f%d-b%d", (long long)M, (long long)w->v.N, (long long)m->Kp,
-             accumulate, quant_fp8_fast_accum(), round_bf16);
-    route_tune t = {q, xq, sx, M, w, accumulate, round_bf16};
+    if (kept)
+        snprintf(key, sizeof key, "m%lld-n%lld-k%lld-kept%d-f%d", (long long)M, (long long)w->v.N, (long long)m->Kp,
+                 kept, quant_fp8_fast_accum());
+    else
+        snprintf(key, sizeof key, "m%lld-n%lld-k%lld-a%d-f%d-b%d", (long long)M, (long long)w->v.N, (long long)m->Kp,
+                 accumulate, quant_fp8_fast_accum(), round_bf16);
+    route_tune t = {q, xq, sx, M, w, accumulate, round_bf16, kept};
     return autotune_choose(c, "fp8_route", key, N_ROUTES, ROUTE_NAMES, ROUTE_LT, route_launch, &t, sizeof(float), route,
                            src, err);
 }
@@ -682,14 +717,14 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
         int ran = 0;
         if (wm == 1) { /* VSR_FP8_GEMM=1: the own kernel, its own width rule, FP32 products */
             if ((st = fp8_gemm_run(c, xq, sx, M, (const uint8_t *)w->w, (const float *)w->scale, w->v.N, m->Np, m->Kp, y,
-                                   accumulate, quant_fp8_fast_accum(), 0, 0, &((fp8_meta *)m)->gemm, &ran, err)))
+                                   w->v.N, FG_OUT_F32, accumulate, quant_fp8_fast_accum(), 0, 0, &((fp8_meta *)m)->gemm, &ran, err)))
                 return st;
             if (ran) return VSR_OK;
         } else {
             const int round_bf16 = fp8_bf16_products();
             int route = ROUTE_LT;
             const char *src = "default";
-            if ((st = choose_route(c, q, xq, sx, M, w, accumulate, round_bf16, &route, &src, err)) ||
+            if ((st = choose_route(c, q, xq, sx, M, w, accumulate, round_bf16, KEPT_NONE, &route, &src, err)) ||
                 (st = route_run(c, q, route, xq, sx, M, w, y, accumulate, round_bf16, &ran, err)))
                 return st;
             if (ran) {
@@ -708,6 +743,19 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
  * into the workspace [M, Np] with, for (b'), the scales its reader applies (linear_swiglu). *ran = 0
  * where that linear would not go through a BF16 product (its own wgmma kernel, the unscaled FP32
  * path, FP32 products below FP8_BF16_MIN_ROWS rows, no algorithm): the caller runs the FP32 linear. */
+/* (b'): the reader applies the scales; it runs after the producer of its own output twin, which may
+ * overwrite (or move) the activation twin these row scales live in: hand it a copy */
+static vsr_status kept_row_scales(cuda_ctx *c, quant_state *q, const float *sx, int64_t M, const float *sw,
+                                  const float **osx, const float **osw, vsr_err *err) {
+    vsr_status st;
+    if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)M, "FP8 row scales", err)) ||
+        (st = cuda_check(c, cudaMemcpyAsync(q->aux, sx, sizeof(float) * (size_t)M, cudaMemcpyDeviceToDevice,
+                                            c->stream), "FP8 row scales copy", err)))
+        return st;
+    *osx = (const float *)q->aux, *osw = sw;
+    return VSR_OK;
+}
+
 static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
                                const vsr_bweight *w, __nv_bfloat16 *dst, const __nv_bfloat16 **d, int64_t *ldd,
                                const float **osx, const float **osw, int *ran, vsr_err *err) {
@@ -738,6 +786,29 @@ static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
     fp8_plan *p;
     int done = 0, scaled = 0;
     const float *sw = (const float *)w->scale;
+    /* the route (as cuda_fp8_linear_prequant's): the own kernel writes the BF16 product, scaled into dst
+     * or unscaled for the reader, with the same roundings as (b') */
+    int route = ROUTE_LT;
+    const char *src = "default";
+    if (bf16p && fp8_wgmma_mode() != 0 && fp8_gemm_usable(c)) {
+        const int kept = dst ? KEPT_SCALED : KEPT_RAW;
+        if ((st = choose_route(c, q, xq, sx, M, w, 0, 1, kept, &route, &src, err))) return st;
+        if (route != ROUTE_LT) {
+            if (dst) out = dst, Np = N;
+            if ((st = kept_run(c, q, route, xq, sx, M, w, kept, out, &scaled, &done, err))) return st;
+            if (done) {
+                char path[160];
+                snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+                quant_set_last_path("%s[route %s,%s]", path, ROUTE_NAMES[route], src);
+                if (!dst && (st = kept_row_scales(c, q, sx, M, sw, osx, osw, err))) return st;
+                if (d) *d = (const __nv_bfloat16 *)out;
+                if (ldd) *ldd = Np;
+                *ran = 1;
+                return VSR_OK;
+            }
+            out = dst && m->Np == N ? (void *)dst : q->wtmp, Np = m->Np; /* not run (alignment): cuBLASLt */
+        }
+    }
     if ((st = bf16_product(c, q, xq, sx, M, w, bf16p, out, &scaled, &p, &done, err))) return st;
     if (!done) return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
     if (scaled) {
@@ -747,13 +818,7 @@ static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
         quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s%s)+scaled into BF16", p->chosen, p->src, acc_tag(p));
         out = dst, Np = N;
     } else {
-        /* (b'): the reader applies the scales; it runs after the producer of its own output twin, which
-         * may overwrite (or move) the activation twin these row scales live in: hand it a copy */
-        if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)M, "FP8 row scales", err)) ||
-            (st = cuda_check(c, cudaMemcpyAsync(q->aux, sx, sizeof(float) * (size_t)M, cudaMemcpyDeviceToDevice,
-                                                c->stream), "FP8 row scales copy", err)))
-            return st;
-        *osx = (const float *)q->aux, *osw = sw;
+        if ((st = kept_row_scales(c, q, sx, M, sw, osx, osw, err))) return st;
         quant_set_last_path("fp8:unscaled(bf16-kept,a%d,%s%s)", p->chosen, p->src, acc_tag(p));
     }
     if (dst && out != dst) {
