@@ -54,9 +54,6 @@ vsr_status cuda_fp8_linear_bf16_to(struct cuda_ctx *c, const float *x, const uin
 /* from src/backend/cuda/quant_int4.cu: the bulk-copy streaming int4 kernel (<= 16 rows, sixth pass), 1 on, 0 off;
  * previous value, or -1 if unknown */
 int cuda_quant_force_int4_bulk(int on);
-/* from quant_int4.cu: at most this many blocks in the persistent bulk-copy configurations' grid (0: the resident
- * slots); returns the previous cap */
-int cuda_quant_test_int4_grid_cap(int blocks);
 #endif
 
 #ifdef VSR_HAVE_CUDA
@@ -267,7 +264,7 @@ TEST(int4_every_candidate) {
                                                        * act-order g64, channel-wise, and the streaming cases */
     static const int64_t rows[] = {1, 5, 8, 16, 33, 256};
     const size_t nc = sizeof cases / sizeof cases[0];
-    int total = 0, total_stream = 0, total_bulk = 0, total_bulkp = 0;
+    int total = 0, total_stream = 0, total_bulk = 0;
     const int bulk_was = cuda_quant_force_int4_bulk(0);
     const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
@@ -324,22 +321,6 @@ TEST(int4_every_candidate) {
                 for (int64_t i = 0; i < M * N; i++) y[i] = refb[i] + y0[i];
                 CHECK_MSG(nerr(y2, y, M * N) <= 1e-5, "case %d M %lld %s accumulate: %.3g", cases[ci], (long long)M, path,
                           nerr(y2, y, M * N));
-                if (bulk && strstr(path, "-p,") != NULL) {
-                    /* the persistent configurations again on a grid of 2 blocks: each block walks several items
-                     * (rings and double buffers carried across them); bit-identical to the full grid, also
-                     * accumulating */
-                    CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y, &e), e);
-                    const int cap_was = cuda_quant_test_int4_grid_cap(2);
-                    CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y2, &e), e);
-                    CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0, "case %d M %lld %s: grid of 2 differs",
-                              cases[ci], (long long)M, path);
-                    CHECK_OK(gpu_linear(bw, x, M, K, N, y0, y2, &e), e);
-                    for (int64_t i = 0; i < M * N; i++) y[i] = refb[i] + y0[i];
-                    CHECK_MSG(nerr(y2, y, M * N) <= 1e-5, "case %d M %lld %s grid of 2, accumulate: %.3g", cases[ci],
-                              (long long)M, path, nerr(y2, y, M * N));
-                    CHECK(cuda_quant_test_int4_grid_cap(cap_was) == 2);
-                    total_bulkp++;
-                }
                 total++;
             }
             CHECK_MSG(idx >= 2, "case %d M %lld: only %d candidates", cases[ci], (long long)M, idx);
@@ -354,9 +335,8 @@ TEST(int4_every_candidate) {
     CHECK(cuda_quant_force_int4_bulk(-1) == -1 && cuda_quant_force_int4_bulk(2) == -1);
     CHECK(cuda_quant_force_int4_bulk(1) == 0 && cuda_quant_force_int4_bulk(bulk_was) == 1); /* back to the default */
     CHECK_MSG(!has_bulk || total_bulk >= 60, "only %d bulk-copy configurations checked", total_bulk);
-    CHECK_MSG(!has_bulk || total_bulkp >= 100, "only %d persistent bulk-copy configurations checked", total_bulkp);
-    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of them persistent; %d of the third "
-           "pass's)\n", total, total_bulk, total_bulkp, total_stream);
+    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's)\n", total,
+           total_bulk, total_stream);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or

@@ -30,6 +30,10 @@
  * The bulk-copy streaming kernel k_i4_bulk (sixth pass, kind 5, "-b6" keys; capability 9.0+) replaces k_i4_stream
  * under VSR_CUDA_INT4_BULK=1 / cuda_quant_force_int4_bulk(1); OFF by default (verified 2026-11-29c: every test
  * passes, but no faster: gate_up 1 row 28.1 us from BF16 against 26.5; NOTES "sixth pass").
+ * The seventh pass's persistent compact configurations of it (k_i4_bulkp, kind 6, names ending "-p", listed with
+ * kind 5's) were measured on the H200 (2026-11-29d) slower than the best kind-5 configuration at every shape
+ * (gate_up 1 row 25.9 vs 24.7 us, down 23.6 vs 21.3, q_proj 18.1 vs 15.8; 16 rows 37.6-59.7 vs 28.0-41.7) and
+ * were removed (NOTES "seventh pass"); kind 6 is unused.
  * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (ops.cu). */
@@ -934,230 +938,6 @@ __global__ void __launch_bounds__(NW * 32) k_i4_bulk(const i4b p) {
 #endif
 }
 
-/* ---- the bulk-copy kernel's persistent, compact configurations (seventh pass, kind 6, names ending "-p") ----
- * Why (ncu of k_i4_bulk, NOTES sixth pass): shared memory capped residency at 4 blocks (16 warps) per SM (51.7 KB
- * per block, 15 KB of it bf16x2 scale records for the block's whole K slice), and the grid (408 blocks) filled
- * 0.77 of the resident slots, so ~12 warps per SM ran with < 1 eligible warp per scheduler. Here, with the same
- * dequantization, mma order along K and deterministic split-K reduction:
- *  - scales are the raw u32 per (group, row) as uploaded (bf16(128 + zp) | bf16(scale) << 16), and only for the
- *    groups of the current work item; the bias / scale halves are read by the HADD2 / HMUL2 operand selectors
- *    (.H0_H0 / .H1_H1), so no PRMT and 2 LDS.32 per tile-chunk; activations in natural order (row stride 4 banks
- *    past a multiple of 32), read as B fragments by 2 ldmatrix.x4 per chunk and token tile, so both are staged by
- *    16-byte cp.async, double-buffered per work item: item k + 1's are in flight while item k multiplies;
- *  - small rings (4 KB per warp), so 6-8 blocks fit per SM at 1 row (the table in NOTES "seventh pass");
- *  - a persistent grid of min(items, SMs x resident blocks per SM) blocks over the work items (n-block, split),
- *    item it = n-block it / KS, split it % KS, block b taking items b, b + grid, ...; splits are balanced
- *    ([z KC / KS, (z + 1) KC / KS)); each warp's ring runs on across its items: lane 0 issues stage g + R as soon
- *    as stage g is consumed, whichever item either belongs to;
- *  - KS > 1: partials to ws[z]; the last item of an n-block to arrive adds them in split order (deterministic,
- *    never waits for another block, so it is correct at any grid size, resident or not).
- * Warps whose tile is past the last n-tile stream tile NT - 1 again (L2 hits; never stored), so every warp of a
- * block has the same stage sequence. Tokens of the 8-token tile beyond M read the last valid row (never stored). */
-typedef struct i4bq {
-    const uint4 *wq;
-    const uint32_t *sz;
-    const __nv_bfloat16 *x; /* bf16 [M, ldx], permuted column order, 16-byte aligned rows */
-    int M, N, NT, Np, KC, ldx, kvalid; /* columns >= kvalid read as zero (kvalid a multiple of 8) */
-    int G, gchunks, KS, accumulate;
-    int permax, ngmax; /* the most chunks of a split (ceil(KC / KS)) and groups they can touch: buffer sizes */
-    int items;         /* n-blocks x KS */
-    float *y, *ws;
-    unsigned *counters;
-} i4bq;
-
-/* dynamic shared memory of k_i4_bulkp: rings, mbarriers, two activation buffers (vt rows of permax chunks, stride
- * permax * 128 + 16 bytes), two scale buffers (ngmax groups x the block's rows, u32) */
-static __host__ __device__ inline size_t i4bq_smem(int nw, int tn, int r, int s, int64_t vt, int64_t permax,
-                                                   int64_t ngmax) {
-    return (size_t)nw * r * tn * s * 512 + (size_t)nw * r * 8 + 2 * (size_t)vt * (size_t)(permax * 128 + 16) +
-           2 * (size_t)ngmax * nw * tn * 64;
-}
-
-/* cp16s with a source size (0: zero-fill) */
-__device__ __forceinline__ void cp16s_z(unsigned s, const void *g, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g), "r"(bytes) : "memory");
-}
-
-/* y = (t - bias) * scale in bf16x2 with bias / scale the low / high halves of the raw record s: the same value as
- * dq2s(word, i, prmt(s, 0x1010), prmt(s, 0x3232)) (the halves broadcast by the operand selectors instead) */
-__device__ __forceinline__ uint32_t dq2r(uint32_t word, int i, uint32_t s) {
-    uint32_t t;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t) : "r"(word >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
-    const __nv_bfloat162 tv = *(__nv_bfloat162 *)&t, sv = *(__nv_bfloat162 *)&s;
-    const __nv_bfloat162 r = __hmul2(__hsub2(tv, __low2bfloat162(sv)), __high2bfloat162(sv));
-    return *(const uint32_t *)&r;
-}
-/* four 8x8 b16 matrices: lanes 8i..8i+7 give matrix i's row addresses; lane l gets row l / 4, words l % 4 */
-__device__ __forceinline__ void ldsm4(unsigned a, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-#if I4B_SM90
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(a));
-#endif
-}
-
-/* MINB: resident blocks asked of the compiler (8 blocks of 4 warps or 4 of 8: <= 64 registers; 6 for MT 2 x TN 2,
- * which spills at 64) */
-template <int MT, int NW, int TN, int R, int S, int MINB>
-__global__ void __launch_bounds__(NW * 32, MINB) k_i4_bulkp(const i4bq p) {
-    static_assert((R & (R - 1)) == 0 && R >= 2 && S >= 1 && (NW * R) % 2 == 0, "R a power of two; 16-byte buffers");
-#if I4B_SM90
-    extern __shared__ __align__(128) unsigned char i4q_sm[];
-    constexpr int NWT = NW * TN, RB = NWT * 16; /* n-tiles and output rows of a block's item */
-    constexpr unsigned STAGE = TN * S * 512u;   /* bytes of one stage of one warp */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int vt = p.M; /* M <= MT * 8 (the launcher's rule) */
-    const int RSW = p.permax * 32 + 4; /* activation row stride in u32 words */
-    const unsigned XSLOT = (unsigned)vt * (unsigned)RSW * 4u, SSLOT = (unsigned)p.ngmax * RB * 4u;
-    const unsigned sm0 = (unsigned)__cvta_generic_to_shared(i4q_sm);
-    const unsigned ring_w = sm0 + (unsigned)warp * R * STAGE;             /* [NW][R][TN][S][512 B] */
-    const unsigned bar_w = sm0 + NW * R * STAGE + (unsigned)warp * R * 8u; /* [NW][R] mbarriers */
-    const unsigned xs0 = sm0 + NW * R * STAGE + NW * R * 8u;             /* [2][vt][RSW] u32 */
-    const unsigned ss0 = xs0 + 2u * XSLOT;                                /* [2][ngmax][RB] u32 */
-    const uint32_t *ssg = (const uint32_t *)(i4q_sm + (ss0 - sm0));      /* the same, generic */
-    const int G1 = p.G - 1;
-
-    /* split z covers chunks [ksplit(z), ksplit(z + 1)): balanced, >= 1 chunk each (KS <= KC) */
-    auto ksplit = [&](int z) { return (int)((long long)z * p.KC / p.KS); };
-    /* item it's activations (vt rows x its chunks) and scales (its groups x the block's rows) into buffer bf: one
-     * cp.async group per thread; zero-filled past kvalid and past the last row Np */
-    auto stage_item = [&](int it, unsigned bf) {
-        const int z = it % p.KS, n0 = (it / p.KS) * RB;
-        const int kc0 = ksplit(z), nk = ksplit(z + 1) - kc0;
-        const int gA = min(kc0 / p.gchunks, G1), ng = min((kc0 + nk - 1) / p.gchunks, G1) - gA + 1;
-        const unsigned xb0 = xs0 + bf * XSLOT, sb0 = ss0 + bf * SSLOT;
-        const int xp = nk * 8; /* 16-byte pieces per row */
-        for (int tok = 0; tok < vt; tok++)
-            for (int c = threadIdx.x; c < xp; c += NW * 32) {
-                const int col = kc0 * 64 + c * 8;
-                const bool ok = col < p.kvalid;
-                cp16s_z(xb0 + (unsigned)(tok * RSW + c * 4) * 4u,
-                        ok ? (const void *)(p.x + (size_t)tok * p.ldx + col) : (const void *)p.x, ok ? 16 : 0);
-            }
-        for (int i = threadIdx.x; i < ng * (RB / 4); i += NW * 32) {
-            const int g = i / (RB / 4), pc = i - g * (RB / 4), n = n0 + pc * 4;
-            const bool ok = n < p.Np; /* Np and n0 are multiples of 16 */
-            cp16s_z(sb0 + (unsigned)(g * RB + pc * 4) * 4u,
-                    ok ? (const void *)(p.sz + (size_t)(gA + g) * p.Np + n) : (const void *)p.sz, ok ? 16 : 0);
-        }
-        cp_commit();
-    };
-
-    /* The producer (lane 0 of each warp) walks the warp's stage sequence: the stages of this block's items in
-     * order (item it has ceil(nk / S) stages of S chunks, the last one shorter). Invariant: when the consumer has
-     * just multiplied stage g (ring slot g % R), the next stage to issue is g + R, so it goes to the same slot;
-     * the prologue issues stages 0 .. R - 1. A slot's mbarrier therefore completes phase u for stage uR + slot,
-     * and the consumer waits on parity (g / R) & 1; a slot is never re-armed before its phase was waited on. */
-    int pit = blockIdx.x, pst = 0, pnst = 0, pnk = 0; /* the next stage: stage pst of item pit */
-    const uint4 *pw[TN];                                /* item pit's chunk kc0 of each of the warp's tiles */
-    auto pdecode = [&]() {
-        const int z = pit % p.KS, kc0 = ksplit(z), wt0 = (pit / p.KS) * NWT + warp * TN;
-        pnk = ksplit(z + 1) - kc0, pnst = (pnk + S - 1) / S;
-#pragma unroll
-        for (int t = 0; t < TN; t++) pw[t] = p.wq + ((size_t)min(wt0 + t, p.NT - 1) * p.KC + kc0) * 32;
-    };
-    auto pissue = [&](unsigned slot) { /* needs pit < items */
-        const int c0 = pst * S;
-        const unsigned bytes = (unsigned)min(pnk - c0, S) * 512u, bar = bar_w + 8u * slot;
-        mbar_expect_tx(bar, TN * bytes);
-#pragma unroll
-        for (int t = 0; t < TN; t++) bulk_g2s(ring_w + slot * STAGE + t * S * 512u, pw[t] + (size_t)c0 * 32, bytes, bar);
-        if (++pst == pnst) {
-            pst = 0, pit += gridDim.x;
-            if (pit < p.items) pdecode();
-        }
-    };
-    if (lane == 0) { /* grid <= items: every block has an item */
-#pragma unroll
-        for (int s = 0; s < R; s++) mbar_init(bar_w + 8u * s, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        pdecode();
-#pragma unroll
-        for (int s = 0; s < R; s++)
-            if (pit < p.items) pissue((unsigned)s);
-    }
-    stage_item(blockIdx.x, 0u);
-
-    const int q = lane & 3, r = lane >> 2;
-    const unsigned lbase = ring_w + (unsigned)lane * 16u;
-    unsigned gs = 0; /* the consumer's next stage (sequence number, as above) */
-    unsigned bf = 0; /* buffer of the current item: item k of this block uses buffer k & 1 */
-    for (int it = blockIdx.x; it < p.items; it += gridDim.x, bf ^= 1u) {
-        /* (A) this thread's copies of item it have landed; every thread's are visible; every thread is done
-         * with the previous item (its buffer bf ^ 1 and the split-K flag), and the mbarrier inits are visible */
-        cp_wait<0>();
-        __syncthreads();
-        if (it + (int)gridDim.x < p.items) stage_item(it + gridDim.x, bf ^ 1u); /* in flight while it multiplies */
-
-        const int z = it % p.KS, nbk = it / p.KS;
-        const int kc0 = ksplit(z), nk = ksplit(z + 1) - kc0, nst = (nk + S - 1) / S;
-        const int gA = min(kc0 / p.gchunks, G1);
-        const int wt0 = nbk * NWT + warp * TN; /* this warp's first n-tile */
-        /* lane's ldmatrix row: token mt * 8 + l % 8 (clamped), 8-column group 4 * (l / 8) of each 32-column half */
-        unsigned xa[MT];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const int row = min(mt * 8 + (lane & 7), vt - 1);
-            xa[mt] = xs0 + bf * XSLOT + (unsigned)(row * RSW + 4 * (lane >> 3)) * 4u;
-        }
-        /* rows r and r + 8 of tile warp * TN + t, group gA + gl: ssw[gl * RB + t * 16 (+ 8)] */
-        const uint32_t *ssw = ssg + bf * (SSLOT / 4u) + warp * TN * 16 + r;
-        int gq = kc0 / p.gchunks, gr = kc0 - gq * p.gchunks;
-        float acc[TN][MT][4];
-#pragma unroll
-        for (int t = 0; t < TN; t++)
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
-        /* chunk ci of the item, its weights at ring address wa (tile t at + t * S * 512) */
-        auto chunk = [&](int ci, unsigned wa) {
-            uint32_t b[MT][8]; /* b[mt][v]: natural word 4v + l % 4 of token mt * 8 + l / 4 (B fragment 2j + h) */
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                ldsm4(xa[mt] + (unsigned)ci * 128u, b[mt][0], b[mt][1], b[mt][2], b[mt][3]);
-                ldsm4(xa[mt] + (unsigned)ci * 128u + 64u, b[mt][4], b[mt][5], b[mt][6], b[mt][7]);
-            }
-            const uint32_t *sg = ssw + ((gq < G1 ? gq : G1) - gA) * RB;
-            if (++gr == p.gchunks) gr = 0, gq++;
-#pragma unroll
-            for (int t = 0; t < TN; t++) {
-                const uint32_t s0 = sg[t * 16], s8 = sg[t * 16 + 8];
-                const uint4 wv = lds128(wa + t * S * 512u);
-                const uint32_t wd[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const uint32_t a0 = dq2r(wd[j], 0, s0), a1 = dq2r(wd[j], 1, s8);
-                    const uint32_t a2 = dq2r(wd[j], 2, s0), a3 = dq2r(wd[j], 3, s8);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) mma16816(acc[t][mt], a0, a1, a2, a3, b[mt][2 * j], b[mt][2 * j + 1]);
-                }
-            }
-        };
-        for (int st = 0; st < nst; st++, gs++) {
-            const unsigned slot = gs & (R - 1);
-            mbar_wait(bar_w + 8u * slot, (gs / R) & 1u);
-            const unsigned sb = lbase + slot * STAGE;
-            const int c0 = st * S;
-            if (c0 + S <= nk) {
-#pragma unroll
-                for (int c = 0; c < S; c++) chunk(c0 + c, sb + c * 512u);
-            } else {
-                for (int c = 0; c < nk - c0; c++) chunk(c0 + c, sb + c * 512u);
-            }
-            __syncwarp(); /* every lane has multiplied stage gs (its loads consumed): stage gs + R takes the slot */
-            if (lane == 0 && pit < p.items) pissue(slot);
-        }
-
-        i4_store_frags<TN, MT, int>(acc, true, wt0, p.NT, r, q, p.M, p.N, p.KS, z, p.accumulate, p.y, p.ws);
-        /* split K: the last item of this n-block to arrive adds the partials in split order (block-uniform) */
-        if (p.KS > 1 && splitk_last_block(p.counters + nbk, p.KS))
-            splitk_sum(p.ws, p.y, p.M, p.N, p.KS, p.accumulate, (int64_t)nbk * RB, RB, vt, NW * 32, p.counters + nbk);
-    }
-#endif
-}
-
 /* bf16 x [M, K] -> bf16 [M, Kp] (permuted, zero padded): act-order or unaligned input for the
  * streaming kernel, and the unpack path's rows when the caller gives BF16 */
 __global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M, int64_t K,
@@ -1225,12 +1005,12 @@ __global__ void __launch_bounds__(256) k_i4_unpack16(const uint4 *__restrict__ w
 /* ---- configurations ----
  * kind 0: k_i4_fused (staged fragments, warps split K inside a block), w warps;
  * kind 1: k_i4_shared (activations shared in shared memory, one n-tile per warp), w = NW warps;
- * kind 2: k_i4_stream; kind 5: k_i4_bulk (3 and 4 were the removed fourth and fifth passes); kind 6: k_i4_bulkp,
- * the bulk-copy kernel's persistent compact configurations (listed with kind 5, names ending "-p"). */
+ * kind 2: k_i4_stream; kind 5: k_i4_bulk (3 and 4 were the removed fourth and fifth passes; 6 the removed seventh
+ * pass's persistent configurations). */
 
 typedef struct i4_cfg {
     int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kinds 2 and 5: n-tiles per warp (TN) */
-    int d;                  /* kind 2: ring slots per warp; kind 5: the entry of I4B_TAB; kind 6: of I4BQ_TAB */
+    int d;                  /* kind 2: ring slots per warp; kind 5: the entry of I4B_TAB */
 } i4_cfg;
 
 typedef void (*i4_kern)(const uint4 *, const uint32_t *, const int4 *, const uint4 *, int64_t, int64_t, int64_t,
@@ -1354,22 +1134,6 @@ static size_t i4b_cfg_smem(const quant_wmeta *m, int ti, int ks, int64_t vt) {
     return i4b_smem(I4B_TAB[ti].nw, I4B_TAB[ti].tn, I4B_TAB[ti].r, I4B_TAB[ti].s, vt, per, ng);
 }
 
-/* kind 6, the bulk-copy kernel's persistent compact configurations (M <= 16): MT token tiles, NW warps, TN
- * n-tiles per warp, R ring stages of S chunks per tile (4 KB per warp), MINB resident blocks asked of the compiler */
-typedef void (*i4bq_kern)(const i4bq);
-static const struct {
-    int mt, nw, tn, r, s;
-    i4bq_kern k;
-} I4BQ_TAB[] = {
-    {1, 4, 2, 4, 1, k_i4_bulkp<1, 4, 2, 4, 1, 8>}, {1, 4, 1, 4, 2, k_i4_bulkp<1, 4, 1, 4, 2, 8>},
-    {1, 8, 1, 4, 2, k_i4_bulkp<1, 8, 1, 4, 2, 4>}, {2, 4, 2, 4, 1, k_i4_bulkp<2, 4, 2, 4, 1, 6>},
-    {2, 4, 1, 4, 2, k_i4_bulkp<2, 4, 1, 4, 2, 8>}, {2, 8, 1, 4, 2, k_i4_bulkp<2, 8, 1, 4, 2, 4>},
-};
-#define I4BQ_N ((int)(sizeof I4BQ_TAB / sizeof I4BQ_TAB[0]))
-static int g_i4bq_static[I4BQ_N];
-static unsigned g_i4bq_attr[I4BQ_N];
-
-
 /* All of the SM's shared memory as carveout, and the dynamic limit maxdyn, for kernel k: set once per kernel
  * and device (bit i4_dev_slot in *done) */
 static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size_t maxdyn, const char *what,
@@ -1387,39 +1151,8 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     *done |= bit;
     return VSR_OK;
 }
-static size_t g_i4bq_occ_smem[I4BQ_N][I4_MAX_DEV];
-static int g_i4bq_occ[I4BQ_N][I4_MAX_DEV];
-static size_t i4bq_maxdyn(cuda_ctx *c, int ti) { /* the opt-in limit less the static shared memory (read once) */
-    if (!g_i4bq_static[ti]) {
-        cudaFuncAttributes fa;
-        const int ok = cudaFuncGetAttributes(&fa, I4BQ_TAB[ti].k) == cudaSuccess;
-        cudaGetLastError();
-        g_i4bq_static[ti] = ok && fa.sharedSizeBytes > 0 ? (int)fa.sharedSizeBytes : 1024;
-    }
-    int optin, smsm;
-    i4_dev_limits(c, &optin, &smsm);
-    return optin > g_i4bq_static[ti] ? (size_t)(optin - g_i4bq_static[ti]) : 0;
-}
-/* kind 6: the most chunks of a split (balanced splits), the groups they can touch, the shared memory at vt rows */
-static int64_t i4bq_permax(int64_t KC, int ks) { return (KC + ks - 1) / ks; }
-static int64_t i4bq_ngmax(const quant_wmeta *m, int64_t permax) {
-    const int64_t ng = (permax - 1) / m->gchunks + 2;
-    return ng < m->G ? ng : m->G;
-}
-static size_t i4bq_cfg_smem(const quant_wmeta *m, int ti, int ks, int64_t vt) {
-    const int64_t permax = i4bq_permax(m->Kp / 64, ks);
-    return i4bq_smem(I4BQ_TAB[ti].nw, I4BQ_TAB[ti].tn, I4BQ_TAB[ti].r, I4BQ_TAB[ti].s, vt, permax, i4bq_ngmax(m, permax));
-}
-/* test hook: at most this many blocks in kind 6's persistent grid (0: the resident slots), so that the tests make
- * every block walk several items (rings and buffers carried across them); returns the previous value */
-static int g_i4bq_grid_cap = 0;
-extern "C" int cuda_quant_test_int4_grid_cap(int blocks) {
-    const int old = g_i4bq_grid_cap;
-    if (blocks >= 0) g_i4bq_grid_cap = blocks;
-    return old;
-}
 
-#define I4_MAX_CAND 128
+#define I4_MAX_CAND 64
 typedef struct i4_run {
     const vsr_bweight *w;
     const quant_wmeta *m;
@@ -1437,7 +1170,7 @@ typedef struct i4_run {
 static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
     if (cfg.kind == 2) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
-    if (cfg.kind == 5 || cfg.kind == 6) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks; /* 6: items */
+    if (cfg.kind == 5) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
 }
 
@@ -1501,48 +1234,6 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         dim3 grid((unsigned)((NT + nwt - 1) / nwt), (unsigned)cfg.ks);
         I4B_TAB[ti].k<<<grid, I4B_TAB[ti].nw * 32, smem, c->stream>>>(p);
         return cuda_check_launch(c, "int4 fused (bulk-copy streaming)", err);
-    }
-    if (cfg.kind == 6) {
-        const int ti = cfg.d;
-        if (ti < 0 || ti >= I4BQ_N || I4BQ_TAB[ti].mt != cfg.mt || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0 ||
-            ((uintptr_t)r->xb & 15) || (r->ldx & 7) || cfg.ks < 1 || cfg.ks > KC)
-            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no persistent bulk-copy kernel for entry %d mt=%d ks=%d (M %lld)",
-                               ti, cfg.mt, cfg.ks, (long long)r->M);
-        const int nwt = I4BQ_TAB[ti].nw * I4BQ_TAB[ti].tn;
-        const int64_t nb = (NT + nwt - 1) / nwt, items = nb * cfg.ks;
-        if (NT * KC > INT32_MAX / 32 || (int64_t)m->G * m->Np > INT32_MAX || r->M * r->ldx > INT32_MAX ||
-            items > INT32_MAX / 2 || (int64_t)cfg.ks * KC > INT32_MAX)
-            return vsr_err_set(err, VSR_E_UNSUPPORTED, "int4: weight too large for the bulk-copy kernel's 32-bit indices "
-                               "(N %lld K %lld)", (long long)N, (long long)r->w->v.K);
-        const size_t smem = i4bq_cfg_smem(m, ti, cfg.ks, r->M), maxdyn = i4bq_maxdyn(c, ti);
-        if (smem > maxdyn)
-            return vsr_err_set(err, VSR_E_INTERNAL, "int4: persistent bulk-copy kernel needs %zu bytes of shared memory "
-                               "(at most %zu)", smem, maxdyn);
-        if ((st = i4_attrs_once(c, (const void *)I4BQ_TAB[ti].k, &g_i4bq_attr[ti], maxdyn,
-                                "int4 persistent bulk-copy kernel", err)))
-            return st;
-        const int dv = i4_dev_slot(c);
-        /* resident blocks per SM at this shared memory: asked of the runtime once per kernel, device and size */
-        if (g_i4bq_occ_smem[ti][dv] != smem || g_i4bq_occ[ti][dv] <= 0) {
-            int occ = 0;
-            if ((st = cuda_check(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, I4BQ_TAB[ti].k, I4BQ_TAB[ti].nw * 32,
-                                                                                  smem),
-                                 "int4 persistent bulk-copy kernel: occupancy", err)))
-                return st;
-            if (occ < 1)
-                return vsr_err_set(err, VSR_E_INTERNAL, "int4: persistent bulk-copy kernel entry %d: no block fits an SM "
-                                   "at %zu bytes of shared memory", ti, smem);
-            g_i4bq_occ[ti][dv] = occ, g_i4bq_occ_smem[ti][dv] = smem;
-        }
-        int64_t grid = (int64_t)(c->sm_count > 0 ? c->sm_count : 1) * g_i4bq_occ[ti][dv];
-        if (g_i4bq_grid_cap > 0 && grid > g_i4bq_grid_cap) grid = g_i4bq_grid_cap;
-        if (grid > items) grid = items;
-        const int64_t permax = i4bq_permax(KC, cfg.ks);
-        i4bq p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, (int)r->M, (int)N, (int)NT, (int)m->Np,
-                  (int)KC, (int)r->ldx, (int)r->kvalid, m->G, m->gchunks, cfg.ks, accumulate, (int)permax,
-                  (int)i4bq_ngmax(m, permax), (int)items, y, ws, q->counters};
-        I4BQ_TAB[ti].k<<<(unsigned)grid, I4BQ_TAB[ti].nw * 32, smem, c->stream>>>(p);
-        return cuda_check_launch(c, "int4 fused (persistent bulk-copy streaming)", err);
     }
     if (cfg.kind == 2) {
         i4t_kern k = i4t_kernel_for(cfg.mt, cfg.w, cfg.u, cfg.d);
@@ -1699,26 +1390,6 @@ static void i4_candidates_bulk(cuda_ctx *c, i4_run *r, int64_t bucket) {
             r->n++;
         }
     }
-    /* kind 6 (persistent, compact; names ending "-p"): balanced splits of >= 2 chunks (at most 32), the grid being
-     * the resident slots whatever the split; never the default (i4_default_bulk skips them) */
-    if (r->n == 0) return; /* only beside kind 5's (which supplies the default) */
-    static const int KSP[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32};
-    for (int ti = 0; ti < I4BQ_N; ti++) {
-        if (I4BQ_TAB[ti].mt != (int)bucket) continue;
-        const int nw = I4BQ_TAB[ti].nw, tn = I4BQ_TAB[ti].tn;
-        for (size_t b = 0; b < sizeof KSP / sizeof KSP[0]; b++) {
-            const int ks = KSP[b];
-            if (ks > 1 && KC / ks < 2) break;
-            if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
-            if (i4bq_cfg_smem(m, ti, ks, bucket * 8) > i4bq_maxdyn(c, ti)) continue;
-            if (r->n >= I4_MAX_CAND) return;
-            r->cand[r->n] = (i4_cfg){6, (int)bucket, nw, ks, tn, ti};
-            snprintf(r->names[r->n], sizeof r->names[0], "b-mt%d-nw%d-tn%d-r%d-s%d-ks%d-p", (int)bucket, nw, tn,
-                     I4BQ_TAB[ti].r, I4BQ_TAB[ti].s, ks);
-            r->name_ptr[r->n] = r->names[r->n];
-            r->n++;
-        }
-    }
 }
 
 /* kind 5's default (no autotune cache): the candidate with the least estimated time on the busiest
@@ -1731,7 +1402,6 @@ static int i4_default_bulk(cuda_ctx *c, const i4_run *r) {
     int best = 0;
     for (int i = 0; i < r->n; i++) {
         const i4_cfg *g = &r->cand[i];
-        if (g->kind != 5) continue; /* the persistent configurations (kind 6) are never the default */
         const int ti = g->d;
         const int64_t per = i4b_per(KC, g->ks), blocks = i4_tiles(r, *g), vt = (int64_t)g->mt * 8;
         const int occ = i4b_occupancy(c, ti, i4b_cfg_smem(m, ti, g->ks, vt));
