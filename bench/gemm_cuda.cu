@@ -6,8 +6,7 @@
  * kernel alone on prequantized activations per tile width / accumulation mode (promoted pipelined, the
  * serial promoted schedule, fast), fp8_kept_* = the product kept in BF16 for linear_swiglu per route
  * forced), our int4
- * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_nopf = the automatic path without
- * the streaming kernel's L2 prefetch (VSR_CUDA_INT4_PREFETCH=0), int4_prev = the previous fused kernels
+ * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
  * with the streaming kernel off, int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass)
  * forced on, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path). VSR_FP8=0 skips the
  * FP8 rows. Writes CSV to stdout:
@@ -414,10 +413,6 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s M %lld int4 prev path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_prev", s, M, us, by_i4, act);
                 cuda_quant_force_int4_stream(1);
-                setenv("VSR_CUDA_INT4_PREFETCH", "0", 1); /* int4_nopf: the streaming kernel without its L2 prefetch */
-                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
-                unsetenv("VSR_CUDA_INT4_PREFETCH");
-                row("int4_nopf", s, M, us, by_i4, act);
                 const int bulk_was = cuda_quant_force_int4_bulk(1); /* int4_bulk: the bulk-copy kernel */
                 us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 bulk path %s\n", s.name, (long long)M, cuda_quant_last_path());

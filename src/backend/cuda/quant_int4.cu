@@ -556,18 +556,7 @@ typedef struct i4t {
     int G, gchunks, KS, per, accumulate; /* per: chunks per split */
     float *y, *ws;
     unsigned *counters;
-    int prefetch; /* ask L2 for the warp's whole weight range up front (capability 9.0+) */
 } i4t;
-
-/* cp.async.bulk.prefetch.L2: the copy engine fetches [g, g + bytes) into L2 (bytes a multiple of 16, g
- * 16-byte aligned); a hint, no register or shared memory is written. Capability 9.0+ (a no-op below). */
-__device__ __forceinline__ void prefetch_l2(const void *g, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g), "r"(bytes) : "memory");
-#else
-    (void)g, (void)bytes;
-#endif
-}
 
 __device__ __forceinline__ void cp16(void *smem, const void *g, int bytes) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -605,13 +594,6 @@ __device__ __forceinline__ uint32_t dq2s(uint32_t word, int i, uint32_t bias2, u
     __nv_bfloat162 tv = *(__nv_bfloat162 *)&t, bv = *(__nv_bfloat162 *)&bias2, sv = *(__nv_bfloat162 *)&scale2;
     __nv_bfloat162 r = __hmul2(__hsub2(tv, bv), sv);
     return *(uint32_t *)&r;
-}
-
-/* The streaming kernel's L2 prefetch (k_i4_stream): on by default on capability 9.0+; VSR_CUDA_INT4_PREFETCH=0
- * turns it off (read at each launch: the tests and the GEMM sweep compare both; the products are the same) */
-static int i4_prefetch(const cuda_ctx *c) {
-    const char *e = getenv("VSR_CUDA_INT4_PREFETCH");
-    return c->cc_major >= 9 && !(e && *e == '0');
 }
 
 /* dynamic shared memory of k_i4_stream: ring, activation rows, scales */
@@ -668,15 +650,6 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     bool tact[TN];
 #pragma unroll
     for (int t = 0; t < TN; t++) tact[t] = ntb + t < NT;
-    /* The ring keeps only D chunks per warp in flight, and ncu shows the kernel waiting on them (under one
-     * eligible warp per scheduler, ~1.7 TB/s). With p.prefetch, lane 0 first asks L2 for each of its
-     * tiles' whole K range (nk x 512 contiguous bytes): the copy engine streams them from DRAM at its own
-     * pace, and the ring's copies then wait on L2 rather than DRAM. Results are unchanged. */
-    if (p.prefetch && lane == 0 && nk > 0) {
-#pragma unroll
-        for (int t = 0; t < TN; t++)
-            if (tact[t]) prefetch_l2(p.wq + ((ntb + t) * p.KC + kc0) * 32, (unsigned)nk * 512u);
-    }
     /* prologue: chunks 0 .. D-1 (D is a multiple of TN) */
 #pragma unroll
     for (int s = 0; s < D; s++) {
@@ -1277,8 +1250,7 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
                              "int4 streaming kernel: shared memory attribute", err)))
             return st;
         i4t p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, r->M, N, m->Np, KC, r->ldx, r->kvalid,
-                 m->G, m->gchunks, cfg.ks, (int)((KC + cfg.ks - 1) / cfg.ks), accumulate, y, ws, q->counters,
-                 i4_prefetch(c)};
+                 m->G, m->gchunks, cfg.ks, (int)((KC + cfg.ks - 1) / cfg.ks), accumulate, y, ws, q->counters};
         dim3 grid((unsigned)((NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u)), (unsigned)cfg.ks);
         k<<<grid, cfg.w * 32, smem, c->stream>>>(p);
         return cuda_check_launch(c, "int4 fused (streaming)", err);
