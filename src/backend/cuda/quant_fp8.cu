@@ -338,6 +338,15 @@ static vsr_status plan_get(cuda_ctx *c, quant_state *q, int64_t M, int64_t N, in
             cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) !=
                 CUBLAS_STATUS_SUCCESS)
             return VSR_OK; /* p->ok = 0: this cuBLASLt has no outer-vector scales */
+        /* the scale pointers set before the heuristic: without them (NULL until run_plan sets the real
+         * ones) cuBLASLt 13.1 offers no outer-vector algorithm at all; with them it offers the "ovscale"
+         * kernels torch._scaled_mm runs (bench/NOTES.md, fifth session). A placeholder: any device address. */
+        const void *ph = c->lt_ws;
+        if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ph, sizeof ph) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ph, sizeof ph) !=
+                CUBLAS_STATUS_SUCCESS)
+            return VSR_OK;
     }
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulPreferenceCreate(&pref);
