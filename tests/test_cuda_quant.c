@@ -756,9 +756,12 @@ TEST(fp8_route) {
             snprintf(path, sizeof path, "%s", cuda_quant_last_path());
             CHECK_MSG(strstr(path, names[route]) != NULL && strstr(path, ",forced]") != NULL, "route %d: path %s", route,
                       path);
+            /* the own kernel rounds its product to BF16 exactly where cuBLASLt's path does: (b') without
+             * outer-vector scales; with them (a) both keep FP32 products */
             if (route > 0)
                 CHECK_MSG(!strncmp(path, "fp8:wgmma(", 10) && strstr(path, "bn=") &&
-                              strstr(path, route == 1 ? "bn=128" : "bn=256") && strstr(path, "bf16-out"),
+                              strstr(path, route == 1 ? "bn=128" : "bn=256") &&
+                              !strstr(path, "bf16-out") == !!cuda_quant_fp8_ovscale(GB.ctx),
                           "route %d: path %s", route, path);
             double err = nerr(y, acc ? ra : refq, M * N);
             printf("  fp8 route %d acc %d: %s err %.3g\n", route, acc, path, err);
@@ -879,9 +882,14 @@ TEST(fp8_kept_route) {
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, route ? names[route] : "fp8:") != NULL, "kept %d route %d: path %s", kind, route,
                           path);
+                /* the own kernel writes what cuBLASLt writes: the scaled product rounded once with
+                 * outer-vector scales (b), else the product rounded (b') (and, kept 2, scaled and rounded) */
                 if (route)
                     CHECK_MSG(!strncmp(path, "fp8:wgmma(", 10) && strstr(path, route == 1 ? "bn=128" : "bn=256") &&
-                                  strstr(path, kind == 1 ? ",bf16-raw" : ",bf16-scaled") && strstr(path, ",forced]"),
+                                  strstr(path, cuda_quant_fp8_ovscale(GB.ctx) ? ",bf16-scaled,"
+                                               : kind == 1                   ? ",bf16-raw,"
+                                                                             : ",bf16-scaled(product rounded),") &&
+                                  strstr(path, ",forced]"),
                               "kept %d route %d: path %s", kind, route, path);
                 else CHECK_MSG(strstr(path, "bf16-kept") != NULL, "kept %d route 0: path %s", kind, path);
                 /* the unscaled product rounded to BF16, then (kept 2) the scaled one rounded again */
@@ -925,6 +933,74 @@ TEST(fp8_kept_route) {
     GB.ops->buf_free(GB.ctx, dx), GB.ops->buf_free(GB.ctx, ddst);
     if (bw) GB.ops->weight_free(GB.ctx, bw);
     free(wb), free(ws), free(wq), free(xq), free(x), free(sx), free(refq), free(y), free(y2), free(ylt[1]), free(ylt[2]);
+}
+
+/* Outer-vector scales in cuBLASLt (cuda_quant_fp8_ovscale; VSR_CUDA_FP8_OVSCALE=0 turns them off): with
+ * them the FP8 linear is (a), FP32 products scaled inside the GEMM (FP32 bound, no "bf16" in its path),
+ * and a kept product (b), the scaled product in BF16 with no scales left for its reader; off, the
+ * linear is (b') ("bf16-out") and the kept product unscaled with its scales. Both against the
+ * same-quantized reference. Where this cuBLASLt has none, only the second half runs. */
+TEST(fp8_ovscale) {
+    if (!fp8_is_sm90()) {
+        printf("  (fp8 ovscale: not a capability 9.0 device)\n");
+        return;
+    }
+    const int64_t M = 300, N = 520, K = 1040;
+    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *ws = malloc(sizeof(uint16_t) * (size_t)N);
+    uint8_t *wq = malloc((size_t)(N * K)), *xq = malloc((size_t)(M * K));
+    float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
+    float *refq = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
+    fp8_weights(N, K, wb, wq, ws);
+    fp8_acts_ref(M, N, K, wq, ws, x, xq, sx, refq);
+    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.ov"};
+    vsr_bweight *bw = NULL;
+    vsr_err e = {0};
+    vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+    CHECK_OK(st, e);
+    float *dx = dalloc(sizeof(float) * (size_t)(M * K));
+    const int ov = cuda_quant_fp8_ovscale(GB.ctx);
+    printf("  fp8 ovscale: cuBLASLt %s outer-vector-scaled FP8 algorithms\n", ov ? "offers" : "offers no");
+    const int was = cuda_quant_force_fp8_route(0);
+    if (!st && dx) {
+        dset(dx, x, sizeof(float) * (size_t)(M * K));
+        for (int off = ov ? 0 : 1; off <= 1; off++) {
+            if (off) setenv("VSR_CUDA_FP8_OVSCALE", "0", 1);
+            CHECK(cuda_quant_fp8_ovscale(GB.ctx) == (off ? 0 : 1));
+            CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y, &e), e);
+            char path[200];
+            snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+            double err = nerr(y, refq, M * N);
+            printf("  fp8 ovscale %s: linear %s err %.3g\n", off ? "off" : "on", path, err);
+            if (off) CHECK_MSG(strstr(path, "bf16-out") != NULL, "ovscale off: path %s", path);
+            else CHECK_MSG(!strncmp(path, "fp8:scaled(outer-vec,", 21) && !strstr(path, "bf16"), "ovscale on: path %s", path);
+            CHECK_MSG(err <= fp8_bound(path, K), "ovscale %s: %.3g", off ? "off" : "on", err);
+            const uint16_t *d = NULL;
+            const float *dsx = NULL, *dsw = NULL;
+            int64_t ldd = 0;
+            int ran = 0;
+            CHECK_OK(cuda_fp8_linear_bf16out((struct cuda_ctx *)GB.ctx, dx, NULL, NULL, M, bw, &d, &ldd, &dsx, &dsw, &ran, &e),
+                     e);
+            snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+            CHECK_MSG(ran && (off ? dsx != NULL : dsx == NULL), "ovscale %s: kept product ran %d, scales %s, path %s",
+                      off ? "off" : "on", ran, dsx ? "left" : "applied", path);
+            if (ran) {
+                uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(M * ldd));
+                float *hsx = malloc(sizeof(float) * (size_t)M), *hsw = malloc(sizeof(float) * (size_t)N);
+                dget(h, d, sizeof(uint16_t) * (size_t)(M * ldd));
+                if (dsx) dget(hsx, dsx, sizeof(float) * (size_t)M), dget(hsw, dsw, sizeof(float) * (size_t)N);
+                kept_to_f32(h, ldd, dsx ? hsx : NULL, hsw, M, N, y);
+                err = nerr(y, refq, M * N);
+                printf("  fp8 ovscale %s: kept %s err %.3g\n", off ? "off" : "on", path, err);
+                CHECK_MSG(err <= 4e-3, "ovscale %s: kept product %.3g", off ? "off" : "on", err);
+                free(h), free(hsx), free(hsw);
+            }
+            if (off) unsetenv("VSR_CUDA_FP8_OVSCALE");
+        }
+    }
+    cuda_quant_force_fp8_route(was);
+    GB.ops->buf_free(GB.ctx, dx);
+    if (bw) GB.ops->weight_free(GB.ctx, bw);
+    free(wb), free(ws), free(wq), free(xq), free(x), free(sx), free(refq), free(y);
 }
 
 /* ---- autotune across processes ---- */
@@ -1075,6 +1151,7 @@ int main(int argc, char **argv) {
     RUN(fp8_wgmma_prequant);
     RUN(fp8_route);
     RUN(fp8_kept_route);
+    RUN(fp8_ovscale);
     RUN(fp8_refused_before_ada);
     RUN(autotune_two_processes);
     vsr_backend_destroy(&GB);

@@ -432,7 +432,8 @@ extern "C" vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *
     if (!fp8_gemm_usable(c) || M <= 0 || M > (1 << 30) || Np > (1 << 30) || Kp > (1 << 30) || Kp % 16 ||
         ((uintptr_t)xq & 15) || ((uintptr_t)wq & 15) || ldy < N || out_kind < FG_OUT_F32 || out_kind > FG_OUT_BF16_SCALED)
         return VSR_OK;
-    if (out_kind != FG_OUT_F32) accumulate = 0, round_bf16 = 1; /* BF16 outputs: products rounded, no += */
+    if (out_kind != FG_OUT_F32) accumulate = 0;            /* BF16 outputs: no += */
+    if (out_kind == FG_OUT_BF16_RAW) round_bf16 = 1;       /* the unscaled product is the BF16 value */
     /* tile width: fewest full-chip waves x width (a tile's time ~ its width); on a tie the narrower
      * one when the wider leaves SMs idle */
     const int64_t tm = (M + FG_BM - 1) / FG_BM, sms = c->sm_count > 0 ? c->sm_count : 132;
@@ -470,8 +471,10 @@ extern "C" vsr_status fp8_gemm_run(cuda_ctx *c, const uint8_t *xq, const float *
     static const char *const mode_names[3] = {"fast", "promote-serial", "promote"};
     static const char *const out_names[3] = {"", ",bf16-out", ",bf16-raw"};
     quant_set_last_path("fp8:wgmma(bn=%d,%s%s,ctas=%d)", bn, mode_names[mode],
-                        out_kind == FG_OUT_F32 ? (round_bf16 ? out_names[1] : "")
-                                               : out_kind == FG_OUT_BF16_RAW ? out_names[2] : ",bf16-scaled",
+                        out_kind == FG_OUT_F32           ? (round_bf16 ? out_names[1] : "")
+                        : out_kind == FG_OUT_BF16_RAW    ? out_names[2]
+                        : round_bf16                     ? ",bf16-scaled(product rounded)"
+                                                         : ",bf16-scaled",
                         ctas);
     *ran = 1;
     return VSR_OK;

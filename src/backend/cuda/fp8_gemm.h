@@ -26,8 +26,10 @@ int fp8_gemm_usable(cuda_ctx *c);
 /* What the kernel writes (y's row stride ldy, in elements, >= N):
  *   FG_OUT_F32          y FP32 (+)= sx[m] * sw[n] * acc, acc rounded to BF16 first when round_bf16;
  *   FG_OUT_BF16_RAW     y BF16 = bf16(acc), unscaled (the reader applies sx, sw: linear_swiglu's product);
- *   FG_OUT_BF16_SCALED  y BF16 = bf16(float(bf16(acc)) * sx[m] * sw[n]) (keep_product_bf16's product).
- * The BF16 outputs never accumulate; both round the product as quant_fp8.cu's (b') path does. */
+ *   FG_OUT_BF16_SCALED  y BF16 = bf16(p * sx[m] * sw[n]), p = round_bf16 ? float(bf16(acc)) : acc (the kept
+ *                       products: rounded once after the scales as cuBLASLt's outer-vector-scaled (b) writes
+ *                       them, or twice as (b') + its scaling pass).
+ * The BF16 outputs never accumulate. */
 enum { FG_OUT_F32 = 0, FG_OUT_BF16_RAW = 1, FG_OUT_BF16_SCALED = 2 };
 
 /* Runs the GEMM on c->stream; *ran = 0 (and VSR_OK) where it does not apply (alignment), so the

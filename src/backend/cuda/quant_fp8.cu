@@ -11,8 +11,13 @@
  * Weights stay E4M3 on the device, padded with zeros to [Np, Kp] = [N, K] rounded up to 16
  * (cuBLASLt's FP8 operands need 16-byte leading dimensions, and it offered no FP8 algorithm for
  * N = 27 on the H200); the padded activation columns are zero too.
- * Measured on the H200 (CUDA 13.0's cuBLASLt): no algorithm for outer-vector scales, with an FP32 or a
- * BF16 output. Under --dtype auto the product is kept in BF16 at every row count (as torch's and
+ * Outer-vector scales (fifth session): cuBLASLt 13.1 (CUDA 13.0's) offers them on the H200 (the "ovscale"
+ * kernels torch._scaled_mm runs) only when the scale pointers are set before the heuristic query, which
+ * plan_get now does; until then every query found none, hence the paths below. Where they exist
+ * (fp8_ovscale: probed once per ctx, VSR_CUDA_FP8_OVSCALE=0 turns them off) a linear takes (a), its
+ * product in FP32 scaled inside the GEMM (accumulating through beta), and a kept product (b), the scaled
+ * product rounded to BF16 once: faster than (b') and no rounding of the linear's product. Where they do
+ * not (an older cuBLASLt, or the switch off): under --dtype auto the product is kept in BF16 at every row count (as torch's and
  * vLLM's FP8 linears write it; the same rounding whatever the batch): (b) outer-vector scales into a
  * BF16 workspace, then a pass y = (y +) float(d); where cuBLASLt has no such algorithm (the H200),
  * (b') the unscaled product into BF16, then y = (y +) float(t) * sx[m] * sw[n] (half the bytes of
@@ -422,6 +427,30 @@ static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void 
     return VSR_OK;
 }
 
+/* Whether cuBLASLt offers outer-vector-scaled FP8 algorithms here (probed once per ctx at one shape,
+ * FP32 and BF16 out; VSR_CUDA_FP8_OVSCALE=0 answers no, read at each call so tests can compare). With
+ * them, FP8 linears take (a), FP32 products scaled inside the GEMM (no BF16 rounding, no pass over the
+ * product), and kept products (b), the scaled product rounded to BF16 once; without, (b') as before. */
+static int fp8_ovscale(cuda_ctx *c, quant_state *q) {
+    const char *e = getenv("VSR_CUDA_FP8_OVSCALE");
+    if (e && *e == '0') return 0;
+    if (!q->fp8_ov) {
+        fp8_plan *p;
+        vsr_err err;
+        int ok = plan_get(c, q, 256, 256, 256, 256, D_F32_SCALED, &p, &err) == VSR_OK && p->ok;
+        ok = ok && plan_get(c, q, 256, 256, 256, 256, D_BF16_SCALED, &p, &err) == VSR_OK && p->ok;
+        q->fp8_ov = ok ? 2 : 1;
+    }
+    return q->fp8_ov == 2;
+}
+
+extern "C" int cuda_quant_fp8_ovscale(void *ctx) {
+    quant_state *q;
+    vsr_err err;
+    if (quant_state_get((cuda_ctx *)ctx, &q, &err)) return 0;
+    return fp8_ovscale((cuda_ctx *)ctx, q);
+}
+
 /* the path names say where the tensor cores' sums were not promoted (fast accumulation) */
 static inline const char *acc_tag(const fp8_plan *p) { return p->fast ? ",fast" : ""; }
 
@@ -550,7 +579,7 @@ static vsr_status lt_linear(cuda_ctx *c, quant_state *q, const uint8_t *xq, cons
     int ran = 0;
     int unscaled = forced == 2 ||
                    (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
-    const int bf16p = forced == 0 && fp8_bf16_products();
+    const int bf16p = forced == 0 && fp8_bf16_products() && !fp8_ovscale(c, q);
     if (!unscaled) {
         /* (a) outer-vector scales, FP32 out: straight into y where its row stride suits cuBLASLt (16 bytes) */
         if (bf16p) {
@@ -662,10 +691,13 @@ static vsr_status kept_run(cuda_ctx *c, quant_state *q, int route, const uint8_t
                                 p->chosen, p->src, acc_tag(p));
         return VSR_OK;
     }
-    *scaled = kept == KEPT_SCALED;
+    /* as cuBLASLt would write it: with outer-vector scales (b) the scaled product rounded once, else (b')
+     * the product rounded, then (KEPT_SCALED) scaled and rounded again */
+    const int ov = fp8_ovscale(c, q);
+    *scaled = ov || kept == KEPT_SCALED;
     return fp8_gemm_run(c, xq, sx, M, (const uint8_t *)w->w, sw, N, Np, m->Kp, out, kept == KEPT_SCALED ? N : Np,
-                        kept == KEPT_SCALED ? FG_OUT_BF16_SCALED : FG_OUT_BF16_RAW, 0, quant_fp8_fast_accum(),
-                        route == ROUTE_WG256 ? 256 : 128, 1, &((fp8_meta *)m)->gemm, ran, err);
+                        *scaled ? FG_OUT_BF16_SCALED : FG_OUT_BF16_RAW, 0, quant_fp8_fast_accum(),
+                        route == ROUTE_WG256 ? 256 : 128, !ov, &((fp8_meta *)m)->gemm, ran, err);
 }
 
 typedef struct route_tune {
@@ -730,7 +762,7 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
                 return st;
             if (ran) return VSR_OK;
         } else {
-            const int round_bf16 = fp8_bf16_products();
+            const int round_bf16 = fp8_bf16_products() && !fp8_ovscale(c, q); /* as lt_linear rounds */
             int route = ROUTE_LT;
             const char *src = "default";
             if ((st = choose_route(c, q, xq, sx, M, w, accumulate, round_bf16, KEPT_NONE, &route, &src, err)) ||
@@ -809,7 +841,7 @@ static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
                 char path[160];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 quant_set_last_path("%s[route %s,%s]", path, ROUTE_NAMES[route], src);
-                if (!dst && (st = kept_row_scales(c, q, sx, M, sw, osx, osw, err))) return st;
+                if (!dst && !scaled && (st = kept_row_scales(c, q, sx, M, sw, osx, osw, err))) return st;
                 if (d) *d = (const __nv_bfloat16 *)out;
                 if (ldd) *ldd = Np;
                 *ran = 1;

@@ -54,6 +54,11 @@ int cuda_quant_set_fp8_fast_accum(int on);
  * (the default: timed with --autotune-cache, else cuBLASLt), 0 cuBLASLt, 1 / 2 the own sm_90a kernel
  * at tile width 128 / 256. Returns the previous setting, or -2 for a value out of range. */
 int cuda_quant_force_fp8_route(int route);
+/* 1 when this device's cuBLASLt offers outer-vector-scaled FP8 algorithms (FP32 and BF16 out: cuBLASLt
+ * 13.1's "ovscale" kernels on the H200) and VSR_CUDA_FP8_OVSCALE is not 0; then FP8 linears take
+ * (a), FP32 products scaled by cuBLASLt, and kept products (b), the scaled product in BF16
+ * (quant_fp8.cu). ctx is the CUDA backend's ctx. */
+int cuda_quant_fp8_ovscale(void *ctx);
 /* The path the last quantized linear took, e.g. "fp8:scaled(outer-vec)", "fp8:unscaled+epilogue",
  * "int4:fused(mt=2,w=4,ks=8,src=cache)", "int4:unpack+bf16". Static storage. */
 const char *cuda_quant_last_path(void);
@@ -96,6 +101,7 @@ typedef struct quant_state {
     size_t route_out_bytes;
     struct fp8_plan *plans; /* cuBLASLt FP8 plans (quant_fp8.cu) */
     int n_plans, next_plan;
+    int fp8_ov; /* outer-vector-scaled FP8 algorithms in cuBLASLt: 0 not probed yet, 1 none, 2 offered */
     struct tune_entry *tune; /* autotune choices known to this ctx (autotune.cu) */
     int n_tune, cap_tune;
 } quant_state;
