@@ -390,10 +390,17 @@ static int fp8_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err)
     return TUNE_SKIP;
 }
 
+/* VSR_CUDA_FP8_OVSCALE=0: cuBLASLt's outer-vector-scaled algorithms are not used (the paths of a cuBLASLt
+ * without them: (b') and (c)); read at each call, so one process can compare */
+static int ovscale_off(void) {
+    const char *e = getenv("VSR_CUDA_FP8_OVSCALE");
+    return e && *e == '0';
+}
+
 static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void *xq, const float *sw, const float *sx,
                            void *d, int accumulate, int *ran, vsr_err *err) {
     *ran = 0;
-    if (!p->ok) return VSR_OK;
+    if (!p->ok || (dmode_scaled(p->dmode) && ovscale_off())) return VSR_OK;
     if (dmode_scaled(p->dmode)) {
         if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw) ||
             cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx)) {
@@ -432,8 +439,7 @@ static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void 
  * them, FP8 linears take (a), FP32 products scaled inside the GEMM (no BF16 rounding, no pass over the
  * product), and kept products (b), the scaled product rounded to BF16 once; without, (b') as before. */
 static int fp8_ovscale(cuda_ctx *c, quant_state *q) {
-    const char *e = getenv("VSR_CUDA_FP8_OVSCALE");
-    if (e && *e == '0') return 0;
+    if (ovscale_off()) return 0;
     if (!q->fp8_ov) {
         fp8_plan *p;
         vsr_err err;
