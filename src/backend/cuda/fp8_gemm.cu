@@ -1,10 +1,10 @@
 /* src/backend/cuda/fp8_gemm.cu: FP8 W8A8 GEMM for Hopper (sm_90a) with the per-token and per-channel
- * scales (and y += ...) applied in the epilogue, FP32 out. Replaces, on capability 9.0, CUDA 13.0
- * cuBLASLt's unscaled FP8 product into an FP32 workspace + a separate scaling pass (cuBLASLt offers
- * no outer-vector-scaled algorithm there; bench/NOTES.md "CUDA GEMM sweep").
+ * scales (and y += ...) applied in the epilogue, FP32 or BF16 out (fp8_gemm.h). Written when cuBLASLt
+ * seemed to offer no outer-vector-scaled FP8 algorithm on the H200 (it does, once asked with the scale
+ * pointers set: quant_fp8.cu); one of the routes quant_fp8.cu times per shape.
  *
  *   y[m, n] = (accumulate ? y[m, n] : 0) + (acc[m, n] * sx[m]) * sw[n],  acc = xq[m, :] . wq[n, :]
- *   xq e4m3 [M, Kp], wq e4m3 [Np, Kp] (rows K-major, Kp % 16 == 0), sx FP32 [M], sw FP32 [Np], y FP32 [M, N]
+ *   xq e4m3 [M, Kp], wq e4m3 [Np, Kp] (rows K-major, Kp % 16 == 0), sx FP32 [M], sw FP32 [Np], y FP32 [M, ldy]
  *
  * One persistent CTA per SM (grid = min(tiles, SMs)), 384 threads = 3 warpgroups:
  *  - warpgroup 0, the producer (registers lowered by setmaxnreg): one thread walks the CTA's tiles
@@ -15,25 +15,29 @@
  *  - warpgroups 1 and 2, the consumers: rows 64*(wg-1) .. +63 of the 128-row tile each, all BN
  *    columns: wgmma.mma_async m64nNk32 e4m3.e4m3 -> f32, A and B from shared memory (K-major
  *    descriptors, 128-byte swizzle, 32 bytes of K per instruction = +2 on the descriptor's address).
- *    promote (default): each K block accumulates, 128 columns at a time, into a temporary m64n128
- *    fragment (64 registers; scale-d = 0 on the block's first instruction) that is then added into the
- *    FP32 accumulators: the tensor cores' own sum keeps fewer bits than FP32 (DeepSeek-V3's finding;
- *    cuBLASLt does the same unless FAST_ACCUM), so long K is summed in FP32 every 128 products.
+ *    promote (default): each K block is cut into 64-column pieces, each summed by the tensor cores
+ *    from zero (scale-d = 0 on its first instruction) into one of two m64n64 temporaries in turn and
+ *    then added into the FP32 accumulators while the next piece runs: the tensor cores' own sum keeps
+ *    fewer bits than FP32 (DeepSeek-V3's finding; cuBLASLt does the same unless FAST_ACCUM), so long K
+ *    is summed in FP32 every 128 products (the modes below, FG_PROMOTE).
  *    fast: straight into the accumulators, one wgmma group kept in flight.
  *  - epilogue in registers: the m64nN fragment (lane l: rows l/4 and l/4 + 8 of its warp's 16,
- *    columns 8j + 2(l%4) + {0,1}) scaled and stored as float2 (32-byte row segments per 4 lanes),
- *    guarded for m >= M, n >= N. While the consumers store, the producer already fills the ring
- *    with the next tile's blocks.
+ *    columns 8j + 2(l%4) + {0,1}) scaled (row scales read into registers and the tile's column scales
+ *    into shared memory at the tile's start) and stored as float2 or bf16x2, guarded for m >= M,
+ *    n >= N. While the consumers store, the producer already fills the ring with the next tile's
+ *    blocks.
  * Tile order: bands of 8 column tiles, row tiles fastest inside a band (the ~132 tiles in flight
  * share ~16 row tiles of xq and 8 of wq in L2). Deterministic: no split-K, fixed summation order.
  * Built only for sm_90a (the Makefile's other target, sm_80, gets an empty kernel body that is
  * never launched: fp8_gemm_usable() requires capability 9.0). Written from the PTX ISA's wgmma,
  * cp.async.bulk.tensor and mbarrier sections, after the structure of CUTLASS's sm90 warp-specialized
  * kernels and DeepGEMM (no code taken from either).
- * Measured (H200, bench/NOTES.md "FP8 wgmma kernel"): correct on every test; 880-1,060 TFLOP/s promoted
- * and 970-1,190 fast at 8192 rows, short of cuBLASLt's unscaled GEMM (1,330): the epilogue is not
- * overlapped with the next tile's products (~11-13 us per tile), promotion waits out every K block,
- * and there is no TMA multicast. Hence off by default (quant_fp8.cu). */
+ * Measured (H200, bench/NOTES.md "FP8 wgmma kernel" and "fifth session"): correct on every test;
+ * at 4,096 rows 950-1,150 TFLOP/s promoted (the pipelined pieces: 7-10 % over the serial schedule at
+ * width 128, none at 256), behind cuBLASLt's outer-vector-scaled kernels (1,200-1,270 as whole
+ * linears). ncu (gate_up, 4,096 rows, width 128): SM throughput 76 %, L2 64 %, issue slots 48 %. Not
+ * done: an epilogue overlapped with the next tile's products, TMA multicast in 2-CTA clusters. Reached
+ * through quant_fp8.cu's route (timed per shape) or VSR_FP8_GEMM=1. */
 #include <cuda_bf16.h>
 #include <cuda.h> /* CUtensorMap and the encode function's types only: no libcuda link */
 #include <pthread.h>

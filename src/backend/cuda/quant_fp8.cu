@@ -32,9 +32,9 @@
  * cuBLASLt is asked for up to FP8_ALGOS algorithms; with --autotune-cache each is timed once per
  * shape (kernel "fp8_lt") and the winner recorded, else the heuristic's first is used.
  * Two steps: cuda_fp8_linear quantizes x (fp8_quantize) and calls cuda_fp8_linear_prequant, which a
- * producer op that quantizes its own output can call directly. On capability 9.0, VSR_FP8_GEMM=1 puts
- * the product on the own sm_90a wgmma kernel (fp8_gemm.cu: scales and accumulate in its epilogue, FP32
- * straight into y); off by default until it beats this path (bench/NOTES.md "FP8 wgmma kernel"). */
+ * producer op that quantizes its own output can call directly. On capability 9.0 the route below times
+ * the own sm_90a wgmma kernel (fp8_gemm.cu: scales and accumulate in its epilogue) against these paths
+ * per shape with --autotune-cache; VSR_FP8_GEMM=1 puts every product on it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
