@@ -719,6 +719,34 @@ TEST(fp8_refused_before_ada) {
     CHECK_ERR(GB.ops->weight_upload(GB.ctx, &v, &bw, &e), e, VSR_E_FORMAT, "q_proj: FP8 weight has no weight_scale");
 }
 
+/* One FP8 linear shared by the route, kept-route and outer-vector tests: a weight [520, 1040]
+ * uploaded, activations x [300, 1040] and their same-quantized reference refq (fp8_acts_ref). */
+typedef struct f8one {
+    int64_t M, N, K;
+    uint16_t *wb, *ws;
+    uint8_t *wq, *xq;
+    float *x, *sx, *refq;
+    vsr_bweight *bw;
+} f8one;
+static vsr_status f8one_make(f8one *f, const char *name, vsr_err *e) {
+    *f = (f8one){.M = 300, .N = 520, .K = 1040};
+    const int64_t M = f->M, N = f->N, K = f->K;
+    f->wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), f->ws = malloc(sizeof(uint16_t) * (size_t)N);
+    f->wq = malloc((size_t)(N * K)), f->xq = malloc((size_t)(M * K));
+    f->x = malloc(sizeof(float) * (size_t)(M * K)), f->sx = malloc(sizeof(float) * (size_t)M);
+    f->refq = malloc(sizeof(float) * (size_t)(M * N));
+    fp8_weights(N, K, f->wb, f->wq, f->ws);
+    fp8_acts_ref(M, N, K, f->wq, f->ws, f->x, f->xq, f->sx, f->refq);
+    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = f->wq, .scale = f->ws, .name = name};
+    return GB.ops->weight_upload(GB.ctx, &v, &f->bw, e);
+}
+static void f8one_free(f8one *f) {
+    if (f->bw) GB.ops->weight_free(GB.ctx, f->bw);
+    free(f->wb), free(f->ws), free(f->wq), free(f->xq), free(f->x), free(f->sx), free(f->refq);
+}
+/* the tag cuda_quant_last_path() carries for each route (cuda_quant_force_fp8_route 0, 1, 2) */
+static const char *const ROUTE_TAGS[3] = {"[route lt,", "[route wg128,", "[route wg256,"};
+
 /* The FP8 route on capability 9.0 (VSR_FP8_GEMM unset, quant_fp8.cu "route"): each route forced
  * (cuBLASLt; the own kernel at width 128 and 256, its products rounded to BF16 as (b') rounds them)
  * against the same-quantized reference, accumulating, bit-identical on a rerun, its path naming it;
@@ -730,22 +758,18 @@ TEST(fp8_route) {
         printf("  (fp8 route: not a capability 9.0 device, cuBLASLt only)\n");
         return;
     }
-    static const char *const names[3] = {"[route lt,", "[route wg128,", "[route wg256,"};
-    const int64_t M = 300, N = 520, K = 1040;
-    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *ws = malloc(sizeof(uint16_t) * (size_t)N);
-    uint8_t *wq = malloc((size_t)(N * K)), *xq = malloc((size_t)(M * K));
-    float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
-    float *refq = malloc(sizeof(float) * (size_t)(M * N)), *ra = malloc(sizeof(float) * (size_t)(M * N));
-    float *y = malloc(sizeof(float) * (size_t)(M * N)), *y2 = malloc(sizeof(float) * (size_t)(M * N));
-    float *y0 = malloc(sizeof(float) * (size_t)(M * N)), *ylt = malloc(sizeof(float) * (size_t)(M * N));
-    fp8_weights(N, K, wb, wq, ws);
-    fp8_acts_ref(M, N, K, wq, ws, x, xq, sx, refq);
-    for (int64_t i = 0; i < M * N; i++) y0[i] = frand(), ra[i] = refq[i] + y0[i];
-    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.route"};
-    vsr_bweight *bw = NULL;
+    const char *const *names = ROUTE_TAGS;
+    f8one f;
     vsr_err e = {0};
-    vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+    vsr_status st = f8one_make(&f, "test.route", &e);
     CHECK_OK(st, e);
+    const int64_t M = f.M, N = f.N, K = f.K;
+    const float *x = f.x, *refq = f.refq;
+    const vsr_bweight *bw = f.bw;
+    float *ra = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
+    float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
+    float *ylt = malloc(sizeof(float) * (size_t)(M * N));
+    for (int64_t i = 0; i < M * N; i++) y0[i] = frand(), ra[i] = refq[i] + y0[i];
     int prev = -1; /* the knob returns its previous setting */
     for (int route = 0; route < 3 && !st; route++)
         for (int acc = 0; acc <= 1; acc++) {
@@ -801,8 +825,8 @@ TEST(fp8_route) {
         CHECK_MSG(system(cmd) == 0, "no fp8_route record in %s", dir);
     }
     CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, "", &e), e);
-    if (bw) GB.ops->weight_free(GB.ctx, bw);
-    free(wb), free(ws), free(wq), free(xq), free(x), free(sx), free(refq), free(ra), free(y), free(y2), free(y0), free(ylt);
+    f8one_free(&f);
+    free(ra), free(y), free(y2), free(y0), free(ylt);
 }
 
 /* The FP8 products kept in BF16 for a reader (linear_swiglu's unscaled product with its scales,
@@ -855,21 +879,16 @@ TEST(fp8_kept_route) {
         printf("  (fp8 kept route: not a capability 9.0 device, cuBLASLt only)\n");
         return;
     }
-    static const char *const names[3] = {"[route lt,", "[route wg128,", "[route wg256,"};
-    const int64_t M = 300, N = 520, K = 1040;
-    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *ws = malloc(sizeof(uint16_t) * (size_t)N);
-    uint8_t *wq = malloc((size_t)(N * K)), *xq = malloc((size_t)(M * K));
-    float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
-    float *refq = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
-    float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *ylt[3] = {NULL, NULL, NULL};
-    ylt[1] = malloc(sizeof(float) * (size_t)(M * N)), ylt[2] = malloc(sizeof(float) * (size_t)(M * N));
-    fp8_weights(N, K, wb, wq, ws);
-    fp8_acts_ref(M, N, K, wq, ws, x, xq, sx, refq);
-    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.kept"};
-    vsr_bweight *bw = NULL;
+    const char *const *names = ROUTE_TAGS;
+    f8one f;
     vsr_err e = {0};
-    vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+    vsr_status st = f8one_make(&f, "test.kept", &e);
     CHECK_OK(st, e);
+    const int64_t M = f.M, N = f.N, K = f.K;
+    const float *x = f.x, *refq = f.refq;
+    const vsr_bweight *bw = f.bw;
+    float *y = malloc(sizeof(float) * (size_t)(M * N)), *y2 = malloc(sizeof(float) * (size_t)(M * N));
+    float *ylt[3] = {NULL, malloc(sizeof(float) * (size_t)(M * N)), malloc(sizeof(float) * (size_t)(M * N))};
     float *dx = dalloc(sizeof(float) * (size_t)(M * K));
     uint16_t *ddst = dalloc(sizeof(uint16_t) * (size_t)(M * N));
     if (!st && dx && ddst) {
@@ -931,8 +950,8 @@ TEST(fp8_kept_route) {
         CHECK_OK(cuda_quant_set_options(GB.ctx, NULL, "", &e), e);
     }
     GB.ops->buf_free(GB.ctx, dx), GB.ops->buf_free(GB.ctx, ddst);
-    if (bw) GB.ops->weight_free(GB.ctx, bw);
-    free(wb), free(ws), free(wq), free(xq), free(x), free(sx), free(refq), free(y), free(y2), free(ylt[1]), free(ylt[2]);
+    f8one_free(&f);
+    free(y), free(y2), free(ylt[1]), free(ylt[2]);
 }
 
 /* Outer-vector scales in cuBLASLt (cuda_quant_fp8_ovscale; VSR_CUDA_FP8_OVSCALE=0 turns them off): with
@@ -945,18 +964,14 @@ TEST(fp8_ovscale) {
         printf("  (fp8 ovscale: not a capability 9.0 device)\n");
         return;
     }
-    const int64_t M = 300, N = 520, K = 1040;
-    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K)), *ws = malloc(sizeof(uint16_t) * (size_t)N);
-    uint8_t *wq = malloc((size_t)(N * K)), *xq = malloc((size_t)(M * K));
-    float *x = malloc(sizeof(float) * (size_t)(M * K)), *sx = malloc(sizeof(float) * (size_t)M);
-    float *refq = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
-    fp8_weights(N, K, wb, wq, ws);
-    fp8_acts_ref(M, N, K, wq, ws, x, xq, sx, refq);
-    vsr_weight_view v = {.kind = VSR_WK_FP8, .N = N, .K = K, .w = wq, .scale = ws, .name = "test.ov"};
-    vsr_bweight *bw = NULL;
+    f8one f;
     vsr_err e = {0};
-    vsr_status st = GB.ops->weight_upload(GB.ctx, &v, &bw, &e);
+    vsr_status st = f8one_make(&f, "test.ov", &e);
     CHECK_OK(st, e);
+    const int64_t M = f.M, N = f.N, K = f.K;
+    const float *x = f.x, *refq = f.refq;
+    const vsr_bweight *bw = f.bw;
+    float *y = malloc(sizeof(float) * (size_t)(M * N));
     float *dx = dalloc(sizeof(float) * (size_t)(M * K));
     const int ov = cuda_quant_fp8_ovscale(GB.ctx);
     printf("  fp8 ovscale: cuBLASLt %s outer-vector-scaled FP8 algorithms\n", ov ? "offers" : "offers no");
@@ -999,8 +1014,8 @@ TEST(fp8_ovscale) {
     }
     cuda_quant_force_fp8_route(was);
     GB.ops->buf_free(GB.ctx, dx);
-    if (bw) GB.ops->weight_free(GB.ctx, bw);
-    free(wb), free(ws), free(wq), free(xq), free(x), free(sx), free(refq), free(y);
+    f8one_free(&f);
+    free(y);
 }
 
 /* ---- autotune across processes ---- */
