@@ -741,8 +741,8 @@ static vsr_status choose_route(cuda_ctx *c, quant_state *q, const uint8_t *xq, c
     quant_wmeta *m = (quant_wmeta *)w->q;
     char key[128];
     if (kept)
-        snprintf(key, sizeof key, "m%lld-n%lld-k%lld-kept%d-f%d", (long long)M, (long long)w->v.N, (long long)m->Kp,
-                 kept, quant_fp8_fast_accum());
+        snprintf(key, sizeof key, "m%lld-n%lld-k%lld-kept%d-f%d-b%d", (long long)M, (long long)w->v.N,
+                 (long long)m->Kp, kept, quant_fp8_fast_accum(), round_bf16);
     else
         snprintf(key, sizeof key, "m%lld-n%lld-k%lld-a%d-f%d-b%d", (long long)M, (long long)w->v.N, (long long)m->Kp,
                  accumulate, quant_fp8_fast_accum(), round_bf16);
@@ -785,11 +785,6 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
     return lt_linear(c, q, xq, sx, M, w, y, accumulate, err);
 }
 
-/* The BF16 product that cuda_fp8_linear_prequant would itself make (the same plans, the same
- * rounding), kept for a reader: into dst [M, N] (scaled, keep_product_bf16) when dst is given, else
- * into the workspace [M, Np] with, for (b'), the scales its reader applies (linear_swiglu). *ran = 0
- * where that linear would not go through a BF16 product (its own wgmma kernel, the unscaled FP32
- * path, FP32 products below FP8_BF16_MIN_ROWS rows, no algorithm): the caller runs the FP32 linear. */
 /* (b'): the reader applies the scales; it runs after the producer of its own output twin, which may
  * overwrite (or move) the activation twin these row scales live in: hand it a copy */
 static vsr_status kept_row_scales(cuda_ctx *c, quant_state *q, const float *sx, int64_t M, const float *sw,
@@ -803,6 +798,11 @@ static vsr_status kept_row_scales(cuda_ctx *c, quant_state *q, const float *sx, 
     return VSR_OK;
 }
 
+/* The BF16 product that cuda_fp8_linear_prequant would itself make (the same plans, the same
+ * rounding), kept for a reader: into dst [M, N] (scaled, keep_product_bf16) when dst is given, else
+ * into the workspace [M, Np] with, for (b'), the scales its reader applies (linear_swiglu). *ran = 0
+ * where that linear would not go through a BF16 product (its own wgmma kernel, the unscaled FP32
+ * path, FP32 products below FP8_BF16_MIN_ROWS rows, no algorithm): the caller runs the FP32 linear. */
 static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, const float *sx, int64_t M,
                                const vsr_bweight *w, __nv_bfloat16 *dst, const __nv_bfloat16 **d, int64_t *ldd,
                                const float **osx, const float **osw, int *ran, vsr_err *err) {
@@ -833,13 +833,13 @@ static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
     fp8_plan *p;
     int done = 0, scaled = 0;
     const float *sw = (const float *)w->scale;
-    /* the route (as cuda_fp8_linear_prequant's): the own kernel writes the BF16 product, scaled into dst
-     * or unscaled for the reader, with the same roundings as (b') */
+    /* the route (as cuda_fp8_linear_prequant's): the own kernel writes the BF16 product with the roundings
+     * cuBLASLt's path makes ((b), or (b') where cuBLASLt has no outer-vector scales: kept_run) */
     int route = ROUTE_LT;
     const char *src = "default";
     if (bf16p && fp8_wgmma_mode() != 0 && fp8_gemm_usable(c)) {
         const int kept = dst ? KEPT_SCALED : KEPT_RAW;
-        if ((st = choose_route(c, q, xq, sx, M, w, 0, 1, kept, &route, &src, err))) return st;
+        if ((st = choose_route(c, q, xq, sx, M, w, 0, !fp8_ovscale(c, q), kept, &route, &src, err))) return st;
         if (route != ROUTE_LT) {
             if (dst) out = dst, Np = N;
             if ((st = kept_run(c, q, route, xq, sx, M, w, kept, out, &scaled, &done, err))) return st;
