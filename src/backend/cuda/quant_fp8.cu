@@ -585,8 +585,7 @@ static vsr_status lt_linear(cuda_ctx *c, quant_state *q, const uint8_t *xq, cons
     int ran = 0;
     int unscaled = forced == 2 ||
                    (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
-    const int ov = forced == 0 && fp8_ovscale(c, q);
-    const int bf16p = forced == 0 && fp8_bf16_products() && !ov;
+    const int bf16p = forced == 0 && fp8_bf16_products() && !fp8_ovscale(c, q);
     if (!unscaled) {
         /* (a) outer-vector scales, FP32 out: straight into y where its row stride suits cuBLASLt (16 bytes) */
         if (bf16p) {
@@ -611,11 +610,9 @@ static vsr_status lt_linear(cuda_ctx *c, quant_state *q, const uint8_t *xq, cons
             }
         }
         /* (b) outer-vector scales, BF16 out, then widened (and accumulated) into y; (b') where cuBLASLt
-         * has no outer-vector algorithm (or VSR_CUDA_FP8_OVSCALE=0): the unscaled product rounded to
-         * BF16 (half the bytes of the FP32 one, written and read back), then the scales */
-        /* (with outer-vector scales a shape (a) has no algorithm for goes to (c): FP32 products at every
-         * row count, as (a) keeps them) */
-        if (bf16p || forced == 1 || (M >= FP8_BF16_MIN_ROWS && !ov)) {
+         * has no outer-vector algorithm (CUDA 13.0 on the H200 has none): the unscaled product rounded
+         * to BF16 (half the bytes of the FP32 one, written and read back), then the scales */
+        if (bf16p || forced == 1 || M >= FP8_BF16_MIN_ROWS) {
             int scaled = 0;
             if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Np), "FP8 product",
                                  err)) ||
