@@ -34,6 +34,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/ptx.cuh"
 
 #define TC_WARPS 4
 #define TC_BM (TC_WARPS * 16) /* rows per block */
@@ -46,15 +47,9 @@ typedef struct tc_segs {
 
 /* ---- PTX wrappers ---- */
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
 /* 16 bytes global -> shared; src_bytes 0 zero-fills (the source is not read) */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
@@ -342,10 +337,6 @@ template <int D> struct wg_cfg {
 };
 
 #ifdef ATTN_WG_ON
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /* pins a register's value to this point (the accumulators are written behind the compiler's back
  * until wgmma.wait_group returns) */
@@ -633,7 +624,7 @@ __global__ void __launch_bounds__(256, 1)
                 wg_fence();
                 wg_issue_s<D>(sc, qd, kd + st * TD);
                 wg_commit();
-                wg_wait0();
+                wg_wait<0>();
 #pragma unroll
                 for (int i = 0; i < 32; i++) reg_fence(sc[i]);
                 wg_softmax(sc, k0, t4, lim, scale_log2, m, l, alpha);
@@ -648,7 +639,7 @@ __global__ void __launch_bounds__(256, 1)
                 wg_fence();
                 wg_issue_pv<D>(o, pa, vd + st * TD);
                 wg_commit();
-                wg_wait0();
+                wg_wait<0>();
 #pragma unroll
                 for (int i = 0; i < D / 2; i++) reg_fence(o[i]);
 #pragma unroll
@@ -683,7 +674,7 @@ __global__ void __launch_bounds__(256, 1)
         wg_fence();
         wg_issue_s<D>(sc, qd, kd);
         wg_commit();
-        wg_wait0();
+        wg_wait<0>();
 #pragma unroll
         for (int i = 0; i < 32; i++) reg_fence(sc[i]);
         wg_softmax(sc, 0, t4, lim, scale_log2, m, l, alpha);
@@ -704,7 +695,7 @@ __global__ void __launch_bounds__(256, 1)
             wg_commit();
             wg_issue_pv<D>(o, pp, vd + (st ^ 1) * TD);
             wg_commit();
-            wg_wait1(); /* S_t */
+            wg_wait<1>(); /* S_t */
 #pragma unroll
             for (int i = 0; i < 32; i++) reg_fence(sc[i]);
             wg_softmax(sc, t * WG_BN, t4, lim, scale_log2, m, l, alpha);
@@ -712,7 +703,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
             for (int i = 0; i < 32; i++) reg_fence(sc[i]);
             reg_fence(l[0]), reg_fence(l[1]), reg_fence(alpha[0]), reg_fence(alpha[1]);
-            wg_wait0(); /* P_{t-1} V_{t-1} */
+            wg_wait<0>(); /* P_{t-1} V_{t-1} */
 #pragma unroll
             for (int i = 0; i < D / 2; i++) reg_fence(o[i]);
             rescale();
@@ -729,7 +720,7 @@ __global__ void __launch_bounds__(256, 1)
         wg_fence();
         wg_issue_pv<D>(o, pp, vd + ((ntiles - 1) & 1) * TD);
         wg_commit();
-        wg_wait0();
+        wg_wait<0>();
 #pragma unroll
         for (int i = 0; i < D / 2; i++) reg_fence(o[i]);
     }

@@ -47,6 +47,7 @@
 
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/ptx.cuh"
 #include "backend/cuda/quant_internal.h"
 
 #define FG_BM 128
@@ -60,25 +61,6 @@
 #endif
 
 #ifdef FG_DEVICE
-__device__ __forceinline__ uint32_t sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint32_t b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t b, unsigned parity) {
-    uint32_t ok = 0;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(ok)
-                     : "r"(b), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
@@ -87,11 +69,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 /* K-major operand, 128-byte swizzle: start address >> 4, LBO unused (1), SBO = 8 rows x 128 B = 1024 */
 __device__ __forceinline__ uint64_t gdesc(uint32_t addr) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 template <int R> __device__ __forceinline__ void reg_fence(float *d) {
 #pragma unroll
@@ -170,10 +147,10 @@ __global__ void __launch_bounds__(FG_THREADS, 1)
     typedef fg_cfg<BN> C;
     constexpr int STAGES = C::STAGES;
     extern __shared__ uint8_t smem_raw[];
-    const uint32_t base = (sa(smem_raw) + 1023u) & ~1023u; /* 128-byte swizzle wants 1024-aligned tiles */
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u; /* 128-byte swizzle wants 1024-aligned tiles */
     const uint32_t sA = base, sB = base + STAGES * C::A_BYTES, bars = sB + STAGES * C::B_BYTES;
     /* full[s] at bars + 8s, empty[s] at bars + 8 (STAGES + s); then the column scales, 2 x BN floats */
-    float *sws = (float *)(smem_raw + (bars + 16 * STAGES - sa(smem_raw)));
+    float *sws = (float *)(smem_raw + (bars + 16 * STAGES - smem_u32(smem_raw)));
     const int tiles_m = (M + FG_BM - 1) / FG_BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
     const int kblocks = (Kp + FG_BK - 1) / FG_BK;
     const int wg = threadIdx.x / 128;

@@ -45,6 +45,7 @@
 
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
+#include "backend/cuda/ptx.cuh"
 
 extern int quant_forced_int4_path(void);
 extern int quant_forced_int4_cfg(void);
@@ -579,8 +580,6 @@ __device__ __forceinline__ unsigned opq(unsigned v) { /* a value the compiler ca
     asm volatile("mov.b32 %0, %0;" : "+r"(v));
     return v;
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int n> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
 
 __device__ __forceinline__ int i4t_grp(const i4t &p, int64_t kc) {
     const int64_t g = kc / p.gchunks;
@@ -636,7 +635,7 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
         cp16(ss + g * RB + pc * 4, ok ? (const void *)(p.sz + (int64_t)(gA + g) * p.Np + n) : (const void *)p.sz,
              ok ? 16 : 0);
     }
-    cp_commit();
+    cp_async_commit();
 
     /* this warp's chunk i: k-chunk kc0 + i / TN of n-tile ntb + i % TN; one commit group per chunk.
      * Shared addresses are 32-bit values computed once (opq) and the ring slot is carried by the loop: the
@@ -655,10 +654,10 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     for (int s = 0; s < D; s++) {
         const int t = s % TN;
         if (s < nchunks && tact[t]) cp16s(rbase + (unsigned)s * 512u, src + t * tstride);
-        cp_commit();
+        cp_async_commit();
         if (t == TN - 1) src += 32;
     }
-    cp_wait<D>(); /* this thread's group 0 */
+    cp_async_wait<D>(); /* this thread's group 0 */
     __syncthreads(); /* everyone's */
 
     const int q = lane & 3, r = lane >> 2;
@@ -692,7 +691,7 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
         if (++gr == p.gchunks) gr = 0, gq++;
 #pragma unroll
         for (int t = 0; t < TN; t++) {
-            cp_wait<D - 1>(); /* this chunk has landed (this thread's copy; each lane reads only its own) */
+            cp_async_wait<D - 1>(); /* this chunk has landed (this thread's copy; each lane reads only its own) */
             if (tact[t]) {
                 const uint4 wv = lds128(slot);
                 const uint32_t s0 = lds32(sg + t * 64), s8 = lds32(sg + t * 64 + 32);
@@ -710,14 +709,14 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
                  * (same tile t, since D is a multiple of TN) */
                 if (left > 0) cp16s(slot, src + t * tstride);
             }
-            cp_commit();
+            cp_async_commit();
             roff = (roff + 512u) & (unsigned)(D * 512 - 1);
             slot = roff ? slot + 512u : slot - (unsigned)((D - 1) * 512);
             left--;
             if (t == TN - 1) src += 32;
         }
     }
-    cp_wait<0>();
+    cp_async_wait<0>();
 
     i4_store_frags<TN, MT, int64_t>(acc, true, ntb, NT, r, q, p.M, p.N, p.KS, z, p.accumulate, p.y, p.ws);
     if (p.KS == 1) return;
@@ -765,27 +764,6 @@ typedef struct i4b {
 #else
 #define I4B_SM90 0
 #endif
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-#if I4B_SM90
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-#endif
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-#if I4B_SM90
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-#if I4B_SM90
-    unsigned done;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-#endif
-}
 /* global -> shared, bytes a multiple of 16, both 16-byte aligned; completes bytes on the mbarrier */
 __device__ __forceinline__ void bulk_g2s(unsigned dst, const void *src, unsigned bytes, unsigned bar) {
 #if I4B_SM90
