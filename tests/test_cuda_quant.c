@@ -954,7 +954,8 @@ TEST(fp8_kept_route) {
     free(y), free(y2), free(ylt[1]), free(ylt[2]);
 }
 
-/* Outer-vector scales in cuBLASLt (cuda_quant_fp8_ovscale; VSR_CUDA_FP8_OVSCALE=0 turns them off): with
+/* Outer-vector scales in cuBLASLt (cuda_quant_fp8_ovscale; cuda_quant_set_fp8_ovscale(0), as
+ * VSR_CUDA_FP8_OVSCALE=0, turns them off): with
  * them the FP8 linear is (a), FP32 products scaled inside the GEMM (FP32 bound, no "bf16" in its path),
  * and a kept product (b), the scaled product in BF16 with no scales left for its reader; off, the
  * linear is (b') ("bf16-out") and the kept product unscaled with its scales. Both against the
@@ -979,7 +980,7 @@ TEST(fp8_ovscale) {
     if (!st && dx) {
         dset(dx, x, sizeof(float) * (size_t)(M * K));
         for (int off = ov ? 0 : 1; off <= 1; off++) {
-            if (off) setenv("VSR_CUDA_FP8_OVSCALE", "0", 1);
+            const int ov_was = off ? cuda_quant_set_fp8_ovscale(0) : -1;
             CHECK(cuda_quant_fp8_ovscale(GB.ctx) == (off ? 0 : 1));
             CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y, &e), e);
             char path[200];
@@ -1009,7 +1010,7 @@ TEST(fp8_ovscale) {
                 CHECK_MSG(err <= 4e-3, "ovscale %s: kept product %.3g", off ? "off" : "on", err);
                 free(h), free(hsx), free(hsw);
             }
-            if (off) unsetenv("VSR_CUDA_FP8_OVSCALE");
+            if (off) cuda_quant_set_fp8_ovscale(ov_was);
         }
     }
     cuda_quant_force_fp8_route(was);

@@ -391,10 +391,14 @@ static int fp8_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err)
 }
 
 /* VSR_CUDA_FP8_OVSCALE=0: cuBLASLt's outer-vector-scaled algorithms are not used (the paths of a cuBLASLt
- * without them: (b') and (c)); read at each call, so one process can compare */
-static int ovscale_off(void) {
-    const char *e = getenv("VSR_CUDA_FP8_OVSCALE");
-    return e && *e == '0';
+ * without them: (b') and (c)); read once, as the other switches; cuda_quant_set_fp8_ovscale overrides it
+ * (tests compare both in one process) */
+static int g_ovscale_on = -1;
+static int ovscale_off(void) { return !cuda_env_switch("VSR_CUDA_FP8_OVSCALE", 1, &g_ovscale_on); }
+extern "C" int cuda_quant_set_fp8_ovscale(int on) {
+    const int old = !ovscale_off();
+    g_ovscale_on = on ? 1 : 0;
+    return old;
 }
 
 static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void *xq, const float *sw, const float *sx,
@@ -435,7 +439,7 @@ static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void 
 }
 
 /* Whether cuBLASLt offers outer-vector-scaled FP8 algorithms here (probed once per ctx at one shape,
- * FP32 and BF16 out; VSR_CUDA_FP8_OVSCALE=0 answers no, read at each call so tests can compare). With
+ * FP32 and BF16 out; VSR_CUDA_FP8_OVSCALE=0 or cuda_quant_set_fp8_ovscale(0) answers no). With
  * them, FP8 linears take (a), FP32 products scaled inside the GEMM (no BF16 rounding, no pass over the
  * product), and kept products (b), the scaled product rounded to BF16 once; without, (b') as before. */
 static int fp8_ovscale(cuda_ctx *c, quant_state *q) {

@@ -59,6 +59,9 @@ int cuda_quant_force_fp8_route(int route);
  * (a), FP32 products scaled by cuBLASLt, and kept products (b), the scaled product in BF16
  * (quant_fp8.cu). ctx is the CUDA backend's ctx. */
 int cuda_quant_fp8_ovscale(void *ctx);
+/* Allows (1, the default unless VSR_CUDA_FP8_OVSCALE=0) or forbids (0) those algorithms, for tests;
+ * returns the previous setting. */
+int cuda_quant_set_fp8_ovscale(int on);
 /* The path the last quantized linear took, e.g. "fp8:scaled(outer-vec)", "fp8:unscaled+epilogue",
  * "int4:fused(mt=2,w=4,ks=8,src=cache)", "int4:unpack+bf16". Static storage. */
 const char *cuda_quant_last_path(void);
