@@ -239,6 +239,61 @@ TEST(twin_fp8) {
     }
 }
 
+/* Wide rows (more than 8192 columns) with an FP8 twin: the one-pass kernel (the default) and the two-pass
+ * one (VSR_CUDA_SWIGLU_1P=0) give the same FP32 output and the same twin, bit for bit, from FP32 inputs
+ * (swiglu) and from the BF16 product linear_swiglu keeps; the twin read by an FP8 down projection, which
+ * also gives what it gives quantizing the FP32 output itself. */
+int cuda_swiglu_set_1p(int on);
+TEST(swiglu_fp8_one_pass) {
+    if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor < 89) {
+        printf("  (not run: compute capability %d.%d has no FP8)\n", cuda_dev.cc_major, cuda_dev.cc_minor);
+        return;
+    }
+    CHECK(cuda_swiglu_set_1p(2) == -1 && cuda_swiglu_set_1p(-1) == -1);
+    vsr_err e;
+    const int64_t M = 37, K = 128, N = 48;
+    static const int64_t Is[] = {8196, 17408, 32768};
+    for (size_t c = 0; c < sizeof Is / sizeof *Is; c++) {
+        const int64_t I = Is[c];
+        vsr_bweight *Wd = fp8_weight(N, I, 0.02f, "test.down"), *WG = fp8_weight(2 * I, K, 0.05f, "test.gate_up");
+        float *hgu = hrand(M * 2 * I, 3.0f), *hx = hrand(M * K, 1.0f);
+        for (int64_t j = 0; j < 2 * I; j++) hgu[5 * 2 * I + j] = 0; /* an all-zero row: scale 1 */
+        void *gu = up(hgu, M * 2 * I), *x = up(hx, M * K), *work = up(NULL, M * 2 * I), *ref = up(NULL, M * N);
+        void *o[2], *y[2], *ls[2], *ly[2];
+        const vsr_bweight *rd[1] = {Wd};
+        for (int pass = 0; pass < 2; pass++) { /* 0: one pass, 1: two passes */
+            const int was = cuda_swiglu_set_1p(pass == 0);
+            o[pass] = up(NULL, M * I), y[pass] = up(NULL, M * N), ls[pass] = up(NULL, M * I), ly[pass] = up(NULL, M * N);
+            /* the FP32 output and its twin (declared without readers: not the only copy) */
+            GB.ops->feed_linears(GB.ctx, o[pass], M, I, NULL, 0);
+            CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + I, 2 * I, M, I, o[pass], &e), e);
+            int64_t hits0 = vsr_cuda_stat_twin_hits;
+            CHECK_OK(GB.ops->linear(GB.ctx, o[pass], M, Wd, y[pass], 0, &e), e);
+            CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "I %lld pass %d: the twin was not read", (long long)I, pass);
+            /* linear_swiglu: SwiGLU over the kept BF16 product, its twin (the only copy) read by the down
+             * projection */
+            GB.ops->feed_linears(GB.ctx, ls[pass], M, I, rd, 1);
+            CHECK_OK(GB.ops->linear_swiglu(GB.ctx, x, M, WG, work, ls[pass], &e), e);
+            CHECK_OK(GB.ops->linear(GB.ctx, ls[pass], M, Wd, ly[pass], 0, &e), e);
+            cuda_swiglu_set_1p(was);
+        }
+        /* the down projection quantizing the FP32 output itself (no twin) */
+        void *plain = up(NULL, M * I);
+        CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + I, 2 * I, M, I, plain, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, plain, M, Wd, ref, 0, &e), e);
+        const int eo = same(o[0], o[1], M * I), ey = same(y[0], y[1], M * N), er = same(y[0], ref, M * N),
+                  el = same(ly[0], ly[1], M * N);
+        printf("  swiglu FP8 twin I=%lld, one pass against two: output %s, down projection %s (FP32 input), %s "
+               "(linear_swiglu's BF16 product); against quantizing the output itself %s\n", (long long)I,
+               eo ? "same" : "DIFFERS", ey ? "same" : "DIFFERS", el ? "same" : "DIFFERS", er ? "same" : "DIFFERS");
+        CHECK_MSG(eo && ey && el && er, "I %lld: the one-pass SwiGLU FP8 twin differs from the two-pass one", (long long)I);
+        GB.ops->weight_free(GB.ctx, Wd), GB.ops->weight_free(GB.ctx, WG);
+        void *bufs[] = {gu, x, work, ref, plain, o[0], o[1], y[0], y[1], ls[0], ls[1], ly[0], ly[1]};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        free(hgu), free(hx);
+    }
+}
+
 /* Declared readers: when every one of them reads the twin, the FP32 output is not written (the
  * buffer keeps what it held) and the readers still get the same answer; a reader that cannot read
  * the twin (an F32 weight) keeps the FP32 output; a linear the model did not declare, on a sole
@@ -840,6 +895,7 @@ int main(void) {
     RUN(twin_rmsnorm_bf16);
     RUN(twin_other_producers);
     RUN(twin_fp8);
+    RUN(swiglu_fp8_one_pass);
     RUN(sole_twins);
     RUN(stacked_weights);
     RUN(swiglu_strided);

@@ -1375,9 +1375,8 @@ __global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const TI *g, const TI *
  * again from L2 (4 rows x 70 KB per multiprocessor at the 27B width in BF16). Outputs, scales and
  * twin are bit-identical to k_swiglu_row_fp8's. */
 __device__ __forceinline__ float4 sw_load4(const float *p) { return *(const float4 *)p; }
-template <typename TI>
-__device__ __forceinline__ float4 sw_out4(const TI *gr, const TI *ur, int i, int64_t r, const sw_scales &sc) {
-    float4 a = ld4f(gr + 4 * i), b = ld4f(ur + 4 * i);
+/* SwiGLU of columns 4i..4i+3 of row r from their loaded inputs a (gate), b (up) */
+__device__ __forceinline__ float4 sw_comb4(float4 a, float4 b, int i, int64_t r, const sw_scales &sc) {
     if (sc.sx) {
         const float s = sc.sx[r];
         const float4 wg = sw_load4(sc.sg + 4 * i), wu = sw_load4(sc.su + 4 * i);
@@ -1385,6 +1384,10 @@ __device__ __forceinline__ float4 sw_out4(const TI *gr, const TI *ur, int i, int
         b = make_float4(b.x * s * wu.x, b.y * s * wu.y, b.z * s * wu.z, b.w * s * wu.w);
     }
     return make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
+}
+template <typename TI>
+__device__ __forceinline__ float4 sw_out4(const TI *gr, const TI *ur, int i, int64_t r, const sw_scales &sc) {
+    return sw_comb4(ld4f(gr + 4 * i), ld4f(ur + 4 * i), i, r, sc);
 }
 
 template <typename TI>
@@ -1408,6 +1411,51 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_2p(const TI *g, const TI *__
     uint8_t *q = tw + r * twld;
     for (int i = threadIdx.x; i < N4; i += blockDim.x) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_out4(gr, ur, i, r, sc), s);
     for (int64_t i = N + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
+}
+
+/* SwiGLU with an FP8 twin for wide rows in one pass over device memory (the default; VSR_CUDA_SWIGLU_1P=0
+ * keeps k_swiglu_fp8_2p): the row's outputs go to shared memory (N * 4 bytes: 68 KB at the 27B width,
+ * three blocks a multiprocessor) as they are computed for the amax, and are quantized from there, so the
+ * row is read once (the two-pass kernel reads it twice, the second time mostly missing L2 at 8 x 512:
+ * ~250 us a layer against a ~85 us one-pass floor). Loads are issued SW1_U float4 pairs at a time before
+ * any is used. The same arithmetic per element as k_swiglu_fp8_2p (sw_comb4): outputs, scales and twin
+ * bit-identical to it (tests/test_cuda_fused.c twin_fp8). */
+#define SW1_U 4
+template <typename TI>
+__global__ void __launch_bounds__(512) k_swiglu_fp8_1p(const TI *g, const TI *__restrict__ u, int64_t gs, int N, float *y,
+                                                       uint8_t *__restrict__ tw, int64_t twld, float *__restrict__ tsx,
+                                                       sw_scales sc) {
+    extern __shared__ float4 sw_row[]; /* [N / 4] */
+    __shared__ float sh[33];
+    const int64_t r = blockIdx.x;
+    const TI *gr = g + r * gs, *ur = u + r * gs;
+    float4 *yr = y ? (float4 *)(y + r * N) : NULL;
+    const int N4 = N >> 2, nt = (int)blockDim.x;
+    float amax = 0.0f;
+    for (int i0 = threadIdx.x; i0 < N4; i0 += SW1_U * nt) {
+        float4 a[SW1_U], b[SW1_U];
+#pragma unroll
+        for (int j = 0; j < SW1_U; j++) {
+            const int i = i0 + j * nt;
+            if (i < N4) a[j] = ld4f(gr + 4 * i), b[j] = ld4f(ur + 4 * i);
+        }
+#pragma unroll
+        for (int j = 0; j < SW1_U; j++) {
+            const int i = i0 + j * nt;
+            if (i < N4) {
+                const float4 o = sw_comb4(a[j], b[j], i, r, sc);
+                sw_row[i] = o;
+                if (yr) yr[i] = o;
+                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+            }
+        }
+    }
+    amax = block_reduce(amax, sh, true); /* its barriers also order sw_row's stores before the reads below */
+    const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
+    if (threadIdx.x == 0) tsx[r] = s;
+    uint8_t *q = tw + r * twld;
+    for (int i = threadIdx.x; i < N4; i += nt) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_row[i], s);
+    for (int64_t i = N + threadIdx.x; i < twld; i += nt) q[i] = 0;
 }
 
 /* DeltaNet output norm, one warp per row, 4 columns per lane (D % 4 == 0, D <= 32 * 4 * 4, x, z, w,
@@ -2392,6 +2440,15 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
     return VSR_OK;
 }
 
+/* VSR_CUDA_SWIGLU_1P=0: wide FP8-twin rows by the two-pass kernel (A/B; cuda_swiglu_set_1p for the test) */
+static int g_sw1p_on = -1;
+extern "C" int cuda_swiglu_set_1p(int on) {
+    if (on < 0 || on > 1) return -1;
+    const int old = cuda_env_switch("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on);
+    g_sw1p_on = on;
+    return old;
+}
+
 /* SwiGLU from FP32 (cu_swiglu) or BF16 (linear_swiglu's kept product) g, u, with y's twin when
  * declared; the caller has checked gs >= N and opened the profile scope. */
 template <typename TI>
@@ -2409,7 +2466,15 @@ static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, 
     if (t.kind == TW_FP8) {
         int64_t n4 = N / 4, thr = (n4 + 31) / 32 * 32;
         thr = thr > 1024 ? 1024 : thr;
-        if (n4 > 2048) /* wide rows: two passes, four blocks a multiprocessor (see k_swiglu_fp8_2p) */
+        if (n4 > 2048 && cuda_env_switch("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on)) { /* wide rows, one pass */
+            const size_t smem = sizeof(float4) * (size_t)n4; /* N <= SW_MAX_N: at most 128 KB */
+            if ((st = cuda_check(c, cudaFuncSetAttribute(k_swiglu_fp8_1p<TI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         (int)smem),
+                                 "swiglu: shared memory of the one-pass FP8 kernel", err)))
+                return st;
+            k_swiglu_fp8_1p<TI><<<(unsigned)M, 512, smem, c->stream>>>(g, u, gs, (int)N, yo, (uint8_t *)t.data, t.Kp,
+                                                                       t.sx, sc);
+        } else if (n4 > 2048) /* wide rows: two passes, four blocks a multiprocessor (see k_swiglu_fp8_2p) */
             k_swiglu_fp8_2p<TI><<<(unsigned)M, 512, 0, c->stream>>>(g, u, gs, (int)N, yo, (uint8_t *)t.data, t.Kp, t.sx,
                                                                    sc);
         else /* the row in registers, up to 4 float4 a thread */
