@@ -742,6 +742,107 @@ __global__ void __launch_bounds__(256) k_dn6_intra(const float *__restrict__ qkv
     }
 }
 
+/* The state kernel's products with their loop counts known at compile time (session 6; ncu at 8x512 had
+ * ~12 instructions per HMMA in the runtime-bounded loops, which re-zeroed their fragments, tested `first`
+ * and `qk` at every step, rebuilt addresses and ran ldmatrix under divergence guards): each is unrolled,
+ * its predicates are template arguments, and step ks+1's fragments are loaded before step ks's products
+ * (ldsm4 and mma_tf32 are volatile asm, so the compiler keeps this order). Every accumulator takes its
+ * products in the same order as before, so the results are bit-identical to v6's first form (the hashes
+ * printed by test_cuda_ops). */
+
+/* K S, Q S (unless FIRST: S = 0) and Q K^T (QK: column tiles nb, nb+1 touch the lower triangle) over a
+ * warp's 16 rows x 16 columns, all DNC_DK / 8 steps (columns past dk are zero in K, Q and St). pk, pq: the
+ * A-fragment addresses of K and Q at step 0; ps, pb: the B-fragment addresses of St and K. */
+template <bool FIRST, bool QK>
+__device__ __forceinline__ void dn_ksqs(const float *pk, const float *pq, const float *ps, const float *pb,
+                                        float (&xk)[2][4], float (&xq)[2][4], float (&pp)[2][4]) {
+    constexpr int NKS = DNC_DK / 8;
+    uint32_t ak[2][4], aq[2][4], bs[2][4], bk[2][4];
+    if (!FIRST || QK) ldsm4(aq[0], pq);
+    if (QK) ldsm4(bk[0], pb);
+    if (!FIRST) ldsm4(ak[0], pk), ldsm4(bs[0], ps);
+#pragma unroll
+    for (int ks = 0; ks < NKS; ks++) {
+        const int c = ks & 1, n = c ^ 1, o = (ks + 1) * 8;
+        if (ks + 1 < NKS) {
+            if (!FIRST || QK) ldsm4(aq[n], pq + o);
+            if (QK) ldsm4(bk[n], pb + o);
+            if (!FIRST) ldsm4(ak[n], pk + o), ldsm4(bs[n], ps + o);
+        }
+        if (!FIRST) {
+            mma_tf32(xk[0], ak[c], bs[c][0], bs[c][1]);
+            mma_tf32(xk[1], ak[c], bs[c][2], bs[c][3]);
+            mma_tf32(xq[0], aq[c], bs[c][0], bs[c][1]);
+            mma_tf32(xq[1], aq[c], bs[c][2], bs[c][3]);
+        }
+        if (QK) {
+            mma_tf32(pp[0], aq[c], bk[c][0], bk[c][1]);
+            mma_tf32(pp[1], aq[c], bk[c][2], bk[c][3]);
+        }
+    }
+}
+
+/* acc += A B over NKS k-steps of 8 (A: a lower-triangular 64 x 64 operand, T or P, whose row tile mt needs
+ * k < 16 (mt + 1), so NKS = 2 (mt + 1)); pa, pb: the fragment addresses at step 0 */
+template <int NKS>
+__device__ __forceinline__ void dn_tri(float (&acc)[2][4], const float *pa, const float *pb) {
+    uint32_t a[2][4], b[2][4];
+    ldsm4(a[0], pa), ldsm4(b[0], pb);
+#pragma unroll
+    for (int ks = 0; ks < NKS; ks++) {
+        const int c = ks & 1, n = c ^ 1;
+        if (ks + 1 < NKS) ldsm4(a[n], pa + (ks + 1) * 8), ldsm4(b[n], pb + (ks + 1) * 8);
+        mma_tf32(acc[0], a[c], b[c][0], b[c][1]);
+        mma_tf32(acc[1], a[c], b[c][2], b[c][3]);
+    }
+}
+__device__ __forceinline__ void dn_tri_mt(int mt, float (&acc)[2][4], const float *pa, const float *pb) {
+    switch (mt) { /* warp-uniform */
+    case 0: dn_tri<2>(acc, pa, pb); break;
+    case 1: dn_tri<4>(acc, pa, pb); break;
+    case 2: dn_tri<6>(acc, pa, pb); break;
+    default: dn_tri<8>(acc, pa, pb); break;
+    }
+}
+
+/* S += (k exp(gL - gc))^T Vn over state rows sr..sr+15 and four 8-column tiles from cb: nks k-steps of 8
+ * chunk rows (NKS > 0: that many, unrolled, the next step's fragments loaded first; 0: nks at run time, for
+ * a partial last chunk) */
+template <int NKS>
+__device__ __forceinline__ void dn_update(float (&S)[4][4], const float *Ks, const float *Vt, const float *ek, int sr,
+                                          int cb, int brow, int bcol, int g, int t, int nks) {
+    const float *pv0 = Vt + (cb * 8 + brow) * LDV + bcol, *pv1 = Vt + ((cb + 2) * 8 + brow) * LDV + bcol;
+    if constexpr (NKS == 0) { /* one step at a time (double-buffered fragments indexed at run time would live
+                               * in local memory) */
+        for (int ks = 0; ks < nks; ks++) {
+            uint32_t ak[4], b01[4], b23[4];
+            load_a(ak, Ks + ks * 8 * LDK + sr, 1, LDK, ek + ks * 8, g, t);
+            ldsm4(b01, pv0 + ks * 8), ldsm4(b23, pv1 + ks * 8);
+            mma_tf32(S[0], ak, b01[0], b01[1]);
+            mma_tf32(S[1], ak, b01[2], b01[3]);
+            mma_tf32(S[2], ak, b23[0], b23[1]);
+            mma_tf32(S[3], ak, b23[2], b23[3]);
+        }
+        return;
+    }
+    constexpr int n_ = NKS;
+    uint32_t ak[2][4], b01[2][4], b23[2][4];
+    load_a(ak[0], Ks + sr, 1, LDK, ek, g, t);
+    ldsm4(b01[0], pv0), ldsm4(b23[0], pv1);
+#pragma unroll
+    for (int ks = 0; ks < n_; ks++) {
+        const int c = ks & 1, n = c ^ 1;
+        if (ks + 1 < n_) {
+            load_a(ak[n], Ks + (ks + 1) * 8 * LDK + sr, 1, LDK, ek + (ks + 1) * 8, g, t);
+            ldsm4(b01[n], pv0 + (ks + 1) * 8), ldsm4(b23[n], pv1 + (ks + 1) * 8);
+        }
+        mma_tf32(S[0], ak[c], b01[c][0], b01[c][1]);
+        mma_tf32(S[1], ak[c], b01[c][2], b01[c][3]);
+        mma_tf32(S[2], ak[c], b23[c][0], b23[c][1]);
+        mma_tf32(S[3], ak[c], b23[c][2], b23[c][3]);
+    }
+}
+
 /* v6's state kernel: k_dn5_state with q^, k^ staged ready (from Qn, Kn: always 16-byte rows)
  * and no norm pass. Shared memory as v5's (223,744 B). */
 __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict__ Qn, const float *__restrict__ Kn,
@@ -758,7 +859,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
     const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
     const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS, ncv = min(DNC_DVS, dv - c0);
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int mt = w & 3, nb = (w >> 2) * 2, ks_dk = (dk + 7) / 8;
+    const int mt = w & 3, nb = (w >> 2) * 2;
     const int sr = 16 * (w & 7), cb = (w >> 3) * 4;
     const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 4 * (lane >> 4);
     const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 4 * ((lane >> 3) & 1);
@@ -818,8 +919,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
          * epilogue rows in registers (0 past Lc, as v5's eg) */
         if (tid < DNC_C) ek[tid] = tid < Lc ? expf(gL - gcs[tid]) : 0.0f;
         const float eg0 = i0 < Lc ? expf(gcs[i0]) : 0.0f, eg1 = i0 + 8 < Lc ? expf(gcs[i0 + 8]) : 0.0f;
-        /* K S, Q S and Q K^T over this warp's 16 rows x 16 columns; step ks+1's fragments are
-         * loaded before step ks's products (ks_dk >= 1) */
+        /* K S, Q S and Q K^T over this warp's 16 rows x 16 columns (dn_ksqs) */
         float xk[2][4], xq[2][4], pp[2][4];
 #pragma unroll
         for (int n = 0; n < 2; n++)
@@ -832,35 +932,12 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
         {
             const float *pk = Ks + (mt * 16 + arow) * LDK + acol, *pq = Qs + (mt * 16 + arow) * LDK + acol;
             const float *ps = St + (nb * 8 + brow) * LDK + bcol, *pb = Ks + (nb * 8 + brow) * LDK + bcol;
-            uint32_t ak[4] = {0, 0, 0, 0}, aq[4], bs[4] = {0, 0, 0, 0}, bk[4];
-            ldsm4(aq, pq);
-            if (qk) ldsm4(bk, pb);
-            if (!first) {
-                ldsm4(ak, pk);
-                ldsm4(bs, ps);
-            }
-            for (int ks = 0; ks < ks_dk; ks++) {
-                uint32_t nk[4] = {0, 0, 0, 0}, nq[4], ns[4] = {0, 0, 0, 0}, nbk[4];
-                const int o = ks + 1 < ks_dk ? (ks + 1) * 8 : ks * 8; /* the last step reloads itself */
-                ldsm4(nq, pq + o);
-                if (qk) ldsm4(nbk, pb + o);
-                if (!first) {
-                    ldsm4(nk, pk + o);
-                    ldsm4(ns, ps + o);
-                    mma_tf32(xk[0], ak, bs[0], bs[1]);
-                    mma_tf32(xk[1], ak, bs[2], bs[3]);
-                    mma_tf32(xq[0], aq, bs[0], bs[1]);
-                    mma_tf32(xq[1], aq, bs[2], bs[3]);
-                }
-                if (qk) {
-                    mma_tf32(pp[0], aq, bk[0], bk[1]);
-                    mma_tf32(pp[1], aq, bk[2], bk[3]);
-                }
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    ak[r] = nk[r], aq[r] = nq[r], bs[r] = ns[r];
-                    if (qk) bk[r] = nbk[r];
-                }
+            if (first) {
+                if (qk) dn_ksqs<true, true>(pk, pq, ps, pb, xk, xq, pp);
+            } else if (qk) {
+                dn_ksqs<false, true>(pk, pq, ps, pb, xk, xq, pp);
+            } else {
+                dn_ksqs<false, false>(pk, pq, ps, pb, xk, xq, pp);
             }
         }
         /* Y = beta (V - exp(gc) K S) into Vt (transposed); O = exp(gc) Q S (kept); P = q_i.k_j
@@ -888,13 +965,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
             for (int n = 0; n < 2; n++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) vn[n][r] = 0.0f;
-            for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-                uint32_t at[4], by[4];
-                ldsm4(at, Ts + (mt * 16 + arow) * LDV + ks * 8 + acol);
-                ldsm4(by, Vt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
-                mma_tf32(vn[0], at, by[0], by[1]);
-                mma_tf32(vn[1], at, by[2], by[3]);
-            }
+            dn_tri_mt(mt, vn, Ts + (mt * 16 + arow) * LDV + acol, Vt + (nb * 8 + brow) * LDV + bcol);
             __syncthreads(); /* every warp's reads of Y done: Vn may overwrite it */
 #pragma unroll
             for (int n = 0; n < 2; n++)
@@ -906,13 +977,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
         }
         __syncthreads(); /* Vt holds Vn */
         /* O += P Vn (P lower triangular) */
-        for (int ks = 0; ks < 2 * (mt + 1); ks++) {
-            uint32_t ap[4], bv[4];
-            ldsm4(ap, Ps + (mt * 16 + arow) * LDV + ks * 8 + acol);
-            ldsm4(bv, Vt + (nb * 8 + brow) * LDV + ks * 8 + bcol);
-            mma_tf32(xq[0], ap, bv[0], bv[1]);
-            mma_tf32(xq[1], ap, bv[2], bv[3]);
-        }
+        dn_tri_mt(mt, xq, Ps + (mt * 16 + arow) * LDV + acol, Vt + (nb * 8 + brow) * LDV + bcol);
         {
             const int64_t ostride = (int64_t)Hv * dv;
 #pragma unroll
@@ -929,17 +994,10 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
             for (int n = 0; n < 4; n++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) S[n][r] *= eL;
-            const int ks_c = (Lc + 7) / 8;
-            for (int ks = 0; ks < ks_c; ks++) {
-                uint32_t ak[4], b01[4], b23[4];
-                load_a(ak, Ks + ks * 8 * LDK + sr, 1, LDK, ek + ks * 8, g, t);
-                ldsm4(b01, Vt + (cb * 8 + brow) * LDV + ks * 8 + bcol);
-                ldsm4(b23, Vt + ((cb + 2) * 8 + brow) * LDV + ks * 8 + bcol);
-                mma_tf32(S[0], ak, b01[0], b01[1]);
-                mma_tf32(S[1], ak, b01[2], b01[3]);
-                mma_tf32(S[2], ak, b23[0], b23[1]);
-                mma_tf32(S[3], ak, b23[2], b23[3]);
-            }
+            if (Lc == DNC_C)
+                dn_update<DNC_C / 8>(S, Ks, Vt, ek, sr, cb, brow, bcol, g, t, DNC_C / 8);
+            else
+                dn_update<0>(S, Ks, Vt, ek, sr, cb, brow, bcol, g, t, (Lc + 7) / 8);
 #pragma unroll
             for (int n = 0; n < 4; n++)
 #pragma unroll
