@@ -294,6 +294,61 @@ TEST(swiglu_fp8_one_pass) {
     }
 }
 
+/* rmsnorm_gated by token (the default) against the row kernel (VSR_CUDA_GATED_TOK=0): the same output bit for
+ * bit, with z strided as the model's kept product is (zh heads per token) and in partial 32-row groups when
+ * undeclared; declared for an FP8 out_proj, its FP8 twin (one scale per token, which the row kernel cannot
+ * make) gives that linear exactly what quantizing the FP32 output gives, also as the only copy. */
+int cuda_gated_set_tok(int on);
+TEST(gated_norm_by_token) {
+    vsr_err e;
+    CHECK(cuda_gated_set_tok(2) == -1 && cuda_gated_set_tok(-1) == -1);
+    static const struct { int64_t T, Hv, dv; } cs[] = {{37, 48, 128}, {29, 6, 32}, {5, 3, 100}};
+    const int fp8 = cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89;
+    for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+        const int64_t T = cs[k].T, Hv = cs[k].Hv, dv = cs[k].dv, Vd = Hv * dv, zs = Vd + 64, N = 40;
+        float *hx = hrand(T * Vd, 1.5f), *hz = hrand(T * zs, 2.0f), *hw = hrand(dv, 1.0f);
+        for (int64_t j = 0; j < Vd; j++) hx[3 * Vd + j] = 0; /* a zero token: FP8 scale 1 */
+        void *x = up(hx, T * Vd), *z = up(hz, T * zs), *w = up(hw, dv), *o[2], *yl[2];
+        for (int pass = 0; pass < 2; pass++) { /* 0: by token; 1: the row kernel */
+            const int was = cuda_gated_set_tok(pass == 0);
+            o[pass] = up(NULL, T * Vd);
+            CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, Hv, zs, T * Hv, dv, w, 1e-6f, o[pass], &e), e);
+            cuda_gated_set_tok(was);
+        }
+        const int eq = same(o[0], o[1], T * Vd);
+        int tw = -1, sole = -1;
+        if (fp8) { /* an FP8 out_proj reading the twin, declared (FP32 also written) and as the only copy */
+            vsr_bweight *W = fp8_weight(N, Vd, 0.05f, "test.out_proj");
+            void *ref = up(NULL, T * N), *o2 = up(NULL, T * Vd);
+            CHECK_OK(GB.ops->linear(GB.ctx, o[0], T, W, ref, 0, &e), e);
+            for (int p = 0; p < 2; p++) {
+                const vsr_bweight *rd[1] = {W};
+                yl[p] = up(NULL, T * N);
+                GB.ops->feed_linears(GB.ctx, o2, T, Vd, p ? rd : NULL, p);
+                CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, Hv, zs, T * Hv, dv, w, 1e-6f, o2, &e), e);
+                int64_t hits0 = vsr_cuda_stat_twin_hits;
+                CHECK_OK(GB.ops->linear(GB.ctx, o2, T, W, yl[p], 0, &e), e);
+                const int hit = vsr_cuda_stat_twin_hits == hits0 + 1, ok = same(yl[p], ref, T * N);
+                if (p) sole = hit && ok;
+                else tw = hit && ok && same(o2, o[0], T * Vd);
+            }
+            GB.ops->weight_free(GB.ctx, W);
+            void *bufs[] = {ref, o2, yl[0], yl[1]};
+            for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        }
+        printf("  rmsnorm_gated T=%lld Hv=%lld dv=%lld: by token against by row %s; FP8 twin for out_proj %s, as the "
+               "only copy %s\n", (long long)T, (long long)Hv, (long long)dv, eq ? "bit-identical" : "DIFFERS",
+               tw < 0 ? "(no FP8)" : tw ? "read, same answer" : "WRONG", sole < 0 ? "(no FP8)" : sole ? "same" : "WRONG");
+        CHECK_MSG(eq, "T %lld Hv %lld dv %lld: the token kernel differs from the row kernel", (long long)T, (long long)Hv,
+                  (long long)dv);
+        CHECK_MSG(tw != 0 && sole != 0, "T %lld Hv %lld dv %lld: the FP8 twin was not read or changed the out_proj",
+                  (long long)T, (long long)Hv, (long long)dv);
+        void *bufs[] = {x, z, w, o[0], o[1]};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        free(hx), free(hz), free(hw);
+    }
+}
+
 /* Declared readers: when every one of them reads the twin, the FP32 output is not written (the
  * buffer keeps what it held) and the readers still get the same answer; a reader that cannot read
  * the twin (an F32 weight) keeps the FP32 output; a linear the model did not declare, on a sole
@@ -896,6 +951,7 @@ int main(void) {
     RUN(twin_other_producers);
     RUN(twin_fp8);
     RUN(swiglu_fp8_one_pass);
+    RUN(gated_norm_by_token);
     RUN(sole_twins);
     RUN(stacked_weights);
     RUN(swiglu_strided);

@@ -942,10 +942,17 @@ __global__ void k_rmsnorm(const float *__restrict__ x, int64_t xs, int64_t M, in
 __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float4 ld4f(const float *p) { return *(const float4 *)p; }
-__device__ __forceinline__ float4 ld4f(const __nv_bfloat16 *p) { /* 8-byte aligned */
-    uint2 v = *(const uint2 *)p;
+__device__ __forceinline__ float4 wide4(uint2 v) { /* four BF16, exactly */
     float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&v.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&v.y);
     return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 wide4(float4 v) { return v; }
+__device__ __forceinline__ float4 ld4f(const __nv_bfloat16 *p) { return wide4(*(const uint2 *)p); } /* 8-byte aligned */
+/* four elements as loaded (held narrow until used: half the registers for BF16) */
+template <typename T> struct raw4 { typedef float4 type; };
+template <> struct raw4<__nv_bfloat16> { typedef uint2 type; };
+template <typename T> __device__ __forceinline__ typename raw4<T>::type ld4raw(const T *p) {
+    return *(const typename raw4<T>::type *)p;
 }
 
 template <typename TZ>
@@ -1458,6 +1465,19 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_1p(const TI *g, const TI *__
     for (int64_t i = N + threadIdx.x; i < twld; i += nt) q[i] = 0;
 }
 
+/* The gated norm's two steps per lane, shared by the row and token kernels below so that both round
+ * alike: the lane's sum of squares over its float4s v[0..3], and one output float4 */
+__device__ __forceinline__ float gated_ss4(const float4 (&v)[4]) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    return ss;
+}
+__device__ __forceinline__ float4 gated_out4(float4 g, float4 v, float inv, float4 a) {
+    return make_float4(g.x * (v.x * inv) * silu_d(a.x), g.y * (v.y * inv) * silu_d(a.y), g.z * (v.z * inv) * silu_d(a.z),
+                       g.w * (v.w * inv) * silu_d(a.w));
+}
+
 /* DeltaNet output norm, one warp per row, 4 columns per lane (D % 4 == 0, D <= 32 * 4 * 4, x, z, w,
  * y 16-byte aligned): the same formula as k_rmsnorm_gated, the sum of squares in another order */
 template <typename TZ>
@@ -1470,27 +1490,85 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const TZ *__restri
     const float4 *xr = (const float4 *)(x + r * D), *wr = (const float4 *)w;
     const TZ *zr = z + (r / zh) * zs + (r % zh) * D;
     float4 v[4], zv[4];
-    float ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) { /* x and z loaded together: one memory latency per row, not two */
         int i = lane + 32 * j;
         v[j] = i < D4 ? xr[i] : make_float4(0, 0, 0, 0);
         zv[j] = i < D4 ? ld4f(zr + 4 * i) : make_float4(0, 0, 0, 0);
-        ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
-    ss = warp_sum(ss);
+    const float ss = warp_sum(gated_ss4(v));
     const float inv = rsqrtf(ss / (float)D + eps);
     float4 *yr = y ? (float4 *)(y + r * D) : NULL;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int i = lane + 32 * j;
         if (i < D4) {
-            float4 g = wr[i], a = zv[j];
-            float4 o = make_float4(g.x * (v[j].x * inv) * silu_d(a.x), g.y * (v[j].y * inv) * silu_d(a.y),
-                                   g.z * (v[j].z * inv) * silu_d(a.z), g.w * (v[j].w * inv) * silu_d(a.w));
+            const float4 o = gated_out4(wr[i], v[j], inv, zv[j]);
             if (yr) yr[i] = o;
             if (yb) store_bf16x4(yb + r * D + 4 * i, o);
         }
+    }
+}
+
+/* DeltaNet output norm by token (the default where D % 4 == 0, D <= 128 and rows are 16-byte aligned;
+ * VSR_CUDA_GATED_TOK=0 keeps the row kernel above): one 256-thread block per nh consecutive rows (a
+ * token's value heads: nh = the declared twin's K / D), warp w taking rows w, w + 8, ..., all of its x and z
+ * loads issued before any reduction. The row kernel has 24 bytes in flight per lane and ran at ~2x its
+ * memory floor at 27B 8 x 512 (~108 us against ~48); it also could not make an FP8 twin, which needs the
+ * amax over the whole token, so the FP8 out_proj quantized the FP32 output in a pass of its own. Per row
+ * the same arithmetic as k_rmsnorm_gated4 (lane l holds columns 4l..4l+3, gated_ss4, warp_sum,
+ * gated_out4): y is bit-identical to it. The twin: BF16, or FP8 with the token's scale (as twin_row:
+ * amax / 448, 1 for a zero token) and zeros out to twld. */
+#define GT_HPW 8 /* rows per warp held in registers: nh <= 8 * GT_HPW */
+template <typename TZ, int TW>
+__global__ void __launch_bounds__(256) k_rmsnorm_gated_tok(const float *__restrict__ x, const TZ *__restrict__ z,
+                                                           int64_t zh, int64_t zs, int64_t M, int nh, int D,
+                                                           const float *__restrict__ w, float eps, float *__restrict__ y,
+                                                           void *__restrict__ tw, int64_t twld, float *__restrict__ tsx) {
+    __shared__ float sh[33];
+    const int64_t R = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool on = lane < D / 4;
+    const float4 zero = make_float4(0, 0, 0, 0);
+    float4 v[GT_HPW];
+    typename raw4<TZ>::type zv[GT_HPW];
+#pragma unroll
+    for (int j = 0; j < GT_HPW; j++) {
+        const int h = warp + 8 * j;
+        const int64_t r = R * nh + h;
+        const bool ok = on && h < nh && r < M;
+        v[j] = ok ? *(const float4 *)(x + r * D + 4 * lane) : zero;
+        if (ok) zv[j] = ld4raw(z + (r / zh) * zs + (r % zh) * D + 4 * lane);
+    }
+    const float4 g = on ? ((const float4 *)w)[lane] : zero;
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GT_HPW; j++) {
+        const int h = warp + 8 * j;
+        const int64_t r = R * nh + h;
+        if (h >= nh || r >= M) break; /* warp-uniform */
+        const float4 vr[4] = {v[j], zero, zero, zero};
+        const float ss = warp_sum(gated_ss4(vr));
+        const float inv = rsqrtf(ss / (float)D + eps);
+        if (on) {
+            const float4 o = gated_out4(g, v[j], inv, wide4(zv[j]));
+            v[j] = o; /* kept for the FP8 twin */
+            if (y) *(float4 *)(y + r * D + 4 * lane) = o;
+            if (TW == TW_BF16) store_bf16x4((__nv_bfloat16 *)tw + r * D + 4 * lane, o);
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+        }
+    }
+    if (TW == TW_FP8) { /* the launcher's rule: whole tokens (M a multiple of nh) */
+        amax = block_reduce(amax, sh, true);
+        const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
+        if (threadIdx.x == 0) tsx[R] = s;
+        uint8_t *q = (uint8_t *)tw + R * twld;
+#pragma unroll
+        for (int j = 0; j < GT_HPW; j++) {
+            const int h = warp + 8 * j;
+            if (on && h < nh) *(uint32_t *)(q + h * D + 4 * lane) = e4m3x4(v[j], s);
+        }
+        for (int64_t i = (int64_t)nh * D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
     }
 }
 
@@ -2231,6 +2309,27 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
     return VSR_OK;
 }
 
+/* k_rmsnorm_gated_tok with the twin t asks for: none, BF16 or FP8 */
+template <typename TZ>
+static void gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int64_t zh, int64_t zs, int64_t M,
+                             int nh, int D, const float *w, float eps, float *yo, const twin &t) {
+    if (t.kind == TW_FP8)
+        k_rmsnorm_gated_tok<TZ, TW_FP8><<<nt, 256, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, t.Kp, t.sx);
+    else if (t.kind == TW_BF16)
+        k_rmsnorm_gated_tok<TZ, TW_BF16><<<nt, 256, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, 0, NULL);
+    else
+        k_rmsnorm_gated_tok<TZ, TW_NONE><<<nt, 256, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0, NULL);
+}
+
+/* VSR_CUDA_GATED_TOK=0: rmsnorm_gated by the row kernel, no FP8 twin (A/B; cuda_gated_set_tok for the test) */
+static int g_gated_tok_on = -1;
+extern "C" int cuda_gated_set_tok(int on) {
+    if (on < 0 || on > 1) return -1;
+    const int old = cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on);
+    g_gated_tok_on = on;
+    return old;
+}
+
 static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t zh, int64_t zs, int64_t M,
                                    int64_t D, const float *w, float eps, float *y, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
@@ -2246,15 +2345,25 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
     if ((st = kp_guard(c, x, sizeof(float) * (size_t)(M * D), "rmsnorm_gated", err)) ||
         (!zb && (st = kp_guard(c, z, sizeof(float) * (size_t)(((M - 1) / zh) * zs + zh * D), "rmsnorm_gated", err))))
         return st;
-    twin t;
-    if ((st = twin_start(c, y, M * D, 0, 1, &t, err))) return st;
     int vec = D % 4 == 0 && D <= 32 * 4 * 4 && zs % 4 == 0 && ((uintptr_t)x & 15) == 0 &&
               ((uintptr_t)(zb ? (const void *)zb : (const void *)z) & (zb ? 7 : 15)) == 0 && ((uintptr_t)w & 15) == 0 &&
               ((uintptr_t)y & 15) == 0;
+    /* the token kernel: rows grouped by the declared twin's row (a token's heads; FP8 twins need that), else
+     * by 32 */
+    const cuda_ctx_priv *pv = priv(c);
+    const int64_t dK = pv->req_x == y && pv->req_rows * pv->req_K == M * D ? pv->req_K : 0;
+    const int tok = vec && D <= 128 && cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on);
+    const int64_t nh = dK > 0 && dK % D == 0 && dK / D <= 8 * GT_HPW ? dK / D : 32;
+    twin t;
+    if ((st = twin_start(c, y, M * D, tok && dK == nh * D, 1, &t, err))) return st;
     float *yo = t.sole ? NULL : y;
     __nv_bfloat16 *tb = (__nv_bfloat16 *)t.data;
     const unsigned nb = blocks_for(M, 8);
-    if (vec && zb) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, (int)D, w, eps, yo, tb);
+    if (tok) {
+        const unsigned nt = (unsigned)((M + nh - 1) / nh);
+        if (zb) gated_tok_launch(c, nt, x, zb, zh, zs, M, (int)nh, (int)D, w, eps, yo, t);
+        else gated_tok_launch(c, nt, x, z, zh, zs, M, (int)nh, (int)D, w, eps, yo, t);
+    } else if (vec && zb) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, (int)D, w, eps, yo, tb);
     else if (vec) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, z, zh, zs, M, (int)D, w, eps, yo, tb);
     else if (zb) k_rmsnorm_gated<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, D, w, eps, yo, tb);
     else k_rmsnorm_gated<<<nb, 256, 0, c->stream>>>(x, z, zh, zs, M, D, w, eps, yo, tb);
