@@ -24,6 +24,7 @@
 #define REPS 20
 extern int vsr_cuda_graphs_off, vsr_cuda_profile_on; /* ops.cu switches */
 void vsr_cuda_profile_report(void);
+int cuda_swiglu_set_1p(int on), cuda_gated_set_tok(int on); /* ops.cu A/B switches */
 static vsr_backend B;
 static vsr_err E;
 static void *sync_buf;
@@ -148,6 +149,36 @@ static void run_shape(int R, int L) {
     TIME("mul_sigmoid", 12.0 * T * H * hd, 0, o->mul_sigmoid(c, t4, T, (int)H, (int)hd, t0 + hd, 2 * H * hd, 2 * hd, &E));
     LIN("linear o_proj (+=)", Wo, D, H * hd, t4, x, 1);
     double at_total = total_us - dn_total;
+    /* the producers' FP8 twins, as an FP8 model's forward runs them (one small FP8 weight held makes the
+     * declared twins FP8), for A/B in one process; not in the totals */
+    {
+        static uint8_t q8[16 * 16];
+        static uint16_t s8[16];
+        for (int i = 0; i < 16; i++) s8[i] = vsr_f32_to_bf16(0.01f);
+        vsr_weight_view fv = {.kind = VSR_WK_FP8, .N = 16, .K = 16, .w = q8, .scale = s8, .name = "fp8 (twins)"};
+        vsr_bweight *W8;
+        if (o->weight_upload(c, &fv, &W8, &E)) die("fp8 weight");
+        const vsr_bweight *rd[1] = {W8};
+        float *so = buf(T * I), *go = buf(T * Vd);
+        const double b0 = total_us;
+        TIME("rmsnorm (fp8 twin, sole)", 5.0 * T * D, 0,
+             (o->feed_linears(c, h, T, D, rd, 1), o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E)));
+        TIME("swiglu (fp8 twin, sole)", 9.0 * T * I, 0,
+             (o->feed_linears(c, so, T, I, rd, 1), o->swiglu(c, mg, mu, I, T, I, so, &E)));
+        int was = cuda_swiglu_set_1p(0);
+        TIME("swiglu (fp8 twin, sole, 2p)", 9.0 * T * I, 0,
+             (o->feed_linears(c, so, T, I, rd, 1), o->swiglu(c, mg, mu, I, T, I, so, &E)));
+        cuda_swiglu_set_1p(was);
+        TIME("rmsnorm_gated (fp8 twin)", 9.0 * T * Vd, 0,
+             (o->feed_linears(c, go, T, Vd, rd, 1), o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E)));
+        was = cuda_gated_set_tok(0);
+        TIME("rmsnorm_gated (by row)", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E));
+        cuda_gated_set_tok(was);
+        TIME("rmsnorm_gated (by token)", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E));
+        total_us = b0;
+        o->weight_free(c, W8);
+        o->buf_free(c, so), o->buf_free(c, go);
+    }
     printf("\n## %d rows x %d tokens (T = %lld)\n%-26s %10s %9s %9s %9s %9s\n", R, L, (long long)T, "op", "us", "GB/s",
            "TFLOP/s", "floor_us", "x_floor");
     for (int i = 0; i < nrows; i++) {

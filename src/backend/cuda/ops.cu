@@ -1511,22 +1511,25 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const TZ *__restri
 }
 
 /* DeltaNet output norm by token (the default where D % 4 == 0, D <= 128 and rows are 16-byte aligned;
- * VSR_CUDA_GATED_TOK=0 keeps the row kernel above): one 256-thread block per nh consecutive rows (a
- * token's value heads: nh = the declared twin's K / D), warp w taking rows w, w + 8, ..., all of its x and z
- * loads issued before any reduction. The row kernel has 24 bytes in flight per lane and ran at ~2x its
- * memory floor at 27B 8 x 512 (~108 us against ~48); it also could not make an FP8 twin, which needs the
- * amax over the whole token, so the FP8 out_proj quantized the FP32 output in a pass of its own. Per row
- * the same arithmetic as k_rmsnorm_gated4 (lane l holds columns 4l..4l+3, gated_ss4, warp_sum,
+ * VSR_CUDA_GATED_TOK=0 keeps the row kernel above): one 512-thread block per nh consecutive rows (a
+ * token's value heads: nh = the declared twin's K / D, else 32), warp w taking rows w, w + 16, ..., all of
+ * its x and z loads issued first and its rows' sums of squares reduced together (one shuffle tree for up to
+ * GT_HPW rows). The row kernel has 24 bytes in flight per lane and ran at ~1.7x its memory floor at 27B
+ * 8 x 512 (~124 us in bench_cuda against ~72); it also could not make an FP8 twin, which needs the amax
+ * over the whole token, so the FP8 out_proj quantized the FP32 output in a pass of its own. Per row the
+ * same arithmetic as k_rmsnorm_gated4 (lane l holds columns 4l..4l+3, gated_ss4, warp_sum's tree,
  * gated_out4): y is bit-identical to it. The twin: BF16, or FP8 with the token's scale (as twin_row:
  * amax / 448, 1 for a zero token) and zeros out to twld. */
-#define GT_HPW 8 /* rows per warp held in registers: nh <= 8 * GT_HPW */
+#define GT_W 16  /* warps of the token kernel */
+#define GT_HPW 4 /* rows per warp held in registers: nh <= GT_W * GT_HPW */
 template <typename TZ, int TW>
-__global__ void __launch_bounds__(256) k_rmsnorm_gated_tok(const float *__restrict__ x, const TZ *__restrict__ z,
-                                                           int64_t zh, int64_t zs, int64_t M, int nh, int D,
-                                                           const float *__restrict__ w, float eps, float *__restrict__ y,
-                                                           void *__restrict__ tw, int64_t twld, float *__restrict__ tsx) {
+__global__ void __launch_bounds__(GT_W * 32) k_rmsnorm_gated_tok(const float *__restrict__ x, const TZ *__restrict__ z,
+                                                                 int zh, int64_t zs, int M, int nh, int D,
+                                                                 const float *__restrict__ w, float eps,
+                                                                 float *__restrict__ y, void *__restrict__ tw,
+                                                                 int64_t twld, float *__restrict__ tsx) {
     __shared__ float sh[33];
-    const int64_t R = blockIdx.x;
+    const int R = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const bool on = lane < D / 4;
     const float4 zero = make_float4(0, 0, 0, 0);
@@ -1534,38 +1537,42 @@ __global__ void __launch_bounds__(256) k_rmsnorm_gated_tok(const float *__restri
     typename raw4<TZ>::type zv[GT_HPW];
 #pragma unroll
     for (int j = 0; j < GT_HPW; j++) {
-        const int h = warp + 8 * j;
-        const int64_t r = R * nh + h;
+        const int h = warp + GT_W * j, r = R * nh + h;
         const bool ok = on && h < nh && r < M;
-        v[j] = ok ? *(const float4 *)(x + r * D + 4 * lane) : zero;
-        if (ok) zv[j] = ld4raw(z + (r / zh) * zs + (r % zh) * D + 4 * lane);
+        v[j] = ok ? *(const float4 *)(x + (int64_t)r * D + 4 * lane) : zero;
+        if (ok) zv[j] = ld4raw(z + (int64_t)(r / zh) * zs + (int64_t)(r % zh) * D + 4 * lane);
     }
+    float ss[GT_HPW];
+#pragma unroll
+    for (int j = 0; j < GT_HPW; j++) {
+        const float4 vr[4] = {v[j], zero, zero, zero};
+        ss[j] = gated_ss4(vr);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) /* warp_sum's tree, the rows interleaved */
+#pragma unroll
+        for (int j = 0; j < GT_HPW; j++) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
     const float4 g = on ? ((const float4 *)w)[lane] : zero;
     float amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < GT_HPW; j++) {
-        const int h = warp + 8 * j;
-        const int64_t r = R * nh + h;
-        if (h >= nh || r >= M) break; /* warp-uniform */
-        const float4 vr[4] = {v[j], zero, zero, zero};
-        const float ss = warp_sum(gated_ss4(vr));
-        const float inv = rsqrtf(ss / (float)D + eps);
-        if (on) {
-            const float4 o = gated_out4(g, v[j], inv, wide4(zv[j]));
-            v[j] = o; /* kept for the FP8 twin */
-            if (y) *(float4 *)(y + r * D + 4 * lane) = o;
-            if (TW == TW_BF16) store_bf16x4((__nv_bfloat16 *)tw + r * D + 4 * lane, o);
-            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
-        }
+        const int h = warp + GT_W * j, r = R * nh + h;
+        if (!on || h >= nh || r >= M) continue;
+        const float inv = rsqrtf(ss[j] / (float)D + eps);
+        const float4 o = gated_out4(g, v[j], inv, wide4(zv[j]));
+        v[j] = o; /* kept for the FP8 twin */
+        if (y) *(float4 *)(y + (int64_t)r * D + 4 * lane) = o;
+        if (TW == TW_BF16) store_bf16x4((__nv_bfloat16 *)tw + (int64_t)r * D + 4 * lane, o);
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
     }
     if (TW == TW_FP8) { /* the launcher's rule: whole tokens (M a multiple of nh) */
         amax = block_reduce(amax, sh, true);
         const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
         if (threadIdx.x == 0) tsx[R] = s;
-        uint8_t *q = (uint8_t *)tw + R * twld;
+        uint8_t *q = (uint8_t *)tw + (int64_t)R * twld;
 #pragma unroll
         for (int j = 0; j < GT_HPW; j++) {
-            const int h = warp + 8 * j;
+            const int h = warp + GT_W * j;
             if (on && h < nh) *(uint32_t *)(q + h * D + 4 * lane) = e4m3x4(v[j], s);
         }
         for (int64_t i = (int64_t)nh * D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
@@ -2311,14 +2318,15 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
 
 /* k_rmsnorm_gated_tok with the twin t asks for: none, BF16 or FP8 */
 template <typename TZ>
-static void gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int64_t zh, int64_t zs, int64_t M,
-                             int nh, int D, const float *w, float eps, float *yo, const twin &t) {
+static void gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int zh, int64_t zs, int M, int nh,
+                             int D, const float *w, float eps, float *yo, const twin &t) {
+    const unsigned th = GT_W * 32;
     if (t.kind == TW_FP8)
-        k_rmsnorm_gated_tok<TZ, TW_FP8><<<nt, 256, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, t.Kp, t.sx);
+        k_rmsnorm_gated_tok<TZ, TW_FP8><<<nt, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, t.Kp, t.sx);
     else if (t.kind == TW_BF16)
-        k_rmsnorm_gated_tok<TZ, TW_BF16><<<nt, 256, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, 0, NULL);
+        k_rmsnorm_gated_tok<TZ, TW_BF16><<<nt, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, 0, NULL);
     else
-        k_rmsnorm_gated_tok<TZ, TW_NONE><<<nt, 256, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0, NULL);
+        k_rmsnorm_gated_tok<TZ, TW_NONE><<<nt, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0, NULL);
 }
 
 /* VSR_CUDA_GATED_TOK=0: rmsnorm_gated by the row kernel, no FP8 twin (A/B; cuda_gated_set_tok for the test) */
@@ -2352,8 +2360,9 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
      * by 32 */
     const cuda_ctx_priv *pv = priv(c);
     const int64_t dK = pv->req_x == y && pv->req_rows * pv->req_K == M * D ? pv->req_K : 0;
-    const int tok = vec && D <= 128 && cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on);
-    const int64_t nh = dK > 0 && dK % D == 0 && dK / D <= 8 * GT_HPW ? dK / D : 32;
+    const int tok = vec && D <= 128 && M < 0x7fffffff && zh < 0x7fffffff &&
+                    cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on);
+    const int64_t nh = dK > 0 && dK % D == 0 && dK / D <= GT_W * GT_HPW ? dK / D : 32;
     twin t;
     if ((st = twin_start(c, y, M * D, tok && dK == nh * D, 1, &t, err))) return st;
     float *yo = t.sole ? NULL : y;
@@ -2361,8 +2370,8 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
     const unsigned nb = blocks_for(M, 8);
     if (tok) {
         const unsigned nt = (unsigned)((M + nh - 1) / nh);
-        if (zb) gated_tok_launch(c, nt, x, zb, zh, zs, M, (int)nh, (int)D, w, eps, yo, t);
-        else gated_tok_launch(c, nt, x, z, zh, zs, M, (int)nh, (int)D, w, eps, yo, t);
+        if (zb) gated_tok_launch(c, nt, x, zb, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t);
+        else gated_tok_launch(c, nt, x, z, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t);
     } else if (vec && zb) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, (int)D, w, eps, yo, tb);
     else if (vec) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, z, zh, zs, M, (int)D, w, eps, yo, tb);
     else if (zb) k_rmsnorm_gated<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, D, w, eps, yo, tb);
