@@ -294,14 +294,14 @@ TEST(swiglu_fp8_one_pass) {
     }
 }
 
-/* rmsnorm_gated by token (the default) against the row kernel (VSR_CUDA_GATED_TOK=0): the same output bit for
- * bit, with z strided as the model's kept product is (zh heads per token) and in partial 32-row groups when
+/* rmsnorm_gated by token (the default on large grids and for FP8 twins) against the row kernel
+ * (VSR_CUDA_GATED_TOK=0): the same output bit for bit, with z strided as the model's kept product is (zh heads per token) and in partial 32-row groups when
  * undeclared; declared for an FP8 out_proj, its FP8 twin (one scale per token, which the row kernel cannot
  * make) gives that linear exactly what quantizing the FP32 output gives, also as the only copy. */
 int cuda_gated_set_tok(int on);
 TEST(gated_norm_by_token) {
     vsr_err e;
-    CHECK(cuda_gated_set_tok(2) == -1 && cuda_gated_set_tok(-1) == -1);
+    CHECK(cuda_gated_set_tok(3) == -1 && cuda_gated_set_tok(-1) == -1);
     static const struct { int64_t T, Hv, dv; } cs[] = {{37, 48, 128}, {29, 6, 32}, {5, 3, 100}};
     const int fp8 = cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89;
     for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
@@ -309,8 +309,8 @@ TEST(gated_norm_by_token) {
         float *hx = hrand(T * Vd, 1.5f), *hz = hrand(T * zs, 2.0f), *hw = hrand(dv, 1.0f);
         for (int64_t j = 0; j < Vd; j++) hx[3 * Vd + j] = 0; /* a zero token: FP8 scale 1 */
         void *x = up(hx, T * Vd), *z = up(hz, T * zs), *w = up(hw, dv), *o[2], *yl[2];
-        for (int pass = 0; pass < 2; pass++) { /* 0: by token; 1: the row kernel */
-            const int was = cuda_gated_set_tok(pass == 0);
+        for (int pass = 0; pass < 2; pass++) { /* 0: by token (forced: these grids are small); 1: the row kernel */
+            const int was = cuda_gated_set_tok(pass == 0 ? 2 : 0);
             o[pass] = up(NULL, T * Vd);
             CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, Hv, zs, T * Hv, dv, w, 1e-6f, o[pass], &e), e);
             cuda_gated_set_tok(was);

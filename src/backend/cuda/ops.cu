@@ -1510,8 +1510,8 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const TZ *__restri
     }
 }
 
-/* DeltaNet output norm by token (the default where D % 4 == 0, D <= 128 and rows are 16-byte aligned;
- * VSR_CUDA_GATED_TOK=0 keeps the row kernel above): one 512-thread block per nh consecutive rows (a
+/* DeltaNet output norm by token (where D % 4 == 0, D <= 128 and rows are 16-byte aligned, for every FP8 twin
+ * and on grids of 8 blocks a multiprocessor or more; VSR_CUDA_GATED_TOK=0 keeps the row kernel above): one 512-thread block per nh consecutive rows (a
  * token's value heads: nh = the declared twin's K / D, else 32), warp w taking rows w, w + 16, ..., all of
  * its x and z loads issued first and its rows' sums of squares reduced together (one shuffle tree for up to
  * GT_HPW rows). The row kernel has 24 bytes in flight per lane and ran at ~1.7x its memory floor at 27B
@@ -2329,10 +2329,11 @@ static void gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ 
         k_rmsnorm_gated_tok<TZ, TW_NONE><<<nt, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0, NULL);
 }
 
-/* VSR_CUDA_GATED_TOK=0: rmsnorm_gated by the row kernel, no FP8 twin (A/B; cuda_gated_set_tok for the test) */
+/* VSR_CUDA_GATED_TOK=0: rmsnorm_gated by the row kernel, no FP8 twin (A/B); cuda_gated_set_tok for the test:
+ * 0 off, 1 the default (by the grid's size), 2 the token kernel wherever it applies */
 static int g_gated_tok_on = -1;
 extern "C" int cuda_gated_set_tok(int on) {
-    if (on < 0 || on > 1) return -1;
+    if (on < 0 || on > 2) return -1;
     const int old = cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on);
     g_gated_tok_on = on;
     return old;
@@ -2357,12 +2358,15 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
               ((uintptr_t)(zb ? (const void *)zb : (const void *)z) & (zb ? 7 : 15)) == 0 && ((uintptr_t)w & 15) == 0 &&
               ((uintptr_t)y & 15) == 0;
     /* the token kernel: rows grouped by the declared twin's row (a token's heads; FP8 twins need that), else
-     * by 32 */
+     * by 32. Without an FP8 twin to make it takes only grids of 8 blocks a multiprocessor or more: at 27B
+     * 3 x 128 (384 blocks) the row kernel is faster (bench_cuda, call 7: 10.2 against 10.8 us). */
     const cuda_ctx_priv *pv = priv(c);
     const int64_t dK = pv->req_x == y && pv->req_rows * pv->req_K == M * D ? pv->req_K : 0;
-    const int tok = vec && D <= 128 && M < 0x7fffffff && zh < 0x7fffffff &&
-                    cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on);
+    const int mode = cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on); /* 0 off, 1 by size, 2 always */
+    int tok = mode && vec && D <= 128 && M < 0x7fffffff && zh < 0x7fffffff;
     const int64_t nh = dK > 0 && dK % D == 0 && dK / D <= GT_W * GT_HPW ? dK / D : 32;
+    const int tok_fp8 = tok && dK == nh * D && pv->n_fp8_w > 0;
+    if (mode == 1 && !tok_fp8 && (M + nh - 1) / nh < 8LL * c->sm_count) tok = 0;
     twin t;
     if ((st = twin_start(c, y, M * D, tok && dK == nh * D, 1, &t, err))) return st;
     float *yo = t.sole ? NULL : y;
