@@ -349,6 +349,47 @@ TEST(gated_norm_by_token) {
     }
 }
 
+/* mul_sigmoid (the attention output gate) declared for an FP8 o_proj: its FP8 twin, one scale per token, gives
+ * that linear exactly what quantizing the FP32 output gives, and the FP32 output is the undeclared op's bit
+ * for bit; also as the only copy. The gate is every other head_dim block of a [T, 2 H hd] row, as the model's. */
+TEST(mul_sigmoid_fp8_twin) {
+    if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor < 89) {
+        printf("  (not run: compute capability %d.%d has no FP8)\n", cuda_dev.cc_major, cuda_dev.cc_minor);
+        return;
+    }
+    vsr_err e;
+    static const struct { int64_t T, H, hd; } cs[] = {{37, 24, 256}, {9, 4, 16}, {3, 1, 100}};
+    for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+        const int64_t T = cs[k].T, H = cs[k].H, hd = cs[k].hd, D = H * hd, N = 48;
+        float *ha = hrand(T * D, 1.5f), *hg = hrand(T * 2 * D, 3.0f);
+        for (int64_t j = 0; j < D; j++) ha[(T / 2) * D + j] = 0; /* a zero token: scale 1 */
+        vsr_bweight *W = fp8_weight(N, D, 0.05f, "test.o_proj");
+        void *a0 = up(ha, T * D), *a1 = up(ha, T * D), *a2 = up(ha, T * D), *gt = up(hg, T * 2 * D), *y0 = up(NULL, T * N),
+             *y1 = up(NULL, T * N), *y2 = up(NULL, T * N);
+        CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, a0, T, (int)H, (int)hd, (float *)gt + hd, 2 * D, 2 * hd, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, a0, T, W, y0, 0, &e), e);
+        const vsr_bweight *rd[1] = {W};
+        int64_t hits0 = vsr_cuda_stat_twin_hits;
+        GB.ops->feed_linears(GB.ctx, a1, T, D, NULL, 0);
+        CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, a1, T, (int)H, (int)hd, (float *)gt + hd, 2 * D, 2 * hd, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, a1, T, W, y1, 0, &e), e);
+        GB.ops->feed_linears(GB.ctx, a2, T, D, rd, 1);
+        CHECK_OK(GB.ops->mul_sigmoid(GB.ctx, a2, T, (int)H, (int)hd, (float *)gt + hd, 2 * D, 2 * hd, &e), e);
+        CHECK_OK(GB.ops->linear(GB.ctx, a2, T, W, y2, 0, &e), e);
+        const int hits = (int)(vsr_cuda_stat_twin_hits - hits0), ex = same(a0, a1, T * D), e1 = same(y0, y1, T * N),
+                  e2 = same(y0, y2, T * N);
+        printf("  mul_sigmoid T=%lld H=%lld hd=%lld: FP8 twin read by %d of 2 o_proj calls; output %s, o_proj %s, as "
+               "the only copy %s\n", (long long)T, (long long)H, (long long)hd, hits, ex ? "same" : "DIFFERS",
+               e1 ? "same" : "DIFFERS", e2 ? "same" : "DIFFERS");
+        CHECK_MSG(hits == 2 && ex && e1 && e2, "T %lld H %lld hd %lld: mul_sigmoid's FP8 twin", (long long)T, (long long)H,
+                  (long long)hd);
+        GB.ops->weight_free(GB.ctx, W);
+        void *bufs[] = {a0, a1, a2, gt, y0, y1, y2};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        free(ha), free(hg);
+    }
+}
+
 /* Declared readers: when every one of them reads the twin, the FP32 output is not written (the
  * buffer keeps what it held) and the readers still get the same answer; a reader that cannot read
  * the twin (an F32 weight) keeps the FP32 output; a linear the model did not declare, on a sole
@@ -952,6 +993,7 @@ int main(void) {
     RUN(twin_fp8);
     RUN(swiglu_fp8_one_pass);
     RUN(gated_norm_by_token);
+    RUN(mul_sigmoid_fp8_twin);
     RUN(sole_twins);
     RUN(stacked_weights);
     RUN(swiglu_strided);
