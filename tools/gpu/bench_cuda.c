@@ -190,6 +190,9 @@ static void run_shape(int R, int L) {
         TIME("rmsnorm_gated (by row)", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E));
         cuda_gated_set_tok(was);
         TIME("rmsnorm_gated (by token)", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E));
+        TIME("mul_sigmoid (fp8 twin, sole)", 9.0 * T * H * hd, 0,
+             (o->feed_linears(c, t4, T, H * hd, rd, 1),
+              o->mul_sigmoid(c, t4, T, (int)H, (int)hd, t0 + hd, 2 * H * hd, 2 * hd, &E)));
         total_us = b0;
         o->weight_free(c, W8);
     }
