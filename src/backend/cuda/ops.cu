@@ -1740,6 +1740,12 @@ extern "C" int cuda_env_switch(const char *name, int dflt, int *cache) {
     }
     return *cache;
 }
+extern "C" int cuda_env_switch_set(const char *name, int dflt, int *cache, int on, int maxv) {
+    if (on < 0 || on > maxv) return -1;
+    const int old = cuda_env_switch(name, dflt, cache);
+    *cache = on;
+    return old;
+}
 
 /* VSR_CUDA_KEEP_BF16=0 / VSR_CUDA_LINEAR_SWIGLU=0: the declaration ignored / linear_swiglu as the
  * FP32 linear + swiglu (A/B timing in separate processes) */
@@ -2363,12 +2369,7 @@ static void gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ 
 /* VSR_CUDA_GATED_TOK=0: rmsnorm_gated by the row kernel, no FP8 twin (A/B); cuda_gated_set_tok for the test:
  * 0 off, 1 the default (by the grid's size), 2 the token kernel wherever it applies */
 static int g_gated_tok_on = -1;
-extern "C" int cuda_gated_set_tok(int on) {
-    if (on < 0 || on > 2) return -1;
-    const int old = cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on);
-    g_gated_tok_on = on;
-    return old;
-}
+extern "C" int cuda_gated_set_tok(int on) { return cuda_env_switch_set("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on, on, 2); }
 
 static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t zh, int64_t zs, int64_t M,
                                    int64_t D, const float *w, float eps, float *y, vsr_err *err) {
@@ -2603,12 +2604,7 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
 
 /* VSR_CUDA_SWIGLU_1P=0: wide FP8-twin rows by the two-pass kernel (A/B; cuda_swiglu_set_1p for the test) */
 static int g_sw1p_on = -1;
-extern "C" int cuda_swiglu_set_1p(int on) {
-    if (on < 0 || on > 1) return -1;
-    const int old = cuda_env_switch("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on);
-    g_sw1p_on = on;
-    return old;
-}
+extern "C" int cuda_swiglu_set_1p(int on) { return cuda_env_switch_set("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on, on, 1); }
 
 /* SwiGLU from FP32 (cu_swiglu) or BF16 (linear_swiglu's kept product) g, u, with y's twin when
  * declared; the caller has checked gs >= N and opened the profile scope. */

@@ -33,10 +33,7 @@ int quant_forced_int4_cfg(void) { return g_force_int4_cfg; }
 static int g_int4_stream = -1;
 int quant_int4_stream_on(void) { return cuda_env_switch("VSR_CUDA_INT4_STREAM", 1, &g_int4_stream); }
 extern "C" int cuda_quant_force_int4_stream(int on) {
-    if (on < 0 || on > 1) return -1;
-    int old = quant_int4_stream_on();
-    g_int4_stream = on;
-    return old;
+    return cuda_env_switch_set("VSR_CUDA_INT4_STREAM", 1, &g_int4_stream, on, 1);
 }
 /* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM, and the own sm_90a kernel's "fast"): the
  * tensor cores' partial sums go straight into the accumulator, without a promotion into FP32 every
@@ -50,9 +47,7 @@ extern "C" int cuda_quant_force_int4_stream(int on) {
 static int g_fp8_fast = -1;
 int quant_fp8_fast_accum(void) { return cuda_env_switch("VSR_CUDA_FP8_FAST_ACCUM", 0, &g_fp8_fast); }
 extern "C" int cuda_quant_set_fp8_fast_accum(int on) {
-    int old = quant_fp8_fast_accum();
-    g_fp8_fast = on ? 1 : 0;
-    return old;
+    return cuda_env_switch_set("VSR_CUDA_FP8_FAST_ACCUM", 0, &g_fp8_fast, on ? 1 : 0, 1);
 }
 int quant_forced_fp8_path(void) { return g_force_fp8; }
 int quant_forced_int4_path(void) { return g_force_int4; }

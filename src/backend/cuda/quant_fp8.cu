@@ -396,9 +396,7 @@ static int fp8_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err)
 static int g_ovscale_on = -1;
 static int ovscale_off(void) { return !cuda_env_switch("VSR_CUDA_FP8_OVSCALE", 1, &g_ovscale_on); }
 extern "C" int cuda_quant_set_fp8_ovscale(int on) {
-    const int old = !ovscale_off();
-    g_ovscale_on = on ? 1 : 0;
-    return old;
+    return cuda_env_switch_set("VSR_CUDA_FP8_OVSCALE", 1, &g_ovscale_on, on ? 1 : 0, 1);
 }
 
 static vsr_status run_plan(cuda_ctx *c, fp8_plan *p, const void *wq, const void *xq, const float *sw, const float *sx,

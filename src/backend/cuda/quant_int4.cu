@@ -57,10 +57,7 @@ extern int quant_int4_stream_on(void);
 static int g_int4_bulk = -1;
 static int quant_int4_bulk_on(void) { return cuda_env_switch("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk); }
 extern "C" int cuda_quant_force_int4_bulk(int on) {
-    if (on < 0 || on > 1) return -1;
-    const int old = quant_int4_bulk_on();
-    g_int4_bulk = on;
-    return old;
+    return cuda_env_switch_set("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk, on, 1);
 }
 
 #define I4_MAX_FUSED_ROWS 256
