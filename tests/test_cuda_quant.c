@@ -54,6 +54,9 @@ vsr_status cuda_fp8_linear_bf16_to(struct cuda_ctx *c, const float *x, const uin
 /* from src/backend/cuda/quant_int4.cu: the bulk-copy streaming int4 kernel (<= 16 rows, sixth pass), 1 on, 0 off;
  * previous value, or -1 if unknown */
 int cuda_quant_force_int4_bulk(int on);
+/* from src/backend/cuda/quant_fp8.cu: fp8_scaled against x / s over n draws (counts: quotients >= 2^-12 that
+ * differ, e4m3 codes that differ, draws on the multiply path) */
+vsr_status cuda_fp8_div_check(struct cuda_ctx *c, uint64_t seed, int64_t n, int64_t counts[3], vsr_err *err);
 #endif
 
 #ifdef VSR_HAVE_CUDA
@@ -1077,6 +1080,27 @@ static int run_child(const char *dir, const char *out) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* Every FP8 activation quantizer divides by the row's scale as a multiply and two FMAs from the correctly
+ * rounded reciprocal (device_math.cuh fp8_scaled): over 2^26 draws, bit for bit the division where an e4m3
+ * code can tell the quotients apart, and the same e4m3 codes everywhere. */
+TEST(fp8_scale_division) {
+    const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
+    cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
+    if (cc < 89) {
+        printf("  (not run: compute capability %d.%d has no FP8)\n", cc / 10, cc % 10);
+        return;
+    }
+    vsr_err e;
+    int64_t n = 1LL << 26, counts[3] = {-1, -1, -1};
+    CHECK_OK(cuda_fp8_div_check((struct cuda_ctx *)GB.ctx, 0x5eed5eedull, n, counts, &e), e);
+    printf("  fp8_scaled against x / s, %lld draws (%lld on the multiply path): %lld quotients and %lld e4m3 codes "
+           "differ\n", (long long)n, (long long)counts[2], (long long)counts[0], (long long)counts[1]);
+    CHECK_MSG(counts[0] == 0 && counts[1] == 0, "fp8_scaled differs from x / s: %lld quotients, %lld codes",
+              (long long)counts[0], (long long)counts[1]);
+    CHECK_MSG(counts[2] > n / 2 && counts[2] < n, "the draws should cover both paths (%lld of %lld multiplied)",
+              (long long)counts[2], (long long)n);
+}
+
 TEST(autotune_two_processes) {
     char dir[600], o1[700], o2[700];
     snprintf(dir, sizeof dir, "%s/tune", test_tmpdir());
@@ -1169,6 +1193,7 @@ int main(int argc, char **argv) {
     RUN(fp8_kept_route);
     RUN(fp8_ovscale);
     RUN(fp8_refused_before_ada);
+    RUN(fp8_scale_division);
     RUN(autotune_two_processes);
     vsr_backend_destroy(&GB);
 #else

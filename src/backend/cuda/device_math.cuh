@@ -7,6 +7,31 @@ __device__ __forceinline__ float silu_d(float x) { return x / (1.0f + expf(-x));
 __device__ __forceinline__ float sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplus_d(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* Per-token FP8 activation scaling: x / s correctly rounded (as compressed-tensors and the CPU divide), for
+ * every x of a row, from the row's r = __frcp_rn(s): q = x r, then one correction q + (x - s q) r (the
+ * correction step of CUDA's own division, here from a correctly rounded reciprocal). It replaces a division
+ * (~10 instructions with its range check and slow-path branch) by three. Exact, bit for bit, for the
+ * quotients an e4m3 code can tell apart (|x / s| >= 2^-12) while s lies in [2^-90, 2^100]; every x / s
+ * below 2^-12 gives the same e4m3 code (a signed zero) either way. Outside that range of s (a row whose
+ * amax is below ~3.6e-25, or not finite) the division itself. Tested against x / s on the GPU over 2^26
+ * draws (tests/test_cuda_quant.c fp8_scale_division). */
+struct fp8_div {
+    float s, r;
+    int divide; /* 1: s outside [2^-90, 2^100]: divide */
+};
+__device__ __forceinline__ fp8_div fp8_div_of(float s) {
+    fp8_div d;
+    d.s = s;
+    d.divide = !(s >= 0x1p-90f && s <= 0x1p100f);
+    d.r = d.divide ? 0.0f : __frcp_rn(s);
+    return d;
+}
+__device__ __forceinline__ float fp8_scaled(float x, const fp8_div &d) {
+    if (d.divide) return x / d.s; /* uniform over the row */
+    const float q = __fmul_rn(x, d.r);
+    return __fmaf_rn(__fmaf_rn(-q, d.s, x), d.r, q);
+}
+
 /* Index of the last of n ascending `first` values that is <= x (first[0] <= x): which packed
  * sequence a row (or chunk) belongs to. */
 template <typename T, typename U>

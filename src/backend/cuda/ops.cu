@@ -1249,12 +1249,12 @@ __device__ __forceinline__ float block_reduce(float v, float *sh, bool is_max) {
     return sh[32];
 }
 
-__device__ __forceinline__ uint32_t e4m3x4(float4 v, float s) {
-    /* the same arithmetic as quant_fp8.cu's k_fp8_quant: x / s, RNE, saturate to finite */
-    return (uint32_t)__nv_cvt_float_to_fp8(v.x / s, __NV_SATFINITE, __NV_E4M3) |
-           (uint32_t)__nv_cvt_float_to_fp8(v.y / s, __NV_SATFINITE, __NV_E4M3) << 8 |
-           (uint32_t)__nv_cvt_float_to_fp8(v.z / s, __NV_SATFINITE, __NV_E4M3) << 16 |
-           (uint32_t)__nv_cvt_float_to_fp8(v.w / s, __NV_SATFINITE, __NV_E4M3) << 24;
+__device__ __forceinline__ uint32_t e4m3x4(float4 v, const fp8_div &d) {
+    /* the same arithmetic as quant_fp8.cu's k_fp8_quant: x / s (fp8_scaled), RNE, saturate to finite */
+    return (uint32_t)__nv_cvt_float_to_fp8(fp8_scaled(v.x, d), __NV_SATFINITE, __NV_E4M3) |
+           (uint32_t)__nv_cvt_float_to_fp8(fp8_scaled(v.y, d), __NV_SATFINITE, __NV_E4M3) << 8 |
+           (uint32_t)__nv_cvt_float_to_fp8(fp8_scaled(v.z, d), __NV_SATFINITE, __NV_E4M3) << 16 |
+           (uint32_t)__nv_cvt_float_to_fp8(fp8_scaled(v.w, d), __NV_SATFINITE, __NV_E4M3) << 24;
 }
 
 __device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *p, float4 v) {
@@ -1284,11 +1284,12 @@ __device__ __forceinline__ void twin_row(const float4 (&v)[VEC], int D4, int D, 
         amax = block_reduce(amax, sh, true);
         const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
         if (threadIdx.x == 0) tsx[r] = s;
+        const fp8_div dv = fp8_div_of(s);
         uint8_t *q = (uint8_t *)tw + r * twld;
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             int i = threadIdx.x + j * blockDim.x;
-            if (i < D4) *(uint32_t *)(q + 4 * i) = e4m3x4(v[j], s);
+            if (i < D4) *(uint32_t *)(q + 4 * i) = e4m3x4(v[j], dv);
         }
         for (int64_t i = D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
     }
@@ -1415,8 +1416,9 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_2p(const TI *g, const TI *__
     amax = block_reduce(amax, sh, true);
     const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
     if (threadIdx.x == 0) tsx[r] = s;
+    const fp8_div dv = fp8_div_of(s);
     uint8_t *q = tw + r * twld;
-    for (int i = threadIdx.x; i < N4; i += blockDim.x) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_out4(gr, ur, i, r, sc), s);
+    for (int i = threadIdx.x; i < N4; i += blockDim.x) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_out4(gr, ur, i, r, sc), dv);
     for (int64_t i = N + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
 }
 
@@ -1460,8 +1462,9 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_1p(const TI *g, const TI *__
     amax = block_reduce(amax, sh, true); /* its barriers also order sw_row's stores before the reads below */
     const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
     if (threadIdx.x == 0) tsx[r] = s;
+    const fp8_div dv = fp8_div_of(s);
     uint8_t *q = tw + r * twld;
-    for (int i = threadIdx.x; i < N4; i += nt) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_row[i], s);
+    for (int i = threadIdx.x; i < N4; i += nt) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_row[i], dv);
     for (int64_t i = N + threadIdx.x; i < twld; i += nt) q[i] = 0;
 }
 
@@ -1569,11 +1572,12 @@ __global__ void __launch_bounds__(GT_W * 32) k_rmsnorm_gated_tok(const float *__
         amax = block_reduce(amax, sh, true);
         const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
         if (threadIdx.x == 0) tsx[R] = s;
+        const fp8_div dv = fp8_div_of(s);
         uint8_t *q = (uint8_t *)tw + (int64_t)R * twld;
 #pragma unroll
         for (int j = 0; j < GT_HPW; j++) {
             const int h = warp + GT_W * j;
-            if (on && h < nh) *(uint32_t *)(q + h * D + 4 * lane) = e4m3x4(v[j], s);
+            if (on && h < nh) *(uint32_t *)(q + h * D + 4 * lane) = e4m3x4(v[j], dv);
         }
         for (int64_t i = (int64_t)nh * D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
     }

@@ -44,6 +44,7 @@
 
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/fp8_gemm.h"
 #include "vsr/device.h"
 
@@ -109,15 +110,61 @@ __global__ void __launch_bounds__(QROW_THREADS) k_fp8_quant_vec(const float *__r
     amax = block_max(amax, sh);
     const float s = amax > 0.0f ? amax / FP8_MAX : 1.0f;
     if (threadIdx.x == 0) sx[m] = s;
+    const fp8_div d = fp8_div_of(s);
     uint32_t *qr = (uint32_t *)(xq + m * Kp);
 #pragma unroll
     for (int j = 0; j < QROW_VEC; j++) {
         int i = threadIdx.x + j * QROW_THREADS;
         if (i < K4)
-            qr[i] = (uint32_t)to_e4m3(v[j].x / s) | (uint32_t)to_e4m3(v[j].y / s) << 8 |
-                    (uint32_t)to_e4m3(v[j].z / s) << 16 | (uint32_t)to_e4m3(v[j].w / s) << 24;
+            qr[i] = (uint32_t)to_e4m3(fp8_scaled(v[j].x, d)) | (uint32_t)to_e4m3(fp8_scaled(v[j].y, d)) << 8 |
+                    (uint32_t)to_e4m3(fp8_scaled(v[j].z, d)) << 16 | (uint32_t)to_e4m3(fp8_scaled(v[j].w, d)) << 24;
     }
     for (int64_t i = K + threadIdx.x; i < Kp; i += QROW_THREADS) xq[m * Kp + i] = 0;
+}
+
+/* Test hook: fp8_scaled (device_math.cuh) against x / s over n draws of (x, s): s = amax / 448 with amax
+ * 2^-86 .. 2^114 (both sides of fp8_div_of's range), x = amax times a fraction in [-1, 1), a quarter of them
+ * scaled down by up to 2^-40, an eighth set on an e4m3 rounding midpoint times s. counts: [0] quotients of
+ * magnitude >= 2^-12 that differ in any bit, [1] e4m3 codes that differ, [2] draws on the multiply path. */
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+__global__ void k_fp8_div_check(uint64_t seed, int64_t n, unsigned long long *counts) {
+    unsigned long long c0 = 0, c1 = 0, c2 = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const uint64_t h = mix64(seed ^ (uint64_t)i), h2 = mix64(h);
+        const float amax = ldexpf(1.0f + (float)(h & 0xffffff) / 16777216.0f, (int)((h >> 24) % 201) - 86);
+        const float s = amax / 448.0f;
+        float x = amax * ((float)(int32_t)(uint32_t)h2 / 2147483648.0f);
+        if (((h2 >> 32) & 3) == 0) x = ldexpf(x, -(int)((h2 >> 34) % 41));
+        if (((h2 >> 40) & 7) == 1) { /* a midpoint between two e4m3 codes (3 fraction bits: odd sixteenths) */
+            const float mid = ldexpf((float)(17 + 2 * (int)((h2 >> 43) % 16)) / 16.0f, (int)((h2 >> 47) % 15) - 7);
+            x = ((h2 >> 52) & 1 ? -mid : mid) * s;
+        }
+        const fp8_div d = fp8_div_of(s);
+        const float a = x / s, b = fp8_scaled(x, d);
+        c0 += fabsf(a) >= 0x1p-12f && __float_as_uint(a) != __float_as_uint(b);
+        c1 += to_e4m3(a) != to_e4m3(b);
+        c2 += !d.divide;
+    }
+    atomicAdd(counts, c0), atomicAdd(counts + 1, c1), atomicAdd(counts + 2, c2);
+}
+extern "C" vsr_status cuda_fp8_div_check(cuda_ctx *c, uint64_t seed, int64_t n, int64_t counts[3], vsr_err *err) {
+    unsigned long long *d = NULL, h[3] = {0, 0, 0};
+    vsr_status st = cuda_check(c, cudaMalloc((void **)&d, sizeof h), "fp8 division check", err);
+    if (st) return st;
+    if (!(st = cuda_check(c, cudaMemsetAsync(d, 0, sizeof h, c->stream), "fp8 division check", err))) {
+        k_fp8_div_check<<<1024, 256, 0, c->stream>>>(seed, n, d);
+        if (!(st = cuda_check_launch(c, "fp8 division check", err)))
+            st = cuda_check(c, cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, c->stream), "fp8 division check", err);
+        if (!st) st = cuda_check(c, cudaStreamSynchronize(c->stream), "fp8 division check", err);
+    }
+    cudaFree(d);
+    for (int i = 0; i < 3; i++) counts[i] = (int64_t)h[i];
+    return st;
 }
 
 /* general form: any K; two passes over the row (the second from L2) */
@@ -131,7 +178,8 @@ __global__ void __launch_bounds__(QROW_THREADS) k_fp8_quant_gen(const float *__r
     amax = block_max(amax, sh);
     const float s = amax > 0.0f ? amax / FP8_MAX : 1.0f;
     if (threadIdx.x == 0) sx[m] = s;
-    for (int64_t i = threadIdx.x; i < Kp; i += QROW_THREADS) xq[m * Kp + i] = i < K ? to_e4m3(xr[i] / s) : 0;
+    const fp8_div d = fp8_div_of(s);
+    for (int64_t i = threadIdx.x; i < Kp; i += QROW_THREADS) xq[m * Kp + i] = i < K ? to_e4m3(fp8_scaled(xr[i], d)) : 0;
 }
 
 /* y[m, n] = (accumulate ? y : 0) + t[m, n] (* sx[m] * sw[n] when scaled); t row stride ldt */
