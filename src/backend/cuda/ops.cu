@@ -1514,8 +1514,9 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const TZ *__restri
 }
 
 /* DeltaNet output norm by token (where D % 4 == 0, D <= 128 and rows are 16-byte aligned, for every FP8 twin
- * and on grids of 8 blocks a multiprocessor or more; VSR_CUDA_GATED_TOK=0 keeps the row kernel above): one 512-thread block per nh consecutive rows (a
- * token's value heads: nh = the declared twin's K / D, else 32), warp w taking rows w, w + 16, ..., all of
+ * and on grids of 8 blocks a multiprocessor or more; VSR_CUDA_GATED_TOK=0 keeps the row kernel above): one
+ * 512-thread block per nh consecutive rows (a token's value heads: nh = the declared twin's K / D, else 32),
+ * warp w taking rows w, w + 16, ..., all of
  * its x and z loads issued first and its rows' sums of squares reduced together (one shuffle tree for up to
  * GT_HPW rows). The row kernel has 24 bytes in flight per lane and ran at ~1.7x its memory floor at 27B
  * 8 x 512 (~124 us in bench_cuda against ~72); it also could not make an FP8 twin, which needs the amax
@@ -1600,8 +1601,8 @@ __global__ void k_mul_sigmoid4(float *x, int64_t M, int H, int hd, const float *
 
 /* attention output gate with an FP8 twin (an FP8 o_proj reads it; it quantized the FP32 output in a pass of
  * its own before): one block per token of H * hd / 16 threads rounded up to whole warps, MS_VEC float4 each
- * (H * hd <= 1024 * 4 * MS_VEC; hd, gs, ghs multiples of 4, 16-byte aligned), every x and g load issued first, then
- * twin_row (the token's scale). The same arithmetic per element as k_mul_sigmoid4. (Its first form, 256
+ * (H * hd <= 1024 * 4 * MS_VEC; hd, gs, ghs multiples of 4, 16-byte aligned), every x and g load issued
+ * first, then twin_row (the token's scale). The same arithmetic per element as k_mul_sigmoid4. (Its first form, 256
  * threads holding RN_VEC = 8 float4 of x and of g, ran 2 blocks a multiprocessor: 125 us at 27B 8 x 512
  * against the BF16 twin's 72.) */
 #define MS_VEC 4
