@@ -7,6 +7,15 @@ __device__ __forceinline__ float silu_d(float x) { return x / (1.0f + expf(-x));
 __device__ __forceinline__ float sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplus_d(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* Per-token FP8 activation scale of a row whose largest magnitude is amax: amax / 448 (e4m3's largest
+ * finite value), 1 for an all-zero row. The FP8 linear's quantizer and every producer's FP8 twin take it from
+ * here, so a twin is always what the linear would have made. */
+#define FP8_E4M3_MAX 448.0f
+__device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.0f ? amax / FP8_E4M3_MAX : 1.0f; }
+__device__ __forceinline__ float absmax4(float4 v) {
+    return fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+
 /* Per-token FP8 activation scaling: x / s correctly rounded (as compressed-tensors and the CPU divide), for
  * every x of a row, from the row's r = __frcp_rn(s): q = x r, then one correction q + (x - s q) r (the
  * correction step of CUDA's own division, here from a correctly rounded reciprocal). It replaces a division

@@ -1226,7 +1226,6 @@ __global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restric
 
 #define RN_VEC 8  /* float4 per thread held in registers by the row kernels: rows up to 8192 wide */
 #define SW_MAX_N 32768 /* the FP8 swiglu kernels take rows up to this wide (the 27B MLP is 17408) */
-#define TW_FP8_MAX 448.0f
 
 __device__ __forceinline__ float block_reduce(float v, float *sh, bool is_max) {
     for (int o = 16; o; o >>= 1) {
@@ -1247,6 +1246,14 @@ __device__ __forceinline__ float block_reduce(float v, float *sh, bool is_max) {
     }
     __syncthreads();
     return sh[32];
+}
+
+/* An FP8 twin's row scale (fp8_row_scale of the block's amax, every thread's part reduced), stored by thread 0
+ * into *tsx; what the row's elements are divided by */
+__device__ __forceinline__ fp8_div twin_scale(float amax, float *sh, float *tsx) {
+    const float s = fp8_row_scale(block_reduce(amax, sh, true));
+    if (threadIdx.x == 0) *tsx = s;
+    return fp8_div_of(s);
 }
 
 __device__ __forceinline__ uint32_t e4m3x4(float4 v, const fp8_div &d) {
@@ -1279,12 +1286,8 @@ __device__ __forceinline__ void twin_row(const float4 (&v)[VEC], int D4, int D, 
     } else if (TW == TW_FP8) {
         float amax = 0.0f;
 #pragma unroll
-        for (int j = 0; j < VEC; j++)
-            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
-        amax = block_reduce(amax, sh, true);
-        const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
-        if (threadIdx.x == 0) tsx[r] = s;
-        const fp8_div dv = fp8_div_of(s);
+        for (int j = 0; j < VEC; j++) amax = fmaxf(amax, absmax4(v[j]));
+        const fp8_div dv = twin_scale(amax, sh, tsx + r);
         uint8_t *q = (uint8_t *)tw + r * twld;
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
@@ -1411,12 +1414,9 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_2p(const TI *g, const TI *__
     for (int i = threadIdx.x; i < N4; i += blockDim.x) {
         const float4 o = sw_out4(gr, ur, i, r, sc);
         if (yr) yr[i] = o;
-        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+        amax = fmaxf(amax, absmax4(o));
     }
-    amax = block_reduce(amax, sh, true);
-    const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
-    if (threadIdx.x == 0) tsx[r] = s;
-    const fp8_div dv = fp8_div_of(s);
+    const fp8_div dv = twin_scale(amax, sh, tsx + r);
     uint8_t *q = tw + r * twld;
     for (int i = threadIdx.x; i < N4; i += blockDim.x) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_out4(gr, ur, i, r, sc), dv);
     for (int64_t i = N + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
@@ -1455,14 +1455,11 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_1p(const TI *g, const TI *__
                 const float4 o = sw_comb4(a[j], b[j], i, r, sc);
                 sw_row[i] = o;
                 if (yr) yr[i] = o;
-                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+                amax = fmaxf(amax, absmax4(o));
             }
         }
     }
-    amax = block_reduce(amax, sh, true); /* its barriers also order sw_row's stores before the reads below */
-    const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
-    if (threadIdx.x == 0) tsx[r] = s;
-    const fp8_div dv = fp8_div_of(s);
+    const fp8_div dv = twin_scale(amax, sh, tsx + r); /* its barriers order sw_row's stores before the reads below */
     uint8_t *q = tw + r * twld;
     for (int i = threadIdx.x; i < N4; i += nt) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_row[i], dv);
     for (int64_t i = N + threadIdx.x; i < twld; i += nt) q[i] = 0;
@@ -1567,13 +1564,10 @@ __global__ void __launch_bounds__(GT_W * 32) k_rmsnorm_gated_tok(const float *__
         v[j] = o; /* kept for the FP8 twin */
         if (y) *(float4 *)(y + (int64_t)r * D + 4 * lane) = o;
         if (TW == TW_BF16) store_bf16x4((__nv_bfloat16 *)tw + (int64_t)r * D + 4 * lane, o);
-        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+        amax = fmaxf(amax, absmax4(o));
     }
     if (TW == TW_FP8) { /* the launcher's rule: whole tokens (M a multiple of nh) */
-        amax = block_reduce(amax, sh, true);
-        const float s = amax > 0.0f ? amax / TW_FP8_MAX : 1.0f;
-        if (threadIdx.x == 0) tsx[R] = s;
-        const fp8_div dv = fp8_div_of(s);
+        const fp8_div dv = twin_scale(amax, sh, tsx + R);
         uint8_t *q = (uint8_t *)tw + (int64_t)R * twld;
 #pragma unroll
         for (int j = 0; j < GT_HPW; j++) {

@@ -51,7 +51,6 @@
 extern int quant_forced_fp8_path(void);
 extern int quant_fp8_fast_accum(void);
 
-#define FP8_MAX 448.0f
 #define FP8_PLANS 64
 #define FP8_ALGOS 8
 #define FP8_BF16_MIN_ROWS 128
@@ -105,10 +104,10 @@ __global__ void __launch_bounds__(QROW_THREADS) k_fp8_quant_vec(const float *__r
     for (int j = 0; j < QROW_VEC; j++) {
         int i = threadIdx.x + j * QROW_THREADS;
         v[j] = i < K4 ? __ldg(xr + i) : make_float4(0, 0, 0, 0);
-        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
+        amax = fmaxf(amax, absmax4(v[j]));
     }
     amax = block_max(amax, sh);
-    const float s = amax > 0.0f ? amax / FP8_MAX : 1.0f;
+    const float s = fp8_row_scale(amax);
     if (threadIdx.x == 0) sx[m] = s;
     const fp8_div d = fp8_div_of(s);
     uint32_t *qr = (uint32_t *)(xq + m * Kp);
@@ -176,7 +175,7 @@ __global__ void __launch_bounds__(QROW_THREADS) k_fp8_quant_gen(const float *__r
     float amax = 0.0f;
     for (int64_t i = threadIdx.x; i < K; i += QROW_THREADS) amax = fmaxf(amax, fabsf(xr[i]));
     amax = block_max(amax, sh);
-    const float s = amax > 0.0f ? amax / FP8_MAX : 1.0f;
+    const float s = fp8_row_scale(amax);
     if (threadIdx.x == 0) sx[m] = s;
     const fp8_div d = fp8_div_of(s);
     for (int64_t i = threadIdx.x; i < Kp; i += QROW_THREADS) xq[m * Kp + i] = i < K ? to_e4m3(fp8_scaled(xr[i], d)) : 0;
