@@ -800,6 +800,13 @@ static vsr_status choose_route(cuda_ctx *c, quant_state *q, const uint8_t *xq, c
                            src, err);
 }
 
+/* the path of the product just run, with the route that ran it and where the choice came from appended */
+static void tag_route(int route, const char *src) {
+    char path[160];
+    snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+    quant_set_last_path("%s[route %s,%s]", path, ROUTE_NAMES[route], src);
+}
+
 extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, const float *sx, int64_t M,
                                                const vsr_bweight *w, float *y, int accumulate, vsr_err *err) {
     if (M <= 0) return VSR_OK;
@@ -824,9 +831,7 @@ extern "C" vsr_status cuda_fp8_linear_prequant(cuda_ctx *c, const uint8_t *xq, c
                 (st = route_run(c, q, route, xq, sx, M, w, y, accumulate, round_bf16, &ran, err)))
                 return st;
             if (ran) {
-                char path[160];
-                snprintf(path, sizeof path, "%s", cuda_quant_last_path());
-                quant_set_last_path("%s[route %s,%s]", path, ROUTE_NAMES[route], src);
+                tag_route(route, src);
                 return VSR_OK;
             }
         }
@@ -893,9 +898,7 @@ static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
             if (dst) out = dst, Np = N;
             if ((st = kept_run(c, q, route, xq, sx, M, w, kept, out, &scaled, &done, err))) return st;
             if (done) {
-                char path[160];
-                snprintf(path, sizeof path, "%s", cuda_quant_last_path());
-                quant_set_last_path("%s[route %s,%s]", path, ROUTE_NAMES[route], src);
+                tag_route(route, src);
                 if (!dst && !scaled && (st = kept_row_scales(c, q, sx, M, sw, osx, osw, err))) return st;
                 if (d) *d = (const __nv_bfloat16 *)out;
                 if (ldd) *ldd = Np;
