@@ -749,6 +749,24 @@ static void f8one_free(f8one *f) {
 }
 /* the tag cuda_quant_last_path() carries for each route (cuda_quant_force_fp8_route 0, 1, 2) */
 static const char *const ROUTE_TAGS[3] = {"[route lt,", "[route wg128,", "[route wg256,"};
+/* the route a path names, -1 for none */
+static int route_in_path(const char *path) {
+    int r = -1;
+    for (int i = 0; i < 3; i++)
+        if (strstr(path, ROUTE_TAGS[i])) r = i;
+    return r;
+}
+/* The FP8 route tests' case (f8one_make) on a capability 9.0 device; elsewhere it says so and makes nothing:
+ * 0. *st: the upload's status. */
+static int f8one_sm90(f8one *f, const char *name, const char *what, vsr_status *st, vsr_err *e) {
+    if (!fp8_is_sm90()) {
+        printf("  (%s: not a capability 9.0 device)\n", what);
+        return 0;
+    }
+    *st = f8one_make(f, name, e);
+    CHECK_OK(*st, *e);
+    return 1;
+}
 
 /* The FP8 route on capability 9.0 (VSR_FP8_GEMM unset, quant_fp8.cu "route"): each route forced
  * (cuBLASLt; the own kernel at width 128 and 256, its products rounded to BF16 as (b') rounds them)
@@ -757,15 +775,10 @@ static const char *const ROUTE_TAGS[3] = {"[route lt,", "[route wg128,", "[route
  * the same answer as the route it names, forced. */
 TEST(fp8_route) {
     CHECK(cuda_quant_force_fp8_route(3) == -2 && cuda_quant_force_fp8_route(-2) == -2);
-    if (!fp8_is_sm90()) {
-        printf("  (fp8 route: not a capability 9.0 device, cuBLASLt only)\n");
-        return;
-    }
-    const char *const *names = ROUTE_TAGS;
     f8one f;
     vsr_err e = {0};
-    vsr_status st = f8one_make(&f, "test.route", &e);
-    CHECK_OK(st, e);
+    vsr_status st;
+    if (!f8one_sm90(&f, "test.route", "fp8 route", &st, &e)) return;
     const int64_t M = f.M, N = f.N, K = f.K;
     const float *x = f.x, *refq = f.refq;
     const vsr_bweight *bw = f.bw;
@@ -781,7 +794,7 @@ TEST(fp8_route) {
             CHECK_OK(gpu_linear(bw, x, M, K, N, acc ? y0 : NULL, y, &e), e);
             char path[160];
             snprintf(path, sizeof path, "%s", cuda_quant_last_path());
-            CHECK_MSG(strstr(path, names[route]) != NULL && strstr(path, ",forced]") != NULL, "route %d: path %s", route,
+            CHECK_MSG(strstr(path, ROUTE_TAGS[route]) != NULL && strstr(path, ",forced]") != NULL, "route %d: path %s", route,
                       path);
             /* the own kernel rounds its product to BF16 exactly where cuBLASLt's path does: (b') without
              * outer-vector scales; with them (a) both keep FP32 products */
@@ -812,15 +825,13 @@ TEST(fp8_route) {
         snprintf(path, sizeof path, "%s", cuda_quant_last_path());
         printf("  fp8 route, automatic: %s\n", path);
         CHECK_MSG(strstr(path, ",timed]") != NULL, "path %s", path);
-        int chosen = -1;
-        for (int r = 0; r < 3; r++)
-            if (strstr(path, names[r])) chosen = r;
+        const int chosen = route_in_path(path);
         CHECK(chosen >= 0);
         if (chosen >= 0) {
             cuda_quant_force_fp8_route(chosen);
             CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y2, &e), e);
             CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0, "automatic route differs from %s forced",
-                      names[chosen]);
+                      ROUTE_TAGS[chosen]);
             cuda_quant_force_fp8_route(-1);
         }
         char cmd[800];
@@ -878,15 +889,10 @@ static vsr_status kept_once(const vsr_bweight *bw, const float *dx, int64_t M, i
 }
 
 TEST(fp8_kept_route) {
-    if (!fp8_is_sm90()) {
-        printf("  (fp8 kept route: not a capability 9.0 device, cuBLASLt only)\n");
-        return;
-    }
-    const char *const *names = ROUTE_TAGS;
     f8one f;
     vsr_err e = {0};
-    vsr_status st = f8one_make(&f, "test.kept", &e);
-    CHECK_OK(st, e);
+    vsr_status st;
+    if (!f8one_sm90(&f, "test.kept", "fp8 kept route", &st, &e)) return;
     const int64_t M = f.M, N = f.N, K = f.K;
     const float *x = f.x, *refq = f.refq;
     const vsr_bweight *bw = f.bw;
@@ -902,7 +908,7 @@ TEST(fp8_kept_route) {
                 CHECK_OK(kept_once(bw, dx, M, N, kind, ddst, y, &e), e);
                 char path[200];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
-                CHECK_MSG(strstr(path, route ? names[route] : "fp8:") != NULL, "kept %d route %d: path %s", kind, route,
+                CHECK_MSG(strstr(path, route ? ROUTE_TAGS[route] : "fp8:") != NULL, "kept %d route %d: path %s", kind, route,
                           path);
                 /* the own kernel writes what cuBLASLt writes: the scaled product rounded once with
                  * outer-vector scales (b), else the product rounded (b') (and, kept 2, scaled and rounded) */
@@ -936,9 +942,7 @@ TEST(fp8_kept_route) {
             char path[200];
             snprintf(path, sizeof path, "%s", cuda_quant_last_path());
             printf("  fp8 kept %d, automatic: %s\n", kind, path);
-            int chosen = 0;
-            for (int r = 1; r < 3; r++)
-                if (strstr(path, names[r])) chosen = r;
+            const int chosen = route_in_path(path) > 0 ? route_in_path(path) : 0;
             /* cuBLASLt's own path names carry no route tag; the record says it was timed */
             char cmd[900];
             snprintf(cmd, sizeof cmd, "ls %s/fp8_route-*-m300-n520-k1040-kept%d-*.json >/dev/null 2>&1", dir, kind);
@@ -964,14 +968,10 @@ TEST(fp8_kept_route) {
  * linear is (b') ("bf16-out") and the kept product unscaled with its scales. Both against the
  * same-quantized reference. Where this cuBLASLt has none, only the second half runs. */
 TEST(fp8_ovscale) {
-    if (!fp8_is_sm90()) {
-        printf("  (fp8 ovscale: not a capability 9.0 device)\n");
-        return;
-    }
     f8one f;
     vsr_err e = {0};
-    vsr_status st = f8one_make(&f, "test.ov", &e);
-    CHECK_OK(st, e);
+    vsr_status st;
+    if (!f8one_sm90(&f, "test.ov", "fp8 ovscale", &st, &e)) return;
     const int64_t M = f.M, N = f.N, K = f.K;
     const float *x = f.x, *refq = f.refq;
     const vsr_bweight *bw = f.bw;
