@@ -201,9 +201,10 @@ TEST(op_embed) {
 }
 
 TEST(op_norms) {
-    static const int64_t shapes[][2] = {{1, 64}, {7, 257}, {300, 256}, {9, 5120}};
+    /* 64..512: the warp-per-row kernel (300 and 13 rows: a partial last block of 8); 257: the generic one */
+    static const int64_t shapes[][2] = {{1, 64}, {7, 257}, {300, 256}, {9, 5120}, {13, 512}, {1000, 128}, {5, 132}};
     vsr_err e;
-    for (size_t si = 0; si < 4; si++) {
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t M = shapes[si][0], D = shapes[si][1];
         float *x = hrand(M * 2 * D, 3.0f), *w = hrand(D, 0.5f), *z = hrand(M * D, 4.0f);
         pair px = both(x, M * 2 * D), pw = both(w, D), pz = both(z, M * D), py = both(NULL, M * D);

@@ -1333,6 +1333,39 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
     twin_row<TW, RN_VEC>(v, D4, D, r, tw, twld, tsx, sh);
 }
 
+/* RMSNorm of narrow rows (D % 4 == 0, D <= 128 * VEC; no twin): a warp per row, eight rows a block, the
+ * row's x and weight loaded together. The attention's q and k norms (27B: 98,304 and 16,384 rows of 256
+ * at 8 x 512) ran one 64-thread block per row in k_rmsnorm_row at ~1.6x the memory floor, bound by the
+ * block launches. y may be x (each lane reads its columns before it writes them). */
+template <int VEC>
+__global__ void __launch_bounds__(256) k_rmsnorm_warp(const float *__restrict__ x, int64_t xs, int64_t M, int D,
+                                                      const float *__restrict__ w, float off, float eps, float *y,
+                                                      int64_t ys) {
+    const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, D4 = D >> 2;
+    if (r >= M) return;
+    const float4 *xr = (const float4 *)(x + r * xs), *wr = (const float4 *)w;
+    float4 v[VEC], g[VEC];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        const int i = lane + 32 * j;
+        v[j] = i < D4 ? xr[i] : make_float4(0, 0, 0, 0);
+        g[j] = i < D4 ? wr[i] : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    const float inv = rsqrtf(warp_sum(ss) / (float)D + eps);
+    float4 *yr = (float4 *)(y + r * ys);
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        const int i = lane + 32 * j;
+        if (i < D4)
+            yr[i] = make_float4((v[j].x * inv) * (off + g[j].x), (v[j].y * inv) * (off + g[j].y),
+                                (v[j].z * inv) * (off + g[j].z), (v[j].w * inv) * (off + g[j].w));
+    }
+}
+
 /* SwiGLU, FP32 out plus an optional BF16 twin, 4 columns per thread (N, gs multiples of 4, 16-byte
  * aligned): g, u rows at stride gs, y and yb contiguous [M, N] */
 template <typename TI>
@@ -1824,6 +1857,13 @@ struct prof_scope {
     }
 };
 #define PROF(c, name) prof_scope prof_scope_(c, name)
+
+/* A producer's profile row: the op, its row width and count, and the twin it makes ("fp8 sole": the FP8
+ * twin is the only copy written), so the table separates the variants a forward runs */
+static void prof_producer_name(char *buf, size_t n, const char *op, int64_t D, int64_t M, const twin *t) {
+    static const char *kinds[] = {"", " bf16 twin", " fp8 twin"};
+    snprintf(buf, n, "%s D=%lld M=%lld%s%s", op, (long long)D, (long long)M, kinds[t->kind], t->kind && t->sole ? " sole" : "");
+}
 
 static void prof_print(cuda_ctx *c) {
     prof *f = &priv(c)->pf;
@@ -2321,17 +2361,28 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
     cuda_ctx *c = (cuda_ctx *)ctx;
     ENTER(c);
     if (M <= 0) return VSR_OK;
-    PROF(c, "rmsnorm");
     vsr_status st = kp_guard(c, x, sizeof(float) * (size_t)((M - 1) * xs + D), "rmsnorm", err);
     if (st) return st;
     int rowk = D % 4 == 0 && D <= 256 * 4 * RN_VEC && xs % 4 == 0 && ys % 4 == 0 && ((uintptr_t)x & 15) == 0 &&
                ((uintptr_t)y & 15) == 0 && ((uintptr_t)w & 15) == 0 && M <= 0x7fffffff;
     twin t;
     if ((st = twin_start(c, y, ys == D ? M * D : 0, rowk, rowk, &t, err))) return st;
+    char pname[72] = "";
+    if (vsr_cuda_profile_on > 0) prof_producer_name(pname, sizeof pname, "rmsnorm", D, M, &t);
+    PROF(c, pname);
     if (!rowk) {
         k_rmsnorm<<<blocks_for(M, 8), 256, 0, c->stream>>>(x, xs, M, D, w, off, eps, y, ys);
         twin_clobber(c, y, sizeof(float) * (size_t)((M - 1) * ys + D));
         return cuda_check_launch(c, "rmsnorm", err);
+    }
+    if (t.kind == TW_NONE && D <= 32 * 4 * 4) { /* narrow rows: a warp per row */
+        const unsigned nb = (unsigned)((M + 7) / 8);
+        if (D <= 128) k_rmsnorm_warp<1><<<nb, 256, 0, c->stream>>>(x, xs, M, (int)D, w, off, eps, y, ys);
+        else if (D <= 256) k_rmsnorm_warp<2><<<nb, 256, 0, c->stream>>>(x, xs, M, (int)D, w, off, eps, y, ys);
+        else k_rmsnorm_warp<4><<<nb, 256, 0, c->stream>>>(x, xs, M, (int)D, w, off, eps, y, ys);
+        if ((st = cuda_check_launch(c, "rmsnorm", err))) return st;
+        if (ys != D) twin_clobber(c, y, sizeof(float) * (size_t)((M - 1) * ys + D));
+        return VSR_OK;
     }
     /* a block per row: as many warps as the row has float4s, up to 8 */
     int thr = (int)((D / 4 + 31) / 32 * 32);
@@ -2378,7 +2429,6 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
         return vsr_err_set(err, VSR_E_INVALID, "rmsnorm_gated: z holds %lld rows of %lld per token at stride %lld",
                            (long long)zh, (long long)D, (long long)zs);
     if (M <= 0) return VSR_OK;
-    PROF(c, "rmsnorm_gated");
     /* z may be a stacked projection's product kept in BF16 (keep_product_bf16) */
     const __nv_bfloat16 *zb = kp_find(c, z, (M - 1) / zh + 1, zs, zh * D);
     vsr_status st;
@@ -2400,6 +2450,10 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
     if (mode == 1 && !tok_fp8 && (M + nh - 1) / nh < 8LL * c->sm_count) tok = 0;
     twin t;
     if ((st = twin_start(c, y, M * D, tok && dK == nh * D, 1, &t, err))) return st;
+    char pname[72] = "";
+    if (vsr_cuda_profile_on > 0) prof_producer_name(pname, sizeof pname, tok ? "rmsnorm_gated by token" : "rmsnorm_gated",
+                                                    D, M, &t);
+    PROF(c, pname);
     float *yo = t.sole ? NULL : y;
     __nv_bfloat16 *tb = (__nv_bfloat16 *)t.data;
     const unsigned nb = blocks_for(M, 8);
@@ -2664,9 +2718,39 @@ static vsr_status cu_swiglu(void *ctx, const float *g, const float *u, int64_t g
     return swiglu_run(c, g, u, gs, M, N, y, sw_scales{NULL, NULL, NULL}, err);
 }
 
+/* linear_swiglu's GEMM for BF16 and FP8 weights, the product kept in BF16 where their GEMM can write it
+ * (cuBLASLt D BF16: half the product's bytes written, and SwiGLU reads half): *gu [M, *ld] and the scales
+ * its reader applies (an unscaled FP8 product); *gu NULL where this GEMM could not keep it */
+static vsr_status swiglu_product(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *work,
+                                 const __nv_bfloat16 **gu, int64_t *ld, sw_scales *sc, vsr_err *err) {
+    const int64_t N = w->v.N / 2, K = w->v.K;
+    vsr_status st;
+    if ((st = sole_twin_readable(c, x, M, w, err)) || (st = kp_guard(c, x, sizeof(float) * (size_t)(M * K), w->name, err)))
+        return st;
+    if (w->v.kind == VSR_WK_BF16) {
+        const __nv_bfloat16 *xb;
+        /* the BF16 product lives in the caller's work buffer (FP32 [M, 2N] holds it twice over) */
+        if ((st = bf16_input(c, x, M, K, &xb, err)) ||
+            (st = cuda_gemm_bf16_out_bf16(c, xb, M, (const __nv_bfloat16 *)w->w, 2 * N, K, (__nv_bfloat16 *)work, err)))
+            return vsr_err_prefix(err, "%s", w->name);
+        twin_clobber(c, work, sizeof(float) * (size_t)(M * 2 * N));
+        *gu = (const __nv_bfloat16 *)work;
+        return VSR_OK;
+    }
+    const float *sx = NULL;
+    const void *xq = twin_find(c, x, M, K, TW_FP8, &sx);
+    int ran = 0;
+    const float *dsx = NULL, *dsw = NULL;
+    if ((st = cuda_fp8_linear_bf16out(c, x, (const uint8_t *)xq, sx, M, w, gu, ld, &dsx, &dsw, &ran, err)))
+        return vsr_err_prefix(err, "%s", w->name);
+    if (!ran) *gu = NULL;
+    else *sc = sw_scales{dsx, dsw, dsw ? dsw + N : NULL};
+    return VSR_OK;
+}
+
 /* linear_swiglu (backend.h): BF16 and FP8 weights keep the product in BF16 where their GEMM can write
- * it (cuBLASLt D BF16: half the product's bytes written, and SwiGLU reads half); otherwise (int4, F32,
- * FP8 below its BF16-product rows) the FP32 linear into work, then swiglu. */
+ * it (swiglu_product); otherwise (int4, F32, FP8 below its BF16-product rows) the FP32 linear into work,
+ * then swiglu. */
 static vsr_status cu_linear_swiglu(void *ctx, const float *x, int64_t M, const vsr_bweight *w, float *work, float *y,
                                    vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
@@ -2678,37 +2762,24 @@ static vsr_status cu_linear_swiglu(void *ctx, const float *x, int64_t M, const v
                            "of outputs, not %lld", w->name, (long long)N2);
     vsr_status st;
     priv(c)->kp_req = NULL; /* a keep_product_bf16 declaration is for the next linear only */
-    const __nv_bfloat16 *gu = NULL; /* the product kept in BF16 [M, ld] */
-    sw_scales sc = {NULL, NULL, NULL}; /* and the scales its reader applies (an unscaled FP8 product) */
-    int64_t ld = N2;
     if ((w->v.kind == VSR_WK_BF16 || w->v.kind == VSR_WK_FP8) && cuda_env_switch("VSR_CUDA_LINEAR_SWIGLU", 1, &g_lsw_on)) {
-        char pname[72] = "";
-        if (vsr_cuda_profile_on > 0)
+        char pname[72] = "", sname[72] = "";
+        if (vsr_cuda_profile_on > 0) { /* two rows: the GEMM, and the SwiGLU over its kept product */
             snprintf(pname, sizeof pname, "linear_swiglu %s %lld->%lld M=%lld", wkind_names_cuda[w->v.kind],
                      (long long)K, (long long)N2, (long long)M);
-        PROF(c, pname);
-        if ((st = sole_twin_readable(c, x, M, w, err)) ||
-            (st = kp_guard(c, x, sizeof(float) * (size_t)(M * K), w->name, err)))
-            return st;
-        if (w->v.kind == VSR_WK_BF16) {
-            const __nv_bfloat16 *xb;
-            /* the BF16 product lives in the caller's work buffer (FP32 [M, 2N] holds it twice over) */
-            if ((st = bf16_input(c, x, M, K, &xb, err)) ||
-                (st = cuda_gemm_bf16_out_bf16(c, xb, M, (const __nv_bfloat16 *)w->w, N2, K, (__nv_bfloat16 *)work, err)))
-                return vsr_err_prefix(err, "%s", w->name);
-            twin_clobber(c, work, sizeof(float) * (size_t)(M * N2));
-            gu = (const __nv_bfloat16 *)work;
-        } else {
-            const float *sx = NULL;
-            const void *xq = twin_find(c, x, M, K, TW_FP8, &sx);
-            int ran = 0;
-            const float *dsx = NULL, *dsw = NULL;
-            if ((st = cuda_fp8_linear_bf16out(c, x, (const uint8_t *)xq, sx, M, w, &gu, &ld, &dsx, &dsw, &ran, err)))
-                return vsr_err_prefix(err, "%s", w->name);
-            if (!ran) gu = NULL;
-            else sc = sw_scales{dsx, dsw, dsw ? dsw + N : NULL};
+            snprintf(sname, sizeof sname, "  its swiglu (%s) M=%lld", wkind_names_cuda[w->v.kind], (long long)M);
         }
-        if (gu) return swiglu_run(c, gu, gu + N, ld, M, N, y, sc, err);
+        const __nv_bfloat16 *gu = NULL;
+        int64_t ld = N2;
+        sw_scales sc = {NULL, NULL, NULL};
+        {
+            PROF(c, pname);
+            if ((st = swiglu_product(c, x, M, w, work, &gu, &ld, &sc, err))) return st;
+        }
+        if (gu) {
+            PROF(c, sname);
+            return swiglu_run(c, gu, gu + N, ld, M, N, y, sc, err);
+        }
     }
     /* the FP32 product, then SwiGLU over its two halves */
     if ((st = cu_linear(ctx, x, M, w, work, 0, err)) || (st = cu_swiglu(ctx, work, work + N, N2, M, N, y, err)))
