@@ -58,6 +58,7 @@ TEST(for_device_cpu_and_refusals) {
 #ifdef VSR_HAVE_CUDA
 
 static vsr_backend GB, CB; /* GPU, CPU */
+static vsr_device cuda_dev;
 
 /* ---- helpers ---- */
 
@@ -319,6 +320,7 @@ TEST(op_conv_rope_elementwise) {
 static int dn_pad = 3; /* qkv row padding: 3 = odd stride (4-byte copies); 0 = 16-byte copies */
 static int dn_repeat = 0; /* 1: also check that a second GPU run is bit-identical */
 static int dn_vs_v5 = 0;  /* 1: also run v5 (VSR_CUDA_DN_V5=1) on the same inputs and compare it with the default */
+static int dn_vs_v7 = 0;  /* 1: also run v7 (VSR_CUDA_DN_V7=1) on the same inputs: against the CPU and the default */
 static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk, int dv, double tol) {
     vsr_err e;
     segset s = mkseg(nseq, lens);
@@ -357,6 +359,25 @@ static void deltanet_case(int nseq, const int64_t *lens, int Hk, int Hv, int dk,
                (unsigned long long)hsh);
         CHECK_MSG(r <= 1e-3, "%s: v6 and v5 differ by %.3g", what, r);
         free(o6), free(o5);
+    }
+    if (dn_vs_v7) { /* v7 (wgmma state kernel) against the CPU (tol) and v6: the same roundings of every
+                     * operand, only the tensor cores' order of the products differs; and run to run */
+        float *o6 = down(&GB, po.g, po.n);
+        setenv("VSR_CUDA_DN_V7", "1", 1);
+        CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, Hv, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
+        char w7[112];
+        snprintf(w7, sizeof w7, "%s (v7)", what);
+        cmp(po, w7, tol);
+        float *o7 = down(&GB, po.g, po.n);
+        CHECK_OK(GB.ops->deltanet(GB.ctx, pq.g, stride, pb.g, pa.g, Hv, pA.g, pd.g, &sg, Hk, Hv, dk, dv, pst.g, po.g, &e), e);
+        unsetenv("VSR_CUDA_DN_V7");
+        float *o7b = down(&GB, po.g, po.n);
+        CHECK_MSG(!memcmp(o7, o7b, sizeof(float) * (size_t)po.n), "%s: second v7 run differs", what);
+        const double r = test_nerr(o7, o6, po.n);
+        printf("  %-48s v7 vs v6 err %.3g (limit 1e-3)%s\n", what, r,
+               !memcmp(o7, o6, sizeof(float) * (size_t)po.n) ? ", bit-identical" : "");
+        CHECK_MSG(r <= 1e-3, "%s: v7 and v6 differ by %.3g", what, r);
+        free(o6), free(o7), free(o7b);
     }
     pfree(pq), pfree(pb), pfree(pa), pfree(pA), pfree(pd), pfree(pst), pfree(po);
     free(qkv), free(b), free(a), free(Al), free(dt);
@@ -418,6 +439,26 @@ TEST(op_deltanet) {
     deltanet_case(2, (int64_t[]){129, 16}, 1, 2, 128, 96, DN_CHUNK_TOL);
     dn_pad = 0;
     unsetenv("VSR_CUDA_DN_V5");
+    /* v7 (VSR_CUDA_DN_V7=1: v6's intra kernel, the state kernel on wgmma; compute capability 9.0 only,
+     * elsewhere v6 runs in its place and the comparison prints bit-identical): the 27B layer at 3 x 128
+     * and 8 x 512, partial next chunks and 1-chunk sequences (300 = 4 x 64 + 44), both k/T buffer
+     * parities, many short and odd lengths, a partial second dv slice (dv 96), dv 48, dk 24, 32, 64 and
+     * 20 (not a multiple of 8: zero-padded like every dk < 128), 16-byte and 4-byte copies of V */
+    dn_vs_v7 = 1;
+    if (cuda_dev.cc_major != 9 || cuda_dev.cc_minor != 0) printf("  (v7 needs compute capability 9.0: v6 runs)\n");
+    deltanet_case(3, (int64_t[]){128, 128, 128}, 16, 48, 128, 128, DN_CHUNK_TOL); /* the 27B layer */
+    deltanet_case(8, (int64_t[]){512, 512, 512, 512, 512, 512, 512, 512}, 16, 48, 128, 128, DN_CHUNK_TOL);
+    deltanet_case(3, (int64_t[]){300, 64, 1}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    deltanet_case(8, (int64_t[]){1, 2, 3, 17, 64, 70, 129, 9}, 1, 3, 64, 96, DN_CHUNK_TOL);
+    dn_pad = 3;
+    deltanet_case(5, (int64_t[]){1, 63, 64, 65, 200}, 2, 6, 128, 128, DN_CHUNK_TOL);
+    deltanet_case(2, (int64_t[]){33, 130}, 1, 2, 24, 40, DN_CHUNK_TOL);
+    deltanet_case(2, (int64_t[]){129, 16}, 1, 2, 128, 96, DN_CHUNK_TOL); /* second dv slice partial */
+    deltanet_case(3, (int64_t[]){7, 1, 40}, 2, 4, 32, 32, DN_CHUNK_TOL);
+    deltanet_case(2, (int64_t[]){65, 9}, 2, 6, 64, 48, DN_CHUNK_TOL);
+    deltanet_case(2, (int64_t[]){70, 33}, 1, 2, 20, 40, DN_CHUNK_TOL); /* dk not a multiple of 8 */
+    dn_vs_v7 = 0;
+    dn_pad = 0;
     dn_pad = 3;
     vsr_err e;
     int64_t l1 = 1;
@@ -519,8 +560,6 @@ TEST(op_readout) {
 }
 
 /* ---- end to end: fixture packages through vsr_model_forward_last ---- */
-
-static vsr_device cuda_dev;
 
 static void softmax(const float *l, int n, double *p) {
     double mx = -INFINITY, s = 0;

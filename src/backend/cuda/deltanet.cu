@@ -12,18 +12,20 @@
  * then sequentially over the chunks of a sequence, S [dk, dv] from zero:
  *   Vn  = U - W S;   O = (q exp(gc)) S + P Vn;   S = exp(gc_last) S + (k exp(gc_last - gc))^T Vn.
  *
- * Two generations, selected at each call: v6 (the default: q, k normalised once per (chunk, key
+ * Generations, selected at each call: v6 (the default: q, k normalised once per (chunk, key
  * head) by the intra kernel, which on large grids also does all value heads of a key head per
  * block; see "==== v6") and v5 (VSR_CUDA_DN_V5=1, the previous default: ldmatrix operands, k and T
- * double-buffered, the next chunk's copies issued early; see "==== v5"). Both run two kernels: an
- * intra-chunk kernel that computes T = (I + L)^-1 (blocked by 16; only T crosses device memory, the
- * design since v3), and a state kernel per (sequence, value head, 64 value columns) that carries S
- * across the sequence's chunks. The earlier generations (W, U and P of every chunk through device
- * memory; v3's state kernel; v4, which v5 matched bit for bit) were removed once their successors
- * ran on the H200 (bench/NOTES.md "Chunked DeltaNet" to "DeltaNet v6" keep their measurements).
- * Matrix products: tensor cores, mma.sync m16n8k8 TF32 (inputs rounded to TF32, FP32
- * accumulate). Normalised error vs the FP32 CPU op ~1e-3 (see tests/test_cuda_ops.c and the
- * numpy prototype's numbers in bench/NOTES.md "### Chunked DeltaNet").
+ * double-buffered, the next chunk's copies issued early; see "==== v5"); and opt-in, v7
+ * (VSR_CUDA_DN_V7=1, compute capability 9.0 only: v6's intra kernel and a state kernel on wgmma; see
+ * "==== v7"). All run two kernels: an intra-chunk kernel that computes T = (I + L)^-1 (blocked by
+ * 16; only T crosses device memory, the design since v3), and a state kernel per (sequence, value
+ * head, 64 value columns) that carries S across the sequence's chunks. The earlier generations
+ * (W, U and P of every chunk through device memory; v3's state kernel; v4, which v5 matched bit for
+ * bit) were removed once their successors ran on the H200 (bench/NOTES.md "Chunked DeltaNet" to
+ * "DeltaNet v6" keep their measurements).
+ * Matrix products: tensor cores, mma.sync m16n8k8 TF32 (v7's state kernel: wgmma m64n64k8 TF32;
+ * inputs rounded to TF32, FP32 accumulate). Normalised error vs the FP32 CPU op ~1e-3 (see
+ * tests/test_cuda_ops.c and the numpy prototype's numbers in bench/NOTES.md "### Chunked DeltaNet").
  * Shapes taken: dk <= 128, dv <= 128, both multiples of 4 (16-byte copies), Hv a multiple of Hk, at most DNC_MAX_SEGS sequences,
  * longest sequence >= DNC_MIN_LEN; anything else is left to the recurrent kernel in ops.cu. */
 #include <stdlib.h>
@@ -31,6 +33,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/ptx.cuh"
 
 #define DNC_C 64       /* chunk length */
 #define DNC_DK 128     /* key dim padded in shared memory */
@@ -1007,6 +1010,346 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
     }
 }
 
+/* ==== v7 (VSR_CUDA_DN_V7=1; opt-in, sm_90a only) ====
+ * v6's state kernel on wgmma (bench/NOTES.md "A sketch for the next step: DeltaNet's state kernel on
+ * wgmma"): v6 is bound by shared-memory reads because every warp loads its own A and B fragments of
+ * its 16 x 16 output tile by ldmatrix (~470 KB per chunk for the K S / Q S / Q K^T step alone);
+ * wgmma.m64n64k8.tf32 reads each operand once per warpgroup of 64 rows, straight into the tensor
+ * cores. The intra kernel is v6's (k_dn6_intra: T, gc, beta, q^, k^), the block and the outputs are
+ * v6's: one block per (sequence, value head, 64 value columns), S [dk, 64] carried across chunks.
+ * Math as v6 (TF32 operands rounded by cvt.rna as v6 rounds them, FP32 accumulation); only the order
+ * of the products inside the tensor cores differs, so v7 and v6 differ at the last bits.
+ *
+ * Operands. tf32 wgmma takes shared-memory operands K-major only (no transpose for 32-bit types),
+ * so every product is arranged to read rows that are contiguous in the reduced index:
+ *   K S, Q S    A = K, Q [chunk row][dk]           B = S^T [value column][dk]  (St)
+ *   Q K^T       A = Q                              B = K [chunk row][dk]
+ *   Vn = T Y    A = T [i][j]                       B = Y^T [value column][j]   (Vt)
+ *   O += P Vn   A = P [i][j]                       B = Vn^T [value column][j]  (Vt)
+ *   S += (k exp(gL - gc))^T Vn: A would be K^T, M-major in K's layout, which tf32 does not take from
+ *   shared memory; it takes it from registers: A in the m16n8k8 fragment order per warp (a0 (g, t),
+ *   a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4): CUTLASS's ALayout_64x8 for 32-bit types), loaded and
+ *   scaled by v6's load_a arithmetic. S is the accumulator, rows dk, columns the 64 value columns.
+ * Accumulators (m64n64: 32 floats a thread) are the mma.sync C layout: element 4j + e of a thread is
+ * row 16 w + g + 8 (e >> 1), column 8 j + 2 t + (e & 1) (w: warp in the warpgroup).
+ *
+ * Shared memory: every wgmma operand in the 128-byte swizzle (16-byte chunk c of a 128-byte row r at
+ * chunk c ^ (r & 7); descriptor SBO 1024 between 8-row groups, LBO unused; a k-step of 8 floats is
+ * +32 bytes, 4 of them per 128-byte row), cut into slabs of 64 rows x 32 floats (8 KB, 1024-aligned):
+ *   K [2 buffers][4 slabs] 64 KB    Q [4 slabs] 32 KB    St [4 slabs] 32 KB    T [2][2 slabs] 32 KB
+ *   P [2 slabs] 16 KB               Vt [2 slabs] 16 KB (Y^T, then Vn^T in place)
+ *   V slice [64][LDV] 17 KB (read by threads only, v6's layout); gc, beta [2][64], exp(gL - gc) [64]
+ * = 210.25 KB + 1 KB to align: one block per SM, as v6. dk < 128 is zero-filled to 128 (16-byte
+ * pieces, dk % 4 == 0) and every product runs all 16 k-steps: no wgmma depends on the shape.
+ *
+ * Roles, 384 threads = 3 warpgroups (all of them issue the cp.async copies, as v6's 16 warps did):
+ *   phase 1  WG0 X = K S (16 wgmma); WG1 O = Q S; WG2 Q K^T          (the first chunk: S = 0, no K S, Q S)
+ *   then     WG0 Y = beta (V - exp(gc) X) -> Vt; WG1 O *= exp(gc); WG2 P = mask(Q K^T exp(gc_i - gc_j)) -> P
+ *   barrier  (next chunk's q and V slice issued)
+ *   phase 2  WG0 Vn = T Y (8 wgmma), Vn -> Vt over Y (only WG0 reads Y: its wait_group is enough);
+ *            WG0 and WG2 load their update A fragments meanwhile (K^T exp(gL - gc), 32 registers)
+ *   barrier
+ *   phase 3  WG1 O += P Vn (8 wgmma), O out; WG0 / WG2 S = exp(gL) S + K^T Vn over state rows 0..63 /
+ *            64..127 (8 wgmma each, A in registers), S -> St (TF32)   (not on a sequence's last chunk)
+ *   barrier  (the top of the next chunk: its K, T, gc, beta were issued at the top of this one)
+ * Three barriers a chunk (v6: four). Every wgmma batch is issued, committed and waited out (wait_group
+ * 0) inside one branch, and accumulators are only touched after the wait (dn7_pin), so ptxas keeps the
+ * wgmma pipeline: T Y issued in one `if (wg == 0)` and waited in another made it serialise every
+ * wgmma of the kernel (C7518), hence load_af is called between T Y's commit and wait.
+ * Generic-proxy writes that a wgmma reads (cp.async landings, St, Vt, P) are fenced by
+ * fence.proxy.async before the barrier that publishes them.
+ *
+ * Predicted (8 x 512 at the 27B layer: 768 blocks = 5.8 waves of 132, 8 chunks each, so ~48 chunks
+ * a SM one after another). Per chunk: 80 k-steps of m64n64k8 (K S, Q S, Q K^T 16 each, T Y and P Vn
+ * 8 each, the update 2 x 8) at 32 cycles each (1024 TF32 FMA / cycle / SM) = 2.6 k cycles of tensor
+ * work; shared-memory operand reads 64 x 4 KB + 16 x 2 KB = 288 KB = 2.25 k cycles at 128 B / cycle
+ * (v6: ~470 KB for the first step alone, by ldmatrix), overlapping it. The chain, in cycles: top
+ * barrier and copies issued ~0.3 k; phase 1 ~1.7 k (the three products share the tensor cores);
+ * Y / P epilogues ~0.4 k; barrier and the q / V copies issued ~0.25 k; T Y ~0.35 k and Vn stores
+ * ~0.1 k; phase 3 ~0.9 k (update and P Vn share the tensor cores) and St / O stores ~0.1 k: ~4.1 k,
+ * say ~5.5 k with issue stalls and bank conflicts (2-way in the update's A loads and the V reads),
+ * against v6's ~17 k. Then the copies (96 KB a chunk from L2, issued a chunk ahead as v6 does) need
+ * ~31 GB/s a SM, ~4 TB/s over 132 SMs: near the L2's bandwidth, so they may bound it instead.
+ * Prediction: state kernel ~420 -> ~170 us (48 x 5.5 k cycles / 1.75 GHz = 150 us, + ~20 us for
+ * each block's first chunk, which nothing hides), deltanet ~525 -> ~275 us; the sketch's ~280 us is
+ * what shrinking only the K S step and the update would give. Not yet run on a GPU when written. */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DN7_ON 1
+#endif
+
+#define DN7_T 384                 /* threads: 3 warpgroups */
+#define DN7_SLAB (DNC_C * 128)    /* bytes: 64 rows x 32 floats, one swizzled slab */
+/* byte offsets from the 1024-aligned base (see above) */
+#define DN7_K 0
+#define DN7_Q (DN7_K + 8 * DN7_SLAB)
+#define DN7_ST (DN7_Q + 4 * DN7_SLAB)
+#define DN7_TT (DN7_ST + 4 * DN7_SLAB)
+#define DN7_P (DN7_TT + 4 * DN7_SLAB)
+#define DN7_VT (DN7_P + 2 * DN7_SLAB)
+#define DN7_V (DN7_VT + 2 * DN7_SLAB)
+#define DN7_G (DN7_V + (int)sizeof(float) * DNC_C * LDV)
+#define STATE7_SMEM (1024 + DN7_G + sizeof(float) * 5 * DNC_C)
+
+#ifdef DN7_ON
+/* byte offset of element (row r, column k) of a 64-row tile stored as 128-byte-swizzled slabs */
+__device__ __forceinline__ uint32_t sw128(int r, int k) {
+    return (uint32_t)((k >> 5) * DN7_SLAB + r * 128 + ((((k >> 2) & 7) ^ (r & 7)) << 4) + (k & 3) * 4);
+}
+/* rows [0, 64) x columns [0, NPAD) into a swizzled tile (16-byte source rows); zero where i >= nrow or
+ * c >= ncol */
+template <int NPAD>
+__device__ __forceinline__ void stage_sw(unsigned char *dst, const float *src, int64_t stride, int nrow, int ncol,
+                                         const float *dummy, int tid) {
+    constexpr int Q4 = NPAD / 4;
+    for (int e = tid; e < DNC_C * Q4; e += DN7_T) {
+        const int i = e / Q4, c = (e % Q4) * 4;
+        const bool ok = i < nrow && c < ncol;
+        cp16((float *)(dst + sw128(i, c)), ok ? src + i * stride + c : dummy, ok);
+    }
+}
+__device__ __forceinline__ void dn7_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* pins an accumulator to this point (wgmma writes it behind the compiler's back until wait_group) */
+__device__ __forceinline__ void dn7_pin(float (&d)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* K-major operand, 128-byte swizzle: address >> 4, LBO unused (1), SBO 1024 */
+__device__ __forceinline__ uint64_t dn7_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+/* d (+)= A B, m64n64k8 TF32, A and B from shared memory (scale-d acc: 0 = overwrite) */
+__device__ __forceinline__ void dn7_ss(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc)
+                 : "memory");
+}
+/* d += A B, m64n64k8 TF32, A from registers (fragment order above), B from shared memory */
+__device__ __forceinline__ void dn7_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32,%33,%34,%35}, %36, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                 : "memory");
+}
+/* the descriptor offset (16-byte units) of k-step kk of a swizzled tile: 4 k-steps of 32 bytes a slab */
+__device__ __forceinline__ uint64_t dn7_kstep(int kk) {
+    return (uint64_t)(((kk >> 2) * DN7_SLAB + (kk & 3) * 32) >> 4);
+}
+/* issues d (+)= A B over NK k-steps (ACC: accumulate from the first; else the first overwrites), A and B
+ * swizzled tiles at shared addresses a, b; the caller fences, commits and waits */
+template <int NK, bool ACC> __device__ __forceinline__ void dn7_mm(float (&d)[32], uint32_t a, uint32_t b) {
+    const uint64_t da = dn7_desc(a), db = dn7_desc(b);
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) dn7_ss(d, da + dn7_kstep(kk), db + dn7_kstep(kk), ACC || kk > 0);
+}
+/* d (+)= A B run to completion: fence, issue, commit, wait, pin */
+template <int NK, bool ACC> __device__ __forceinline__ void dn7_mm_sync(float (&d)[32], uint32_t a, uint32_t b) {
+    dn7_pin(d);
+    wg_fence();
+    dn7_mm<NK, ACC>(d, a, b);
+    wg_commit();
+    wg_wait<0>();
+    dn7_pin(d);
+}
+#endif
+
+__global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict__ Qn, const float *__restrict__ Kn,
+                                                       const float *__restrict__ qkv, int64_t qkv_stride, int vec,
+                                                       const float *__restrict__ Tg, const float *__restrict__ gcg,
+                                                       const float *__restrict__ btg, const dnc_tab tb, int Hk,
+                                                       int Hv, int dk, int dv, int nsl, float *__restrict__ out) {
+#ifdef DN7_ON
+    extern __shared__ __align__(16) unsigned char dn7_raw[];
+    const uint32_t sb = (smem_u32(dn7_raw) + 1023u) & ~1023u; /* the swizzle is on address bits: 1024-aligned */
+    unsigned char *sp = dn7_raw + (sb - smem_u32(dn7_raw));
+    float *Vs = (float *)(sp + DN7_V), *gcb = (float *)(sp + DN7_G), *btb = gcb + 2 * DNC_C, *ek = btb + 2 * DNC_C;
+    const int sl = blockIdx.x % nsl, h = (blockIdx.x / nsl) % Hv, sg = blockIdx.x / nsl / Hv;
+    const int hk = h / (Hv / Hk), c0 = sl * DNC_DVS, ncv = min(DNC_DVS, dv - c0);
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int i0 = 16 * ((tid >> 5) & 3) + g; /* this thread's accumulator rows: i0, i0 + 8 */
+    const int64_t nstride = (int64_t)Hk * dk, ostride = (int64_t)Hv * dv;
+    const float *Qr = Qn + (int64_t)hk * dk, *Kr = Kn + (int64_t)hk * dk;
+    const float *Vr = qkv + 2LL * Hk * dk + (int64_t)h * dv + c0;
+    const int cf = tb.cfirst[sg], cl = tb.cfirst[sg + 1];
+    const int64_t s0 = tb.start[sg], send = s0 + tb.len[sg];
+    for (int e = tid; e < 4 * DN7_SLAB / 16; e += DN7_T) ((float4 *)(sp + DN7_ST))[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+    /* acc: X = K S then Vn (WG0), O (WG1), Q K^T (WG2); S: state rows 64 (wg >> 1) .. + 63 (WG0, WG2) */
+    float acc[32], S[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] = S[i] = 0.0f;
+    { /* everything of the first chunk into buffers 0 */
+        const int Lc = (int)min((int64_t)DNC_C, send - s0);
+        stage_sw<DNC_DK>(sp + DN7_K, Kr + s0 * nstride, nstride, Lc, dk, Kn, tid);
+        stage_sw<DNC_DK>(sp + DN7_Q, Qr + s0 * nstride, nstride, Lc, dk, Qn, tid);
+        stage_tile(Vs, LDV, Vr + s0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN7_T);
+        stage_sw<DNC_C>(sp + DN7_TT, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, Tg, tid);
+        if (tid < 2 * DNC_C) { /* tid < 64: gc of row tid; 64..127: beta of row tid - 64 (0 past Lc) */
+            const int i = tid & (DNC_C - 1);
+            const bool ok = i < Lc;
+            const float *src = (tid < DNC_C ? gcg : btg) + (s0 + i) * Hv + h;
+            cp4((tid < DNC_C ? gcb : btb) + i, ok ? src : gcg, ok);
+        }
+        asm volatile("cp.async.commit_group;" ::);
+    }
+    for (int ci = cf; ci < cl; ci++) {
+        const int par = (ci - cf) & 1;
+        const int64_t r0 = s0 + (int64_t)(ci - cf) * DNC_C, rn = r0 + DNC_C;
+        const int Lc = (int)min((int64_t)DNC_C, send - r0);
+        const int Ln = (int)min((int64_t)DNC_C, send - rn); /* <= 0 on the last chunk */
+        const uint32_t kofs = DN7_K + par * 4 * DN7_SLAB, tofs = DN7_TT + par * 2 * DN7_SLAB;
+        const float *gcs = gcb + par * DNC_C, *bts = btb + par * DNC_C;
+        /* this chunk's copies have landed (and are visible to wgmma's async proxy), and the previous
+         * chunk is done with everything (P, Vt, St, ek, and the buffers the next copies overwrite) */
+        cp_wait_all();
+        dn7_proxy_fence();
+        __syncthreads();
+        const float gL = gcs[Lc - 1], eL = expf(gL);
+        if (ci + 1 < cl) { /* chunk c+1's k, T, gc, beta: the whole of this chunk to land */
+            stage_sw<DNC_DK>(sp + DN7_K + (par ^ 1) * 4 * DN7_SLAB, Kr + rn * nstride, nstride, Ln, dk, Kn, tid);
+            stage_sw<DNC_C>(sp + DN7_TT + (par ^ 1) * 2 * DN7_SLAB, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C,
+                            DNC_C, DNC_C, DNC_C, Tg, tid);
+            if (tid < 2 * DNC_C) {
+                const int i = tid & (DNC_C - 1);
+                const bool ok = i < Ln;
+                const float *src = (tid < DNC_C ? gcg : btg) + (rn + i) * Hv + h;
+                cp4((tid < DNC_C ? gcb : btb) + (par ^ 1) * DNC_C + i, ok ? src : gcg, ok);
+            }
+            asm volatile("cp.async.commit_group;" ::);
+        }
+        if (tid < DNC_C) ek[tid] = tid < Lc ? expf(gL - gcs[tid]) : 0.0f; /* read after the next barrier */
+        const float eg0 = i0 < Lc ? expf(gcs[i0]) : 0.0f, eg1 = i0 + 8 < Lc ? expf(gcs[i0 + 8]) : 0.0f;
+        /* the first chunk of a sequence starts from S = 0 (no K S, Q S); the last one's update is never read */
+        const bool first = ci == cf, last = ci + 1 == cl;
+        if (wg == 0) { /* X = K S; Y = beta (V - exp(gc) X) into Vt (transposed) */
+            if (!first) dn7_mm_sync<DNC_DK / 8, false>(acc, sb + kofs, sb + DN7_ST);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int i = i0 + 8 * hr, c = 8 * j + 2 * t;
+                    const float egi = hr ? eg1 : eg0, bi = bts[i];
+                    const float2 v = *(const float2 *)(Vs + i * LDV + c);
+                    const float x0 = first ? 0.0f : acc[4 * j + 2 * hr], x1 = first ? 0.0f : acc[4 * j + 2 * hr + 1];
+                    *(float *)(sp + DN7_VT + sw128(c, i)) = tf32f(bi * (v.x - egi * x0));
+                    *(float *)(sp + DN7_VT + sw128(c + 1, i)) = tf32f(bi * (v.y - egi * x1));
+                }
+        } else if (wg == 1) { /* O = exp(gc) Q S */
+            if (!first) {
+                dn7_mm_sync<DNC_DK / 8, false>(acc, sb + DN7_Q, sb + DN7_ST);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc[4 * j] *= eg0, acc[4 * j + 1] *= eg0, acc[4 * j + 2] *= eg1, acc[4 * j + 3] *= eg1;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 32; i++) acc[i] = 0.0f;
+            }
+        } else { /* Q K^T; P = q_i.k_j exp(gc_i - gc_j) for j <= i < Lc, into P */
+            dn7_mm_sync<DNC_DK / 8, false>(acc, sb + DN7_Q, sb + kofs);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int i = i0 + 8 * hr, c = 8 * j + 2 * t;
+                    const bool in = i < Lc;
+                    float2 p;
+                    p.x = in && c <= i ? tf32f(acc[4 * j + 2 * hr] * expf(gcs[i] - gcs[c])) : 0.0f;
+                    p.y = in && c + 1 <= i ? tf32f(acc[4 * j + 2 * hr + 1] * expf(gcs[i] - gcs[c + 1])) : 0.0f;
+                    *(float2 *)(sp + DN7_P + sw128(i, c)) = p;
+                }
+        }
+        dn7_proxy_fence();
+        __syncthreads(); /* Y and P complete; q, the V slice and St are dead for this chunk */
+        if (ci + 1 < cl) { /* chunk c+1's q and V slice, in flight during the rest of this chunk */
+            stage_sw<DNC_DK>(sp + DN7_Q, Qr + rn * nstride, nstride, Ln, dk, Qn, tid);
+            stage_tile(Vs, LDV, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN7_T);
+            asm volatile("cp.async.commit_group;" ::);
+        }
+        /* the update's A fragments: (k exp(gL - gc))^T, state rows 64 (wg >> 1) + i0 (+8), chunk rows
+         * 8 ks + t (+4), rounded as v6's load_a; WG0 loads them while its T Y runs */
+        uint32_t af[DNC_C / 8][4];
+        const bool upd = wg != 1 && !last;
+        auto load_af = [&]() {
+            const unsigned char *kt = sp + kofs;
+            const int m = 64 * (wg >> 1) + i0;
+#pragma unroll
+            for (int ks = 0; ks < DNC_C / 8; ks++) {
+                const int j = 8 * ks + t;
+                const float e0 = ek[j], e1 = ek[j + 4];
+                af[ks][0] = to_tf32(*(const float *)(kt + sw128(j, m)) * e0);
+                af[ks][1] = to_tf32(*(const float *)(kt + sw128(j, m + 8)) * e0);
+                af[ks][2] = to_tf32(*(const float *)(kt + sw128(j + 4, m)) * e1);
+                af[ks][3] = to_tf32(*(const float *)(kt + sw128(j + 4, m + 8)) * e1);
+            }
+        };
+        if (wg == 0) { /* Vn = T Y, then over Y in Vt (only this warpgroup read Y) */
+            dn7_pin(acc);
+            wg_fence();
+            dn7_mm<DNC_C / 8, false>(acc, sb + tofs, sb + DN7_VT);
+            wg_commit();
+            if (upd) load_af();
+            wg_wait<0>();
+            dn7_pin(acc);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    *(float *)(sp + DN7_VT + sw128(8 * j + 2 * t + (e & 1), i0 + 8 * (e >> 1))) = tf32f(acc[4 * j + e]);
+        } else if (upd) {
+            load_af();
+        }
+        dn7_proxy_fence();
+        __syncthreads(); /* Vt holds Vn */
+        if (wg == 1) { /* O += P Vn, out */
+            dn7_mm_sync<DNC_C / 8, true>(acc, sb + DN7_P, sb + DN7_VT);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int i = i0 + 8 * hr, c = 8 * j + 2 * t;
+                    if (i < Lc && c < ncv) {
+                        float *o = out + (r0 + i) * ostride + (int64_t)h * dv + c0 + c;
+                        o[0] = acc[4 * j + 2 * hr], o[1] = acc[4 * j + 2 * hr + 1];
+                    }
+                }
+        } else if (upd) { /* S = exp(gL) S + (k exp(gL - gc))^T Vn, then St */
+#pragma unroll
+            for (int i = 0; i < 32; i++) S[i] *= eL;
+            dn7_pin(S);
+            wg_fence();
+            const uint64_t dv0 = dn7_desc(sb + DN7_VT);
+#pragma unroll
+            for (int ks = 0; ks < DNC_C / 8; ks++) dn7_rs(S, af[ks], dv0 + dn7_kstep(ks));
+            wg_commit();
+            wg_wait<0>();
+            dn7_pin(S);
+#pragma unroll
+            for (int ks = 0; ks < DNC_C / 8; ks++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) asm volatile("" : "+r"(af[ks][e])::"memory");
+            const int m = 64 * (wg >> 1) + i0;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    *(float *)(sp + DN7_ST + sw128(8 * j + 2 * t + (e & 1), m + 8 * (e >> 1))) = tf32f(S[4 * j + e]);
+        }
+    }
+#endif
+}
+
 /* Called by the deltanet entry of ops.cu first. *taken = 0 (and VSR_OK) for shapes this
  * path does not take; the caller then runs the recurrent scan. */
 extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
@@ -1030,14 +1373,19 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     if (maxlen < DNC_MIN_LEN || chunks > 0x7fffffff / 2) return VSR_OK;
     for (int i = 0; i < seg->n; i++)
         if (seg->len[i] <= 0) return VSR_OK; /* empty sequences: leave them to the scan */
-    const char *env_v5 = getenv("VSR_CUDA_DN_V5"), *env_stage = getenv("VSR_CUDA_DN_STAGE"),
-               *env_grp = getenv("VSR_CUDA_DN6_GROUP");
-    /* 5: v5 (VSR_CUDA_DN_V5=1, the previous default kept for A/B); 6: v6 (default) */
-    const int ver = env_v5 && env_v5[0] == '1' ? 5 : 6;
+    const char *env_v5 = getenv("VSR_CUDA_DN_V5"), *env_v7 = getenv("VSR_CUDA_DN_V7"),
+               *env_stage = getenv("VSR_CUDA_DN_STAGE"), *env_grp = getenv("VSR_CUDA_DN6_GROUP");
+    /* 5: v5 (VSR_CUDA_DN_V5=1, the previous default kept for A/B; it wins over VSR_CUDA_DN_V7); 6: v6
+     * (default); 7: v7 (VSR_CUDA_DN_V7=1: v6's intra kernel, the wgmma state kernel) where the build has
+     * its sm_90a code, i.e. compute capability 9.0 (elsewhere v6 runs). v7 takes every shape this path
+     * takes: dk is zero-padded to 128 in shared memory by 16-byte pieces (dk % 4 == 0 above) and every
+     * product runs all its k-steps, so no shape is left to v6. */
+    const bool v7 = env_v7 && env_v7[0] == '1' && c->cc_major == 9 && c->cc_minor == 0;
+    const int ver = env_v5 && env_v5[0] == '1' ? 5 : v7 ? 7 : 6;
     /* measurement only (bench): "intra" stops after the intra-chunk kernel; out is not written */
     const bool intra_only = env_stage && !strcmp(env_stage, "intra");
-    /* shared memory: the state kernels' ~218 KB need Hopper (A100: 163 KB) */
-    const size_t need = STATE5_SMEM;
+    /* shared memory: the state kernels' ~211-218 KB need Hopper (A100: 163 KB) */
+    const size_t need = ver == 7 ? STATE7_SMEM : STATE5_SMEM;
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess ||
         (size_t)optin < need) {
@@ -1051,13 +1399,13 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     vsr_status st;
     void *scr;
     const int vec = qkv_stride % 4 == 0 && ((uintptr_t)qkv & 15) == 0;
-    /* v6 also: q^, k^ [rows][Hk][dk] (normalised, TF32) */
-    const size_t nn = ver == 6 ? ((size_t)rows * Hk * dk + 63) / 64 * 64 : 0;
+    /* v6, v7 also: q^, k^ [rows][Hk][dk] (normalised, TF32) */
+    const size_t nn = ver != 5 ? ((size_t)rows * Hk * dk + 63) / 64 * 64 : 0;
     /* T [ch][64][64] first (16-byte aligned rows), then gc, beta [rows][Hv], then Qn, Kn */
     if ((st = cuda_scratch(c, sizeof(float) * (nP + 2 * ng + 2 * nn), &scr, err))) return st;
     float *Tg = (float *)scr, *gcg = Tg + nP, *btg = gcg + ng, *Qn = btg + ng, *Kn = Qn + nn;
     dim3 gi((unsigned)chunks, (unsigned)Hv);
-    if (ver == 6) {
+    if (ver != 5) {
         /* value heads per intra block: all Hv/Hk of a key head once the per-head grid would
          * take more than two waves of 3 blocks per SM (8x512: 3072 -> 1024 blocks), else one */
         const int G = Hv / Hk;
@@ -1085,6 +1433,14 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
                              "deltanet (chunked): shared memory of the state kernel", err)))
             return st;
         k_dn6_state<<<(unsigned)(seg->n * Hv * nsl), DN3_T, STATE5_SMEM, c->stream>>>(
+            Qn, Kn, qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
+        if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
+    } else if (!intra_only && ver == 7) {
+        if ((st = cuda_check(c, cudaFuncSetAttribute(k_dn7_state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)STATE7_SMEM),
+                             "deltanet (chunked): shared memory of the state kernel", err)))
+            return st;
+        k_dn7_state<<<(unsigned)(seg->n * Hv * nsl), DN7_T, STATE7_SMEM, c->stream>>>(
             Qn, Kn, qkv, qkv_stride, vec, Tg, gcg, btg, tb, Hk, Hv, dk, dv, nsl, out);
         if ((st = cuda_check_launch(c, "deltanet (chunked) state", err))) return st;
     } else if (!intra_only && ver == 5) {
