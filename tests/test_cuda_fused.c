@@ -239,37 +239,41 @@ TEST(twin_fp8) {
     }
 }
 
-/* Wide rows (more than 8192 columns) with an FP8 twin: the one-pass kernel (the default) and the two-pass
- * one (VSR_CUDA_SWIGLU_1P=0) give the same FP32 output and the same twin, bit for bit, from FP32 inputs
- * (swiglu) and from the BF16 product linear_swiglu keeps; the twin read by an FP8 down projection, which
- * also gives what it gives quantizing the FP32 output itself. */
+/* Wide rows (more than 8192 columns) with an FP8 twin: the one-pass kernels (the default: a CTA pair per row on
+ * capability 9.0+, with two or four loads in flight a thread; one CTA per row) and the two-pass one
+ * (VSR_CUDA_SWIGLU_1P=0) give the same FP32 output and the same twin, bit for bit, from FP32 inputs (swiglu)
+ * and from the BF16 product linear_swiglu keeps; the twin read by an FP8 down projection, which also gives
+ * what it gives quantizing the FP32 output itself. */
 int cuda_swiglu_set_1p(int on);
 TEST(swiglu_fp8_one_pass) {
     if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor < 89) {
         printf("  (not run: compute capability %d.%d has no FP8)\n", cuda_dev.cc_major, cuda_dev.cc_minor);
         return;
     }
-    CHECK(cuda_swiglu_set_1p(2) == -1 && cuda_swiglu_set_1p(-1) == -1);
+    CHECK(cuda_swiglu_set_1p(4) == -1 && cuda_swiglu_set_1p(-1) == -1);
     vsr_err e;
     const int64_t M = 37, K = 128, N = 48;
     static const int64_t Is[] = {8196, 17408, 32768};
+    enum { NP = 4 };
+    static const int modes[NP] = {1, 3, 2, 0}; /* the last, two passes, is the reference */
+    static const char *names[NP] = {"CTA pair", "CTA pair, 4 loads", "one CTA", "two passes"};
     for (size_t c = 0; c < sizeof Is / sizeof *Is; c++) {
         const int64_t I = Is[c];
         vsr_bweight *Wd = fp8_weight(N, I, 0.02f, "test.down"), *WG = fp8_weight(2 * I, K, 0.05f, "test.gate_up");
         float *hgu = hrand(M * 2 * I, 3.0f), *hx = hrand(M * K, 1.0f);
         for (int64_t j = 0; j < 2 * I; j++) hgu[5 * 2 * I + j] = 0; /* an all-zero row: scale 1 */
         void *gu = up(hgu, M * 2 * I), *x = up(hx, M * K), *work = up(NULL, M * 2 * I), *ref = up(NULL, M * N);
-        void *o[2], *y[2], *ls[2], *ly[2];
+        void *o[NP], *y[NP], *ls[NP], *ly[NP];
         const vsr_bweight *rd[1] = {Wd};
-        for (int pass = 0; pass < 2; pass++) { /* 0: one pass, 1: two passes */
-            const int was = cuda_swiglu_set_1p(pass == 0);
+        for (int pass = 0; pass < NP; pass++) {
+            const int was = cuda_swiglu_set_1p(modes[pass]);
             o[pass] = up(NULL, M * I), y[pass] = up(NULL, M * N), ls[pass] = up(NULL, M * I), ly[pass] = up(NULL, M * N);
             /* the FP32 output and its twin (declared without readers: not the only copy) */
             GB.ops->feed_linears(GB.ctx, o[pass], M, I, NULL, 0);
             CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + I, 2 * I, M, I, o[pass], &e), e);
             int64_t hits0 = vsr_cuda_stat_twin_hits;
             CHECK_OK(GB.ops->linear(GB.ctx, o[pass], M, Wd, y[pass], 0, &e), e);
-            CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "I %lld pass %d: the twin was not read", (long long)I, pass);
+            CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "I %lld %s: the twin was not read", (long long)I, names[pass]);
             /* linear_swiglu: SwiGLU over the kept BF16 product, its twin (the only copy) read by the down
              * projection */
             GB.ops->feed_linears(GB.ctx, ls[pass], M, I, rd, 1);
@@ -281,15 +285,25 @@ TEST(swiglu_fp8_one_pass) {
         void *plain = up(NULL, M * I);
         CHECK_OK(GB.ops->swiglu(GB.ctx, gu, (float *)gu + I, 2 * I, M, I, plain, &e), e);
         CHECK_OK(GB.ops->linear(GB.ctx, plain, M, Wd, ref, 0, &e), e);
-        const int eo = same(o[0], o[1], M * I), ey = same(y[0], y[1], M * N), er = same(y[0], ref, M * N),
-                  el = same(ly[0], ly[1], M * N);
-        printf("  swiglu FP8 twin I=%lld, one pass against two: output %s, down projection %s (FP32 input), %s "
-               "(linear_swiglu's BF16 product); against quantizing the output itself %s\n", (long long)I,
-               eo ? "same" : "DIFFERS", ey ? "same" : "DIFFERS", el ? "same" : "DIFFERS", er ? "same" : "DIFFERS");
-        CHECK_MSG(eo && ey && el && er, "I %lld: the one-pass SwiGLU FP8 twin differs from the two-pass one", (long long)I);
+        const int er = same(y[NP - 1], ref, M * N);
+        for (int pass = 0; pass < NP - 1; pass++) {
+            const int eo = same(o[pass], o[NP - 1], M * I), ey = same(y[pass], y[NP - 1], M * N),
+                      el = same(ly[pass], ly[NP - 1], M * N);
+            printf("  swiglu FP8 twin I=%lld, %s against two passes: output %s, down projection %s (FP32 input), %s "
+                   "(linear_swiglu's BF16 product)\n", (long long)I, names[pass], eo ? "same" : "DIFFERS",
+                   ey ? "same" : "DIFFERS", el ? "same" : "DIFFERS");
+            CHECK_MSG(eo && ey && el, "I %lld: the SwiGLU FP8 twin (%s) differs from the two-pass one", (long long)I,
+                      names[pass]);
+        }
+        printf("  swiglu FP8 twin I=%lld: two passes against quantizing the output itself %s\n", (long long)I,
+               er ? "same" : "DIFFERS");
+        CHECK_MSG(er, "I %lld: the SwiGLU FP8 twin differs from quantizing the output", (long long)I);
         GB.ops->weight_free(GB.ctx, Wd), GB.ops->weight_free(GB.ctx, WG);
-        void *bufs[] = {gu, x, work, ref, plain, o[0], o[1], y[0], y[1], ls[0], ls[1], ly[0], ly[1]};
+        void *bufs[] = {gu, x, work, ref, plain};
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        for (int pass = 0; pass < NP; pass++)
+            GB.ops->buf_free(GB.ctx, o[pass]), GB.ops->buf_free(GB.ctx, y[pass]), GB.ops->buf_free(GB.ctx, ls[pass]),
+                GB.ops->buf_free(GB.ctx, ly[pass]);
         free(hgu), free(hx);
     }
 }
@@ -301,49 +315,59 @@ TEST(swiglu_fp8_one_pass) {
 int cuda_gated_set_tok(int on);
 TEST(gated_norm_by_token) {
     vsr_err e;
-    CHECK(cuda_gated_set_tok(3) == -1 && cuda_gated_set_tok(-1) == -1);
+    CHECK(cuda_gated_set_tok(4) == -1 && cuda_gated_set_tok(-1) == -1);
     static const struct { int64_t T, Hv, dv; } cs[] = {{37, 48, 128}, {29, 6, 32}, {5, 3, 100}};
     const int fp8 = cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89;
     for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
         const int64_t T = cs[k].T, Hv = cs[k].Hv, dv = cs[k].dv, Vd = Hv * dv, zs = Vd + 64, N = 40;
         float *hx = hrand(T * Vd, 1.5f), *hz = hrand(T * zs, 2.0f), *hw = hrand(dv, 1.0f);
         for (int64_t j = 0; j < Vd; j++) hx[3 * Vd + j] = 0; /* a zero token: FP8 scale 1 */
-        void *x = up(hx, T * Vd), *z = up(hz, T * zs), *w = up(hw, dv), *o[2], *yl[2];
-        for (int pass = 0; pass < 2; pass++) { /* 0: by token (forced: these grids are small); 1: the row kernel */
-            const int was = cuda_gated_set_tok(pass == 0 ? 2 : 0);
+        void *x = up(hx, T * Vd), *z = up(hz, T * zs), *w = up(hw, dv), *o[3], *yl[2];
+        /* 0: by token in quarter-token CTAs (forced: these grids are small); 1: the row kernel; 2: by token in
+         * whole-token CTAs */
+        static const int modes[3] = {2, 0, 3};
+        for (int pass = 0; pass < 3; pass++) {
+            const int was = cuda_gated_set_tok(modes[pass]);
             o[pass] = up(NULL, T * Vd);
             CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, Hv, zs, T * Hv, dv, w, 1e-6f, o[pass], &e), e);
             cuda_gated_set_tok(was);
         }
-        const int eq = same(o[0], o[1], T * Vd);
+        const int eq = same(o[0], o[1], T * Vd) && same(o[2], o[1], T * Vd);
         int tw = -1, sole = -1;
-        if (fp8) { /* an FP8 out_proj reading the twin, declared (FP32 also written) and as the only copy */
+        if (fp8) { /* an FP8 out_proj reading the twin, declared (FP32 also written) and as the only copy; the
+                    * default (quarter-token CTAs in clusters on 9.0+) and whole-token CTAs */
             vsr_bweight *W = fp8_weight(N, Vd, 0.05f, "test.out_proj");
             void *ref = up(NULL, T * N), *o2 = up(NULL, T * Vd);
-            CHECK_OK(GB.ops->linear(GB.ctx, o[0], T, W, ref, 0, &e), e);
-            for (int p = 0; p < 2; p++) {
-                const vsr_bweight *rd[1] = {W};
-                yl[p] = up(NULL, T * N);
-                GB.ops->feed_linears(GB.ctx, o2, T, Vd, p ? rd : NULL, p);
-                CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, Hv, zs, T * Hv, dv, w, 1e-6f, o2, &e), e);
-                int64_t hits0 = vsr_cuda_stat_twin_hits;
-                CHECK_OK(GB.ops->linear(GB.ctx, o2, T, W, yl[p], 0, &e), e);
-                const int hit = vsr_cuda_stat_twin_hits == hits0 + 1, ok = same(yl[p], ref, T * N);
-                if (p) sole = hit && ok;
-                else tw = hit && ok && same(o2, o[0], T * Vd);
+            CHECK_OK(GB.ops->linear(GB.ctx, o[1], T, W, ref, 0, &e), e);
+            tw = sole = 1;
+            for (int m = 0; m < 2; m++) {
+                const int was = cuda_gated_set_tok(m ? 3 : 1);
+                for (int p = 0; p < 2; p++) {
+                    const vsr_bweight *rd[1] = {W};
+                    yl[p] = up(NULL, T * N);
+                    GB.ops->feed_linears(GB.ctx, o2, T, Vd, p ? rd : NULL, p);
+                    CHECK_OK(GB.ops->rmsnorm_gated(GB.ctx, x, z, Hv, zs, T * Hv, dv, w, 1e-6f, o2, &e), e);
+                    int64_t hits0 = vsr_cuda_stat_twin_hits;
+                    CHECK_OK(GB.ops->linear(GB.ctx, o2, T, W, yl[p], 0, &e), e);
+                    const int hit = vsr_cuda_stat_twin_hits == hits0 + 1, ok = same(yl[p], ref, T * N);
+                    if (p) sole = sole && hit && ok;
+                    else tw = tw && hit && ok && same(o2, o[1], T * Vd);
+                }
+                cuda_gated_set_tok(was);
+                GB.ops->buf_free(GB.ctx, yl[0]), GB.ops->buf_free(GB.ctx, yl[1]);
             }
             GB.ops->weight_free(GB.ctx, W);
-            void *bufs[] = {ref, o2, yl[0], yl[1]};
-            for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+            GB.ops->buf_free(GB.ctx, ref), GB.ops->buf_free(GB.ctx, o2);
         }
-        printf("  rmsnorm_gated T=%lld Hv=%lld dv=%lld: by token against by row %s; FP8 twin for out_proj %s, as the "
-               "only copy %s\n", (long long)T, (long long)Hv, (long long)dv, eq ? "bit-identical" : "DIFFERS",
-               tw < 0 ? "(no FP8)" : tw ? "read, same answer" : "WRONG", sole < 0 ? "(no FP8)" : sole ? "same" : "WRONG");
+        printf("  rmsnorm_gated T=%lld Hv=%lld dv=%lld: by token (quarter- and whole-token CTAs) against by row %s; "
+               "FP8 twin for out_proj %s, as the only copy %s\n", (long long)T, (long long)Hv, (long long)dv,
+               eq ? "bit-identical" : "DIFFERS", tw < 0 ? "(no FP8)" : tw ? "read, same answer" : "WRONG",
+               sole < 0 ? "(no FP8)" : sole ? "same" : "WRONG");
         CHECK_MSG(eq, "T %lld Hv %lld dv %lld: the token kernel differs from the row kernel", (long long)T, (long long)Hv,
                   (long long)dv);
         CHECK_MSG(tw != 0 && sole != 0, "T %lld Hv %lld dv %lld: the FP8 twin was not read or changed the out_proj",
                   (long long)T, (long long)Hv, (long long)dv);
-        void *bufs[] = {x, z, w, o[0], o[1]};
+        void *bufs[] = {x, z, w, o[0], o[1], o[2]};
         for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
         free(hx), free(hz), free(hw);
     }

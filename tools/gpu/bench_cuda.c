@@ -122,6 +122,12 @@ static void run_shape(int R, int L) {
          o->deltanet(c, t1, C, tb, ta, Hv, al, dt, &sg, (int)Hk, (int)Hv, (int)dk, (int)dv, st, t3, &E));
     unsetenv("VSR_CUDA_DN_V5");
     total_us -= rows[nrows - 1].us;
+    /* the wgmma state kernel (VSR_CUDA_DN_V7=1, opt-in), likewise */
+    setenv("VSR_CUDA_DN_V7", "1", 1);
+    TIME("deltanet (v7)", 4.0 * T * (C + Vd), 6.0 * T * Hv * dk * dv,
+         o->deltanet(c, t1, C, tb, ta, Hv, al, dt, &sg, (int)Hk, (int)Hv, (int)dk, (int)dv, st, t3, &E));
+    unsetenv("VSR_CUDA_DN_V7");
+    total_us -= rows[nrows - 1].us;
     TIME("rmsnorm_gated", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E));
     LIN("linear out_proj (+=)", Wout, D, Vd, t2, x, 1);
     TIME("rmsnorm (post)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));
@@ -183,6 +189,12 @@ static void run_shape(int R, int L) {
         int was = cuda_swiglu_set_1p(0);
         TIME("swiglu (fp8 twin, sole, 2p)", 9.0 * T * I, 0,
              (o->feed_linears(c, so, T, I, rd, 1), o->swiglu(c, mg, mu, I, T, I, so, &E)));
+        cuda_swiglu_set_1p(2);
+        TIME("swiglu (fp8 twin, sole, one CTA)", 9.0 * T * I, 0,
+             (o->feed_linears(c, so, T, I, rd, 1), o->swiglu(c, mg, mu, I, T, I, so, &E)));
+        cuda_swiglu_set_1p(3);
+        TIME("swiglu (fp8 twin, sole, pair U4)", 9.0 * T * I, 0,
+             (o->feed_linears(c, so, T, I, rd, 1), o->swiglu(c, mg, mu, I, T, I, so, &E)));
         cuda_swiglu_set_1p(was);
         TIME("rmsnorm_gated (fp8 twin)", 9.0 * T * Vd, 0,
              (o->feed_linears(c, go, T, Vd, rd, 1), o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E)));
@@ -190,6 +202,10 @@ static void run_shape(int R, int L) {
         TIME("rmsnorm_gated (by row)", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E));
         cuda_gated_set_tok(was);
         TIME("rmsnorm_gated (by token)", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E));
+        was = cuda_gated_set_tok(3);
+        TIME("rmsnorm_gated (fp8 twin, whole-token CTA)", 9.0 * T * Vd, 0,
+             (o->feed_linears(c, go, T, Vd, rd, 1), o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E)));
+        cuda_gated_set_tok(was);
         TIME("mul_sigmoid (fp8 twin, sole)", 9.0 * T * H * hd, 0,
              (o->feed_linears(c, t4, T, H * hd, rd, 1),
               o->mul_sigmoid(c, t4, T, (int)H, (int)hd, t0 + hd, 2 * H * hd, 2 * hd, &E)));

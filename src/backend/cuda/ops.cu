@@ -23,6 +23,7 @@
 
 #include "backend/cuda/cuda_internal.h" /* first: wraps the C headers in extern "C" */
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/ptx.cuh"
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h" /* autotune_choose */
 
@@ -1298,9 +1299,10 @@ __device__ __forceinline__ void twin_row(const float4 (&v)[VEC], int D4, int D, 
     }
 }
 
-/* RMSNorm, one block per row held in registers (D % 4 == 0, D <= blockDim * 4 * RN_VEC, 16-byte
- * aligned rows); the same formula as k_rmsnorm, the sum of squares reduced in another order. */
-template <int TW>
+/* RMSNorm, one block per row held in registers, VEC float4 a thread (D % 4 == 0, D <= blockDim * 4 * VEC,
+ * 16-byte aligned rows); the same formula as k_rmsnorm, the sum of squares reduced in another order. VEC is
+ * the row's need (5 at the 27B width: 40 registers fewer than RN_VEC's 8, so more blocks a multiprocessor). */
+template <int TW, int VEC>
 __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x, int64_t xs, int D,
                                                      const float *__restrict__ w, float off, float eps,
                                                      float *__restrict__ y, int64_t ys, void *__restrict__ tw,
@@ -1309,10 +1311,10 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
     const int64_t r = blockIdx.x;
     const float4 *xr = (const float4 *)(x + r * xs), *wr = (const float4 *)w;
     const int D4 = D >> 2;
-    float4 v[RN_VEC];
+    float4 v[VEC];
     float ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < RN_VEC; j++) {
+    for (int j = 0; j < VEC; j++) {
         int i = threadIdx.x + j * blockDim.x;
         v[j] = i < D4 ? xr[i] : make_float4(0, 0, 0, 0);
         ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
@@ -1321,7 +1323,7 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
     const float inv = rsqrtf(ss / (float)D + eps);
     float4 *yr = y ? (float4 *)(y + r * ys) : NULL;
 #pragma unroll
-    for (int j = 0; j < RN_VEC; j++) {
+    for (int j = 0; j < VEC; j++) {
         int i = threadIdx.x + j * blockDim.x;
         if (i < D4) {
             float4 g = wr[i];
@@ -1330,7 +1332,7 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
             if (y) yr[i] = v[j]; /* NULL: the twin is the only copy */
         }
     }
-    twin_row<TW, RN_VEC>(v, D4, D, r, tw, twld, tsx, sh);
+    twin_row<TW, VEC>(v, D4, D, r, tw, twld, tsx, sh);
 }
 
 /* RMSNorm of narrow rows (D % 4 == 0, D <= 128 * VEC; no twin): a warp per row, eight rows a block, the
@@ -1367,18 +1369,30 @@ __global__ void __launch_bounds__(256) k_rmsnorm_warp(const float *__restrict__ 
 }
 
 /* SwiGLU, FP32 out plus an optional BF16 twin, 4 columns per thread (N, gs multiples of 4, 16-byte
- * aligned): g, u rows at stride gs, y and yb contiguous [M, N] */
+ * aligned): g, u rows at stride gs, y and yb contiguous [M, N]. Each thread loads two grid strides' inputs
+ * before it stores either (one stride at a time, the BF16 model's SwiGLU from its kept BF16 product with the
+ * BF16 twin as the only copy ran at 1.45x its memory floor: 8 bytes in flight a load). */
 template <typename TI>
 __global__ void k_swiglu4(const TI *g, const TI *__restrict__ u, int64_t gs, int64_t M, int64_t N, float *y,
                           __nv_bfloat16 *yb, sw_scales sc) {
-    const int64_t N4 = N / 4, n4 = M * N4;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / N4, c = (i % N4) * 4;
-        float4 a = ld4f(g + r * gs + c), b = ld4f(u + r * gs + c);
-        if (sc.sx) a = sw_scale4(a, sc.sx[r], sc.sg + c), b = sw_scale4(b, sc.sx[r], sc.su + c);
-        float4 o = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
-        if (y) *(float4 *)(y + r * N + c) = o;
-        if (yb) store_bf16x4(yb + r * N + c, o);
+    const int64_t N4 = N / 4, n4 = M * N4, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n4; i0 += 2 * stride) {
+        float4 a[2], b[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int64_t i = i0 + k * stride, r = i / N4, c = (i % N4) * 4;
+            if (i < n4) a[k] = ld4f(g + r * gs + c), b[k] = ld4f(u + r * gs + c);
+        }
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int64_t i = i0 + k * stride, r = i / N4, c = (i % N4) * 4;
+            if (i >= n4) break;
+            float4 ak = a[k], bk = b[k];
+            if (sc.sx) ak = sw_scale4(ak, sc.sx[r], sc.sg + c), bk = sw_scale4(bk, sc.sx[r], sc.su + c);
+            const float4 o = make_float4(silu_d(ak.x) * bk.x, silu_d(ak.y) * bk.y, silu_d(ak.z) * bk.z, silu_d(ak.w) * bk.w);
+            if (y) *(float4 *)(y + r * N + c) = o;
+            if (yb) store_bf16x4(yb + r * N + c, o);
+        }
     }
 }
 
@@ -1498,6 +1512,61 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_1p(const TI *g, const TI *__
     for (int64_t i = N + threadIdx.x; i < twld; i += nt) q[i] = 0;
 }
 
+/* SwiGLU with an FP8 twin for wide rows, one pass, a row by a pair of CTAs (a thread-block cluster of 2; the
+ * default on capability 9.0+): each CTA computes half the row into its shared memory (34 KB at the 27B width)
+ * with its half's amax, the pair exchanges the two through distributed shared memory, and each quantizes its
+ * half. k_swiglu_fp8_1p's whole-row CTA (512 threads at 59 registers: two a multiprocessor, 136 KB) ran the
+ * 27B FP8 forward's SwiGLU at 221 us at 8 x 512 against an 85 us floor (its BF16 product read once, the FP8
+ * twin written): with two big CTAs an SM spent much of its time with both in their reduction and store phases.
+ * Six 256-thread half-row CTAs an SM (209 KB of shared memory, <= 42 registers) keep more loads in flight and
+ * their phases apart. Per element the same arithmetic (sw_comb4), and the row's amax is a max: outputs,
+ * scales and twin are bit-identical to k_swiglu_fp8_1p's. */
+#define SWC_T 256
+/* U: float4 pairs a thread loads before using any; 2 fits six CTAs a multiprocessor (<= 42 registers: 4 spilled
+ * there), 4 five (VSR_CUDA_SWIGLU_1P=3, A/B) */
+template <typename TI, int U>
+__global__ void __launch_bounds__(SWC_T, U == 2 ? 6 : 5) k_swiglu_fp8_cl(const TI *g, const TI *__restrict__ u, int64_t gs, int N,
+                                                            float *y, uint8_t *__restrict__ tw, int64_t twld,
+                                                            float *__restrict__ tsx, sw_scales sc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ float4 sw_row[]; /* [half] */
+    __shared__ float sh[33], slot;
+    const unsigned rank = blockIdx.x & 1; /* the CTA's rank in its cluster of 2 along x */
+    const int64_t r = blockIdx.x >> 1;
+    const TI *gr = g + r * gs, *ur = u + r * gs;
+    float4 *yr = y ? (float4 *)(y + r * N) : NULL;
+    const int N4 = N >> 2, half = (N4 + 1) >> 1, lo = (int)rank * half, hi = min(N4, lo + half);
+    float amax = 0.0f;
+    for (int i0 = lo + (int)threadIdx.x; i0 < hi; i0 += U * SWC_T) {
+        typename raw4<TI>::type a[U], b[U]; /* as loaded: BF16 widened at use (fewer registers) */
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int i = i0 + j * SWC_T;
+            if (i < hi) a[j] = ld4raw(gr + 4 * i), b[j] = ld4raw(ur + 4 * i);
+        }
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int i = i0 + j * SWC_T;
+            if (i < hi) {
+                const float4 o = sw_comb4(wide4(a[j]), wide4(b[j]), i, r, sc);
+                sw_row[i - lo] = o;
+                if (yr) yr[i] = o;
+                amax = fmaxf(amax, absmax4(o));
+            }
+        }
+    }
+    /* block_reduce's barriers order sw_row's stores before the reads below */
+    const float s = fp8_row_scale(cluster_max<2>(block_reduce(amax, sh, true), &slot));
+    if (rank == 0 && threadIdx.x == 0) tsx[r] = s;
+    const fp8_div dv = fp8_div_of(s);
+    uint8_t *q = tw + r * twld;
+    for (int i = lo + (int)threadIdx.x; i < hi; i += SWC_T) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_row[i - lo], dv);
+    if (rank == 1)
+        for (int64_t i = N + threadIdx.x; i < twld; i += SWC_T) q[i] = 0;
+    cluster_exit();
+#endif
+}
+
 /* The gated norm's two steps per lane, shared by the row and token kernels below so that both round
  * alike: the lane's sum of squares over its float4s v[0..3], and one output float4 */
 __device__ __forceinline__ float gated_ss4(const float4 (&v)[4]) {
@@ -1554,17 +1623,22 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const TZ *__restri
  * same arithmetic as k_rmsnorm_gated4 (lane l holds columns 4l..4l+3, gated_ss4, warp_sum's tree,
  * gated_out4): y is bit-identical to it. The twin: BF16, or FP8 with the token's scale (as twin_row:
  * amax / 448, 1 for a zero token) and zeros out to twld. */
-#define GT_W 16  /* warps of the token kernel */
+#define GT_W 16  /* warps a token */
 #define GT_HPW 4 /* rows per warp held in registers: nh <= GT_W * GT_HPW */
-template <typename TZ, int TW>
-__global__ void __launch_bounds__(GT_W * 32) k_rmsnorm_gated_tok(const float *__restrict__ x, const TZ *__restrict__ z,
-                                                                 int zh, int64_t zs, int M, int nh, int D,
-                                                                 const float *__restrict__ w, float eps,
-                                                                 float *__restrict__ y, void *__restrict__ tw,
-                                                                 int64_t twld, float *__restrict__ tsx) {
-    __shared__ float sh[33];
-    const int R = blockIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+/* CL > 1 (the default): a token's 16 warps in CL CTAs of 16 / CL warps (warp w of CTA q is the token's warp
+ * q * 16 / CL + w: the same rows as CL = 1), so more, smaller CTAs share a multiprocessor and their load and
+ * reduction phases overlap (CL = 1, two 512-thread CTAs a multiprocessor, ran at 2.5x its memory floor in the
+ * FP8 forward at 8 x 512: 105 us against ~42). An FP8 twin's token amax is then taken over the cluster the CL
+ * CTAs are launched as (cluster_max: capability 9.0+); without an FP8 twin they are independent CTAs. */
+template <typename TZ, int TW, int CL>
+__global__ void __launch_bounds__(GT_W * 32 / CL) k_rmsnorm_gated_tok(const float *__restrict__ x, const TZ *__restrict__ z,
+                                                                  int zh, int64_t zs, int M, int nh, int D,
+                                                                  const float *__restrict__ w, float eps,
+                                                                  float *__restrict__ y, void *__restrict__ tw,
+                                                                  int64_t twld, float *__restrict__ tsx) {
+    __shared__ float sh[33], slot;
+    const int R = blockIdx.x / CL, rank = blockIdx.x % CL;
+    const int lane = threadIdx.x & 31, warp = rank * (GT_W / CL) + (threadIdx.x >> 5);
     const bool on = lane < D / 4;
     const float4 zero = make_float4(0, 0, 0, 0);
     float4 v[GT_HPW];
@@ -1600,14 +1674,23 @@ __global__ void __launch_bounds__(GT_W * 32) k_rmsnorm_gated_tok(const float *__
         amax = fmaxf(amax, absmax4(o));
     }
     if (TW == TW_FP8) { /* the launcher's rule: whole tokens (M a multiple of nh) */
-        const fp8_div dv = twin_scale(amax, sh, tsx + R);
+        fp8_div dv;
+        if (CL == 1) {
+            dv = twin_scale(amax, sh, tsx + R);
+        } else {
+            const float s = fp8_row_scale(cluster_max<CL>(block_reduce(amax, sh, true), &slot));
+            if (rank == 0 && threadIdx.x == 0) tsx[R] = s;
+            dv = fp8_div_of(s);
+        }
         uint8_t *q = (uint8_t *)tw + (int64_t)R * twld;
 #pragma unroll
         for (int j = 0; j < GT_HPW; j++) {
             const int h = warp + GT_W * j;
             if (on && h < nh) *(uint32_t *)(q + h * D + 4 * lane) = e4m3x4(v[j], dv);
         }
-        for (int64_t i = (int64_t)nh * D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
+        if (rank == 0)
+            for (int64_t i = (int64_t)nh * D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
+        if (CL > 1) cluster_exit();
     }
 }
 
@@ -2356,6 +2439,19 @@ static vsr_status cu_linear(void *ctx, const float *x, int64_t M, const vsr_bwei
     return VSR_OK;
 }
 
+/* k_rmsnorm_row with the twin t asks for (yo: y, or NULL where the twin is the only copy) */
+template <int VEC>
+static void rmsnorm_row_launch(cuda_ctx *c, const twin &t, unsigned M, int thr, const float *x, int64_t xs, int D,
+                               const float *w, float off, float eps, float *y, float *yo, int64_t ys, void *tw,
+                               int64_t twld) {
+    if (t.kind == TW_FP8)
+        k_rmsnorm_row<TW_FP8, VEC><<<M, thr, 0, c->stream>>>(x, xs, D, w, off, eps, yo, ys, tw, twld, t.sx);
+    else if (t.kind == TW_BF16)
+        k_rmsnorm_row<TW_BF16, VEC><<<M, thr, 0, c->stream>>>(x, xs, D, w, off, eps, yo, ys, tw, twld, NULL);
+    else
+        k_rmsnorm_row<TW_NONE, VEC><<<M, thr, 0, c->stream>>>(x, xs, D, w, off, eps, y, ys, NULL, 0, NULL);
+}
+
 static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, int64_t D, const float *w, float off,
                              float eps, float *y, int64_t ys, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
@@ -2391,35 +2487,50 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
     void *tw = t.data;
     int64_t twld = t.kind == TW_FP8 ? t.Kp : D;
     float *yo = t.sole ? NULL : y; /* the twin alone when its readers are all that read y */
-    if (t.kind == TW_FP8)
-        k_rmsnorm_row<TW_FP8><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, yo, ys, tw, twld, t.sx);
-    else if (t.kind == TW_BF16)
-        k_rmsnorm_row<TW_BF16><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, yo, ys, tw, twld, NULL);
-    else
-        k_rmsnorm_row<TW_NONE><<<(unsigned)M, thr, 0, c->stream>>>(x, xs, (int)D, w, off, eps, y, ys, NULL, 0, NULL);
+    const int need = (int)((D / 4 + thr - 1) / thr); /* float4 a thread */
+    if (need <= 4) rmsnorm_row_launch<4>(c, t, (unsigned)M, thr, x, xs, (int)D, w, off, eps, y, yo, ys, tw, twld);
+    else if (need == 5) rmsnorm_row_launch<5>(c, t, (unsigned)M, thr, x, xs, (int)D, w, off, eps, y, yo, ys, tw, twld);
+    else rmsnorm_row_launch<RN_VEC>(c, t, (unsigned)M, thr, x, xs, (int)D, w, off, eps, y, yo, ys, tw, twld);
     if ((st = cuda_check_launch(c, "rmsnorm", err))) return st;
     if (ys != D) twin_clobber(c, y, sizeof(float) * (size_t)((M - 1) * ys + D));
     twin_commit(c, &t);
     return VSR_OK;
 }
 
-/* k_rmsnorm_gated_tok with the twin t asks for: none, BF16 or FP8 */
-template <typename TZ>
-static void gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int zh, int64_t zs, int M, int nh,
-                             int D, const float *w, float eps, float *yo, const twin &t) {
-    const unsigned th = GT_W * 32;
+/* k_rmsnorm_gated_tok with the twin t asks for: none, BF16 or FP8; CL CTAs a token (1 or GT_CL), an FP8 twin's
+ * as a cluster */
+#define GT_CL 4
+template <typename TZ, int CL>
+static vsr_status gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int zh, int64_t zs, int M,
+                                   int nh, int D, const float *w, float eps, float *yo, const twin &t, vsr_err *err) {
+    const unsigned th = GT_W * 32 / CL, nb = nt * CL;
+    if (t.kind == TW_FP8 && CL > 1) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(nb), cfg.blockDim = dim3(th), cfg.stream = c->stream, cfg.attrs = at, cfg.numAttrs = 1;
+        void *tq = t.data;
+        float *tsx = t.sx;
+        const int64_t twld = t.Kp;
+        return cuda_check(c, cudaLaunchKernelEx(&cfg, k_rmsnorm_gated_tok<TZ, TW_FP8, CL>, x, z, zh, zs, M, nh, D, w, eps,
+                                                yo, tq, twld, tsx),
+                          "rmsnorm_gated: the token kernel's clusters", err);
+    }
     if (t.kind == TW_FP8)
-        k_rmsnorm_gated_tok<TZ, TW_FP8><<<nt, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, t.Kp, t.sx);
+        k_rmsnorm_gated_tok<TZ, TW_FP8, CL><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, t.Kp, t.sx);
     else if (t.kind == TW_BF16)
-        k_rmsnorm_gated_tok<TZ, TW_BF16><<<nt, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, 0, NULL);
+        k_rmsnorm_gated_tok<TZ, TW_BF16, CL><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, 0, NULL);
     else
-        k_rmsnorm_gated_tok<TZ, TW_NONE><<<nt, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0, NULL);
+        k_rmsnorm_gated_tok<TZ, TW_NONE, CL><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0, NULL);
+    return VSR_OK;
 }
 
 /* VSR_CUDA_GATED_TOK=0: rmsnorm_gated by the row kernel, no FP8 twin (A/B); cuda_gated_set_tok for the test:
- * 0 off, 1 the default (by the grid's size), 2 the token kernel wherever it applies */
+ * 0 off, 1 the default (by the grid's size), 2 the token kernel wherever it applies, 3 as 2 in whole-token CTAs
+ * (GT_CL = 1: the kernel before quarter-token CTAs) */
 static int g_gated_tok_on = -1;
-extern "C" int cuda_gated_set_tok(int on) { return cuda_env_switch_set("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on, on, 2); }
+extern "C" int cuda_gated_set_tok(int on) { return cuda_env_switch_set("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on, on, 3); }
 
 static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, int64_t zh, int64_t zs, int64_t M,
                                    int64_t D, const float *w, float eps, float *y, vsr_err *err) {
@@ -2443,7 +2554,7 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
      * 3 x 128 (384 blocks) the row kernel is faster (bench_cuda, call 7: 10.2 against 10.8 us). */
     const cuda_ctx_priv *pv = priv(c);
     const int64_t dK = pv->req_x == y && pv->req_rows * pv->req_K == M * D ? pv->req_K : 0;
-    const int mode = cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on); /* 0 off, 1 by size, 2 always */
+    const int mode = cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on); /* 0 off, 1 by size, 2 always, 3 always in whole-token CTAs */
     int tok = mode && vec && D <= 128 && M < 0x7fffffff && zh < 0x7fffffff;
     const int64_t nh = dK > 0 && dK % D == 0 && dK / D <= GT_W * GT_HPW ? dK / D : 32;
     const int tok_fp8 = tok && dK == nh * D && pv->n_fp8_w > 0;
@@ -2459,8 +2570,13 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
     const unsigned nb = blocks_for(M, 8);
     if (tok) {
         const unsigned nt = (unsigned)((M + nh - 1) / nh);
-        if (zb) gated_tok_launch(c, nt, x, zb, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t);
-        else gated_tok_launch(c, nt, x, z, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t);
+        /* CTAs of a quarter token; an FP8 twin's clusters need capability 9.0 (mode 3: whole-token CTAs, A/B) */
+        const bool quarter = mode != 3 && (t.kind != TW_FP8 || c->cc_major >= 9);
+        if (quarter && zb) st = gated_tok_launch<__nv_bfloat16, GT_CL>(c, nt, x, zb, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t, err);
+        else if (quarter) st = gated_tok_launch<float, GT_CL>(c, nt, x, z, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t, err);
+        else if (zb) st = gated_tok_launch<__nv_bfloat16, 1>(c, nt, x, zb, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t, err);
+        else st = gated_tok_launch<float, 1>(c, nt, x, z, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t, err);
+        if (st) return st;
     } else if (vec && zb) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, (int)D, w, eps, yo, tb);
     else if (vec) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, z, zh, zs, M, (int)D, w, eps, yo, tb);
     else if (zb) k_rmsnorm_gated<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, D, w, eps, yo, tb);
@@ -2655,9 +2771,11 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
     return VSR_OK;
 }
 
-/* VSR_CUDA_SWIGLU_1P=0: wide FP8-twin rows by the two-pass kernel (A/B; cuda_swiglu_set_1p for the test) */
+/* Wide FP8-twin rows (VSR_CUDA_SWIGLU_1P; cuda_swiglu_set_1p for the test): 1 (the default) one pass, by a
+ * pair of CTAs where the device has clusters (capability 9.0+), else by one; 2 one pass by one CTA; 3 as 1 with
+ * four loads in flight a thread (A/B); 0 the two-pass kernel (A/B) */
 static int g_sw1p_on = -1;
-extern "C" int cuda_swiglu_set_1p(int on) { return cuda_env_switch_set("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on, on, 1); }
+extern "C" int cuda_swiglu_set_1p(int on) { return cuda_env_switch_set("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on, on, 3); }
 
 /* SwiGLU from FP32 (cu_swiglu) or BF16 (linear_swiglu's kept product) g, u, with y's twin when
  * declared; the caller has checked gs >= N and opened the profile scope. */
@@ -2676,7 +2794,25 @@ static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, 
     if (t.kind == TW_FP8) {
         int64_t n4 = N / 4, thr = (n4 + 31) / 32 * 32;
         thr = thr > 1024 ? 1024 : thr;
-        if (n4 > 2048 && cuda_env_switch("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on)) { /* wide rows, one pass */
+        const int mode = cuda_env_switch("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on);
+        if (n4 > 2048 && (mode == 1 || mode == 3) && c->cc_major >= 9) { /* wide rows, one pass, a CTA pair per row */
+            const size_t smem = sizeof(float4) * (size_t)((n4 + 1) / 2);
+            auto kern = mode == 1 ? k_swiglu_fp8_cl<TI, 2> : k_swiglu_fp8_cl<TI, 4>;
+            if ((st = cuda_check(c, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                                 "swiglu: shared memory of the CTA-pair FP8 kernel", err)))
+                return st;
+            cudaLaunchConfig_t cfg = {};
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeClusterDimension;
+            at[0].val.clusterDim.x = 2, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+            cfg.gridDim = dim3((unsigned)(2 * M)), cfg.blockDim = dim3(SWC_T), cfg.dynamicSmemBytes = smem;
+            cfg.stream = c->stream, cfg.attrs = at, cfg.numAttrs = 1;
+            uint8_t *tq = (uint8_t *)t.data;
+            const int Ni = (int)N;
+            if ((st = cuda_check(c, cudaLaunchKernelEx(&cfg, kern, g, u, gs, Ni, yo, tq, t.Kp, t.sx, sc),
+                                 "swiglu: the CTA-pair FP8 kernel", err)))
+                return st;
+        } else if (n4 > 2048 && mode) { /* wide rows, one pass */
             const size_t smem = sizeof(float4) * (size_t)n4; /* N <= SW_MAX_N: at most 128 KB */
             if ((st = cuda_check(c, cudaFuncSetAttribute(k_swiglu_fp8_1p<TI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                          (int)smem),

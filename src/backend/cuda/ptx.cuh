@@ -6,7 +6,10 @@
  *   mbar_*            mbarrier init / arrive / arrive with an expected byte count / wait on a phase
  *                     parity (sm_90+: the sm_80 builds of kernels that reference them compile the
  *                     bodies out and never launch those kernels)
- *   wg_fence/commit/wait  wgmma ordering (sm_90a; only reached from code built for it) */
+ *   wg_fence/commit/wait  wgmma ordering (sm_90a; only reached from code built for it)
+ *   cluster_max, cluster_exit  a value reduced over a thread-block cluster's CTAs through distributed shared
+ *                     memory, and the wait that keeps a CTA's shared memory alive until the others have read it
+ *                     (sm_90+, likewise) */
 #ifndef VSR_CUDA_PTX_CUH
 #define VSR_CUDA_PTX_CUH
 
@@ -56,6 +59,38 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* The max of v over the CL CTAs of this thread-block cluster (v: the same value in every thread of a CTA, which
+ * every thread passes; slot: a shared float of the CTA's). Each CTA's value is read from its shared memory by the
+ * others; the call ends with this CTA's arrival at the cluster barrier that cluster_exit waits on, so a CTA must
+ * call cluster_exit before it exits (its slot may still be read until then). max is exact in any order: every
+ * CTA gets the same value bit for bit. */
+template <int CL>
+__device__ __forceinline__ float cluster_max(float v, float *slot) {
+#if VSR_PTX_SM90
+    if (threadIdx.x == 0) *slot = v;
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const uint32_t mine = smem_u32(slot);
+    float m = v;
+#pragma unroll
+    for (unsigned q = 0; q < CL; q++) {
+        uint32_t a;
+        float o;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(mine), "r"(q));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(o) : "r"(a) : "memory");
+        m = fmaxf(m, o);
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    return m;
+#else
+    return v;
+#endif
+}
+__device__ __forceinline__ void cluster_exit() {
+#if VSR_PTX_SM90
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
 }
 
 #endif
