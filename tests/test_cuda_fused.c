@@ -334,8 +334,8 @@ TEST(gated_norm_by_token) {
         }
         const int eq = same(o[0], o[1], T * Vd) && same(o[2], o[1], T * Vd);
         int tw = -1, sole = -1;
-        if (fp8) { /* an FP8 out_proj reading the twin, declared (FP32 also written) and as the only copy; the
-                    * default (quarter-token CTAs in clusters on 9.0+) and whole-token CTAs */
+        if (fp8) { /* an FP8 out_proj reading the twin, declared (FP32 also written) and as the only copy (whole-
+                    * token CTAs: the token's amax; under the default and mode 3 alike) */
             vsr_bweight *W = fp8_weight(N, Vd, 0.05f, "test.out_proj");
             void *ref = up(NULL, T * N), *o2 = up(NULL, T * Vd);
             CHECK_OK(GB.ops->linear(GB.ctx, o[1], T, W, ref, 0, &e), e);

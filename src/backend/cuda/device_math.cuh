@@ -3,8 +3,14 @@
 #ifndef VSR_CUDA_DEVICE_MATH_CUH
 #define VSR_CUDA_DEVICE_MATH_CUH
 
-__device__ __forceinline__ float silu_d(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float sigmoid_d(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* silu and sigmoid from the hardware's exp2 and reciprocal approximations (__expf: MUFU.EX2 of x log2(e);
+ * __fdividef: MUFU.RCP and a multiply), not the correctly rounded expf and IEEE division (~25 instructions with
+ * their range checks and slow-path branches): SwiGLU with its FP8 twin was issue-bound on them (the same ~172 us
+ * at 27B 8 x 512 from BF16 inputs as from FP32, twice its memory floor). Relative error a few ulp (the CPU
+ * oracle's exp is its own polynomial, so neither matched it bit for bit); for x below ~-87, 1 + exp(-x) passes
+ * 2^126 and the quotient is a signed zero, where the true value is below 1e-36. */
+__device__ __forceinline__ float silu_d(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+__device__ __forceinline__ float sigmoid_d(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 __device__ __forceinline__ float softplus_d(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* Per-token FP8 activation scale of a row whose largest magnitude is amax: amax / 448 (e4m3's largest

@@ -1625,18 +1625,18 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const TZ *__restri
  * amax / 448, 1 for a zero token) and zeros out to twld. */
 #define GT_W 16  /* warps a token */
 #define GT_HPW 4 /* rows per warp held in registers: nh <= GT_W * GT_HPW */
-/* CL > 1 (the default): a token's 16 warps in CL CTAs of 16 / CL warps (warp w of CTA q is the token's warp
- * q * 16 / CL + w: the same rows as CL = 1), so more, smaller CTAs share a multiprocessor and their load and
- * reduction phases overlap (CL = 1, two 512-thread CTAs a multiprocessor, ran at 2.5x its memory floor in the
- * FP8 forward at 8 x 512: 105 us against ~42). An FP8 twin's token amax is then taken over the cluster the CL
- * CTAs are launched as (cluster_max: capability 9.0+); without an FP8 twin they are independent CTAs. */
+/* CL > 1 (the default without an FP8 twin): a token's 16 warps in CL CTAs of 16 / CL warps (warp w of CTA q is
+ * the token's warp q * 16 / CL + w: the same rows as CL = 1), so more, smaller CTAs share a multiprocessor and
+ * their load and reduction phases overlap (27B 8 x 512, BF16 twin: 83 against 89 us). An FP8 twin needs the
+ * token's amax, so CL = 1 (the same amax over a cluster of four CTAs through distributed shared memory was
+ * slower: 104 against 94 us). */
 template <typename TZ, int TW, int CL>
 __global__ void __launch_bounds__(GT_W * 32 / CL) k_rmsnorm_gated_tok(const float *__restrict__ x, const TZ *__restrict__ z,
                                                                   int zh, int64_t zs, int M, int nh, int D,
                                                                   const float *__restrict__ w, float eps,
                                                                   float *__restrict__ y, void *__restrict__ tw,
                                                                   int64_t twld, float *__restrict__ tsx) {
-    __shared__ float sh[33], slot;
+    __shared__ float sh[33];
     const int R = blockIdx.x / CL, rank = blockIdx.x % CL;
     const int lane = threadIdx.x & 31, warp = rank * (GT_W / CL) + (threadIdx.x >> 5);
     const bool on = lane < D / 4;
@@ -1674,23 +1674,15 @@ __global__ void __launch_bounds__(GT_W * 32 / CL) k_rmsnorm_gated_tok(const floa
         amax = fmaxf(amax, absmax4(o));
     }
     if (TW == TW_FP8) { /* the launcher's rule: whole tokens (M a multiple of nh) */
-        fp8_div dv;
-        if (CL == 1) {
-            dv = twin_scale(amax, sh, tsx + R);
-        } else {
-            const float s = fp8_row_scale(cluster_max<CL>(block_reduce(amax, sh, true), &slot));
-            if (rank == 0 && threadIdx.x == 0) tsx[R] = s;
-            dv = fp8_div_of(s);
-        }
+        static_assert(TW != TW_FP8 || CL == 1, "an FP8 twin needs the whole token's amax in one CTA");
+        const fp8_div dv = twin_scale(amax, sh, tsx + R);
         uint8_t *q = (uint8_t *)tw + (int64_t)R * twld;
 #pragma unroll
         for (int j = 0; j < GT_HPW; j++) {
             const int h = warp + GT_W * j;
             if (on && h < nh) *(uint32_t *)(q + h * D + 4 * lane) = e4m3x4(v[j], dv);
         }
-        if (rank == 0)
-            for (int64_t i = (int64_t)nh * D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
-        if (CL > 1) cluster_exit();
+        for (int64_t i = (int64_t)nh * D + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
     }
 }
 
@@ -2497,38 +2489,23 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
     return VSR_OK;
 }
 
-/* k_rmsnorm_gated_tok with the twin t asks for: none, BF16 or FP8; CL CTAs a token (1 or GT_CL), an FP8 twin's
- * as a cluster */
+/* k_rmsnorm_gated_tok with the twin t asks for: none, BF16 or FP8 (CL = 1 only); CL CTAs a token */
 #define GT_CL 4
 template <typename TZ, int CL>
-static vsr_status gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int zh, int64_t zs, int M,
-                                   int nh, int D, const float *w, float eps, float *yo, const twin &t, vsr_err *err) {
+static void gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int zh, int64_t zs, int M, int nh,
+                             int D, const float *w, float eps, float *yo, const twin &t) {
     const unsigned th = GT_W * 32 / CL, nb = nt * CL;
-    if (t.kind == TW_FP8 && CL > 1) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(nb), cfg.blockDim = dim3(th), cfg.stream = c->stream, cfg.attrs = at, cfg.numAttrs = 1;
-        void *tq = t.data;
-        float *tsx = t.sx;
-        const int64_t twld = t.Kp;
-        return cuda_check(c, cudaLaunchKernelEx(&cfg, k_rmsnorm_gated_tok<TZ, TW_FP8, CL>, x, z, zh, zs, M, nh, D, w, eps,
-                                                yo, tq, twld, tsx),
-                          "rmsnorm_gated: the token kernel's clusters", err);
-    }
     if (t.kind == TW_FP8)
-        k_rmsnorm_gated_tok<TZ, TW_FP8, CL><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, t.Kp, t.sx);
+        k_rmsnorm_gated_tok<TZ, TW_FP8, 1><<<nt, GT_W * 32, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, t.Kp, t.sx);
     else if (t.kind == TW_BF16)
         k_rmsnorm_gated_tok<TZ, TW_BF16, CL><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, 0, NULL);
     else
         k_rmsnorm_gated_tok<TZ, TW_NONE, CL><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0, NULL);
-    return VSR_OK;
 }
 
 /* VSR_CUDA_GATED_TOK=0: rmsnorm_gated by the row kernel, no FP8 twin (A/B); cuda_gated_set_tok for the test:
  * 0 off, 1 the default (by the grid's size), 2 the token kernel wherever it applies, 3 as 2 in whole-token CTAs
- * (GT_CL = 1: the kernel before quarter-token CTAs) */
+ * also without an FP8 twin (the kernel before quarter-token CTAs) */
 static int g_gated_tok_on = -1;
 extern "C" int cuda_gated_set_tok(int on) { return cuda_env_switch_set("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on, on, 3); }
 
@@ -2570,13 +2547,13 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
     const unsigned nb = blocks_for(M, 8);
     if (tok) {
         const unsigned nt = (unsigned)((M + nh - 1) / nh);
-        /* CTAs of a quarter token; an FP8 twin's clusters need capability 9.0 (mode 3: whole-token CTAs, A/B) */
-        const bool quarter = mode != 3 && (t.kind != TW_FP8 || c->cc_major >= 9);
-        if (quarter && zb) st = gated_tok_launch<__nv_bfloat16, GT_CL>(c, nt, x, zb, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t, err);
-        else if (quarter) st = gated_tok_launch<float, GT_CL>(c, nt, x, z, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t, err);
-        else if (zb) st = gated_tok_launch<__nv_bfloat16, 1>(c, nt, x, zb, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t, err);
-        else st = gated_tok_launch<float, 1>(c, nt, x, z, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t, err);
-        if (st) return st;
+        /* CTAs of a quarter token, but whole tokens for an FP8 twin (its amax over a cluster of four quarter-token
+         * CTAs was slower: 104 against 94 us at 27B 8 x 512, session 7 call 2) and under mode 3 (A/B) */
+        const bool quarter = mode != 3 && t.kind != TW_FP8;
+        if (quarter && zb) gated_tok_launch<__nv_bfloat16, GT_CL>(c, nt, x, zb, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t);
+        else if (quarter) gated_tok_launch<float, GT_CL>(c, nt, x, z, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t);
+        else if (zb) gated_tok_launch<__nv_bfloat16, 1>(c, nt, x, zb, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t);
+        else gated_tok_launch<float, 1>(c, nt, x, z, (int)zh, zs, (int)M, (int)nh, (int)D, w, eps, yo, t);
     } else if (vec && zb) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, (int)D, w, eps, yo, tb);
     else if (vec) k_rmsnorm_gated4<<<nb, 256, 0, c->stream>>>(x, z, zh, zs, M, (int)D, w, eps, yo, tb);
     else if (zb) k_rmsnorm_gated<<<nb, 256, 0, c->stream>>>(x, zb, zh, zs, M, D, w, eps, yo, tb);
