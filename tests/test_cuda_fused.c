@@ -316,7 +316,8 @@ int cuda_gated_set_tok(int on);
 TEST(gated_norm_by_token) {
     vsr_err e;
     CHECK(cuda_gated_set_tok(4) == -1 && cuda_gated_set_tok(-1) == -1);
-    static const struct { int64_t T, Hv, dv; } cs[] = {{37, 48, 128}, {29, 6, 32}, {5, 3, 100}};
+    /* 48 rows a token: three a warp; 64 (declared, for the FP8 twin): four */
+    static const struct { int64_t T, Hv, dv; } cs[] = {{37, 48, 128}, {29, 6, 32}, {5, 3, 100}, {7, 64, 64}};
     const int fp8 = cuda_dev.cc_major * 10 + cuda_dev.cc_minor >= 89;
     for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
         const int64_t T = cs[k].T, Hv = cs[k].Hv, dv = cs[k].dv, Vd = Hv * dv, zs = Vd + 64, N = 40;
@@ -551,7 +552,7 @@ TEST(swiglu_strided) {
     vsr_err e;
     vsr_backend cb;
     CHECK_OK(vsr_backend_cpu_new(1, &cb, &e), e);
-    static const int64_t Ns[] = {1000, 37};
+    static const int64_t Ns[] = {1000, 37, 2600}; /* 2600: two column blocks of k_swiglu4, the second partial */
     for (size_t i = 0; i < 2; i++) {
         const int64_t M = 21, N = Ns[i];
         float *hgu = hrand(M * 2 * N, 3.0f), *yc = malloc(sizeof(float) * (size_t)(M * N));

@@ -1258,11 +1258,12 @@ __device__ __forceinline__ fp8_div twin_scale(float amax, float *sh, float *tsx)
 }
 
 __device__ __forceinline__ uint32_t e4m3x4(float4 v, const fp8_div &d) {
-    /* the same arithmetic as quant_fp8.cu's k_fp8_quant: x / s (fp8_scaled), RNE, saturate to finite */
-    return (uint32_t)__nv_cvt_float_to_fp8(fp8_scaled(v.x, d), __NV_SATFINITE, __NV_E4M3) |
-           (uint32_t)__nv_cvt_float_to_fp8(fp8_scaled(v.y, d), __NV_SATFINITE, __NV_E4M3) << 8 |
-           (uint32_t)__nv_cvt_float_to_fp8(fp8_scaled(v.z, d), __NV_SATFINITE, __NV_E4M3) << 16 |
-           (uint32_t)__nv_cvt_float_to_fp8(fp8_scaled(v.w, d), __NV_SATFINITE, __NV_E4M3) << 24;
+    /* the same arithmetic as quant_fp8.cu's k_fp8_quant: x / s (fp8_scaled), RNE, saturate to finite; two values
+     * per conversion (cvt.rn.satfinite.e4m3x2.f32 rounds each on its own: the converter of one value runs the
+     * same instruction with a zero beside it), low byte first */
+    const float2 lo = make_float2(fp8_scaled(v.x, d), fp8_scaled(v.y, d)), hi = make_float2(fp8_scaled(v.z, d), fp8_scaled(v.w, d));
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3) |
+           (uint32_t)__nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3) << 16;
 }
 
 __device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *p, float4 v) {
@@ -1368,31 +1369,33 @@ __global__ void __launch_bounds__(256) k_rmsnorm_warp(const float *__restrict__ 
     }
 }
 
-/* SwiGLU, FP32 out plus an optional BF16 twin, 4 columns per thread (N, gs multiples of 4, 16-byte
- * aligned): g, u rows at stride gs, y and yb contiguous [M, N]. Each thread loads two grid strides' inputs
- * before it stores either (one stride at a time, the BF16 model's SwiGLU from its kept BF16 product with the
- * BF16 twin as the only copy ran at 1.45x its memory floor: 8 bytes in flight a load). */
+/* SwiGLU, FP32 out plus an optional BF16 twin, 4 columns per thread (N, gs multiples of 4, 16-byte aligned):
+ * g, u rows at stride gs, y and yb contiguous [M, N]. Block (r, b) takes row r's float4 columns b * SW4_T * SW4_U
+ * onwards, every thread's SW4_U loads issued before any is used; no division (the grid-stride form split its index
+ * into row and column with 64-bit divisions, and ran the BF16 model's SwiGLU at 1.45x its memory floor). */
+#define SW4_T 256
+#define SW4_U 2
 template <typename TI>
-__global__ void k_swiglu4(const TI *g, const TI *__restrict__ u, int64_t gs, int64_t M, int64_t N, float *y,
-                          __nv_bfloat16 *yb, sw_scales sc) {
-    const int64_t N4 = N / 4, n4 = M * N4, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n4; i0 += 2 * stride) {
-        float4 a[2], b[2];
+__global__ void __launch_bounds__(SW4_T) k_swiglu4(const TI *g, const TI *__restrict__ u, int64_t gs, int N, float *y,
+                                                   __nv_bfloat16 *yb, sw_scales sc) {
+    const int64_t r = blockIdx.x;
+    const int N4 = N >> 2, c0 = (int)blockIdx.y * SW4_T * SW4_U + (int)threadIdx.x;
+    const TI *gr = g + r * gs, *ur = u + r * gs;
+    typename raw4<TI>::type a[SW4_U], b[SW4_U];
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int64_t i = i0 + k * stride, r = i / N4, c = (i % N4) * 4;
-            if (i < n4) a[k] = ld4f(g + r * gs + c), b[k] = ld4f(u + r * gs + c);
-        }
+    for (int k = 0; k < SW4_U; k++) {
+        const int i = c0 + k * SW4_T;
+        if (i < N4) a[k] = ld4raw(gr + 4 * i), b[k] = ld4raw(ur + 4 * i);
+    }
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int64_t i = i0 + k * stride, r = i / N4, c = (i % N4) * 4;
-            if (i >= n4) break;
-            float4 ak = a[k], bk = b[k];
-            if (sc.sx) ak = sw_scale4(ak, sc.sx[r], sc.sg + c), bk = sw_scale4(bk, sc.sx[r], sc.su + c);
-            const float4 o = make_float4(silu_d(ak.x) * bk.x, silu_d(ak.y) * bk.y, silu_d(ak.z) * bk.z, silu_d(ak.w) * bk.w);
-            if (y) *(float4 *)(y + r * N + c) = o;
-            if (yb) store_bf16x4(yb + r * N + c, o);
-        }
+    for (int k = 0; k < SW4_U; k++) {
+        const int i = c0 + k * SW4_T;
+        if (i >= N4) break;
+        float4 ak = wide4(a[k]), bk = wide4(b[k]);
+        if (sc.sx) ak = sw_scale4(ak, sc.sx[r], sc.sg + 4 * i), bk = sw_scale4(bk, sc.sx[r], sc.su + 4 * i);
+        const float4 o = make_float4(silu_d(ak.x) * bk.x, silu_d(ak.y) * bk.y, silu_d(ak.z) * bk.z, silu_d(ak.w) * bk.w);
+        if (y) *(float4 *)(y + r * N + 4 * i) = o;
+        if (yb) store_bf16x4(yb + r * N + 4 * i, o);
     }
 }
 
@@ -1617,21 +1620,21 @@ __global__ void k_rmsnorm_gated4(const float *__restrict__ x, const TZ *__restri
  * 512-thread block per nh consecutive rows (a token's value heads: nh = the declared twin's K / D, else 32),
  * warp w taking rows w, w + 16, ..., all of
  * its x and z loads issued first and its rows' sums of squares reduced together (one shuffle tree for up to
- * GT_HPW rows). The row kernel has 24 bytes in flight per lane and ran at ~1.7x its memory floor at 27B
+ * HPW rows). The row kernel has 24 bytes in flight per lane and ran at ~1.7x its memory floor at 27B
  * 8 x 512 (~124 us in bench_cuda against ~72); it also could not make an FP8 twin, which needs the amax
  * over the whole token, so the FP8 out_proj quantized the FP32 output in a pass of its own. Per row the
  * same arithmetic as k_rmsnorm_gated4 (lane l holds columns 4l..4l+3, gated_ss4, warp_sum's tree,
  * gated_out4): y is bit-identical to it. The twin: BF16, or FP8 with the token's scale (as twin_row:
  * amax / 448, 1 for a zero token) and zeros out to twld. */
 #define GT_W 16  /* warps a token */
-#define GT_HPW 4 /* rows per warp held in registers: nh <= GT_W * GT_HPW */
+#define GT_HPW 4 /* rows per warp held in registers at most (HPW): nh <= GT_W * GT_HPW */
 /* CL > 1 (the default without an FP8 twin): a token's 16 warps in CL CTAs of 16 / CL warps (warp w of CTA q is
  * the token's warp q * 16 / CL + w: the same rows as CL = 1), so more, smaller CTAs share a multiprocessor and
  * their load and reduction phases overlap (27B 8 x 512, BF16 twin: 83 against 89 us). An FP8 twin needs the
  * token's amax, so CL = 1 (the same amax over a cluster of four CTAs through distributed shared memory was
  * slower: 104 against 94 us). */
-template <typename TZ, int TW, int CL>
-__global__ void __launch_bounds__(GT_W * 32 / CL) k_rmsnorm_gated_tok(const float *__restrict__ x, const TZ *__restrict__ z,
+template <typename TZ, int TW, int CL, int HPW>
+__global__ void __launch_bounds__(GT_W * 32 / CL, CL == 1 && HPW == 3 ? 3 : 1) k_rmsnorm_gated_tok(const float *__restrict__ x, const TZ *__restrict__ z,
                                                                   int zh, int64_t zs, int M, int nh, int D,
                                                                   const float *__restrict__ w, float eps,
                                                                   float *__restrict__ y, void *__restrict__ tw,
@@ -1641,29 +1644,29 @@ __global__ void __launch_bounds__(GT_W * 32 / CL) k_rmsnorm_gated_tok(const floa
     const int lane = threadIdx.x & 31, warp = rank * (GT_W / CL) + (threadIdx.x >> 5);
     const bool on = lane < D / 4;
     const float4 zero = make_float4(0, 0, 0, 0);
-    float4 v[GT_HPW];
-    typename raw4<TZ>::type zv[GT_HPW];
+    float4 v[HPW];
+    typename raw4<TZ>::type zv[HPW];
 #pragma unroll
-    for (int j = 0; j < GT_HPW; j++) {
+    for (int j = 0; j < HPW; j++) {
         const int h = warp + GT_W * j, r = R * nh + h;
         const bool ok = on && h < nh && r < M;
         v[j] = ok ? *(const float4 *)(x + (int64_t)r * D + 4 * lane) : zero;
         if (ok) zv[j] = ld4raw(z + (int64_t)(r / zh) * zs + (int64_t)(r % zh) * D + 4 * lane);
     }
-    float ss[GT_HPW];
+    float ss[HPW];
 #pragma unroll
-    for (int j = 0; j < GT_HPW; j++) {
+    for (int j = 0; j < HPW; j++) {
         const float4 vr[4] = {v[j], zero, zero, zero};
         ss[j] = gated_ss4(vr);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) /* warp_sum's tree, the rows interleaved */
 #pragma unroll
-        for (int j = 0; j < GT_HPW; j++) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
+        for (int j = 0; j < HPW; j++) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
     const float4 g = on ? ((const float4 *)w)[lane] : zero;
     float amax = 0.0f;
 #pragma unroll
-    for (int j = 0; j < GT_HPW; j++) {
+    for (int j = 0; j < HPW; j++) {
         const int h = warp + GT_W * j, r = R * nh + h;
         if (!on || h >= nh || r >= M) continue;
         const float inv = rsqrtf(ss[j] / (float)D + eps);
@@ -1678,7 +1681,7 @@ __global__ void __launch_bounds__(GT_W * 32 / CL) k_rmsnorm_gated_tok(const floa
         const fp8_div dv = twin_scale(amax, sh, tsx + R);
         uint8_t *q = (uint8_t *)tw + (int64_t)R * twld;
 #pragma unroll
-        for (int j = 0; j < GT_HPW; j++) {
+        for (int j = 0; j < HPW; j++) {
             const int h = warp + GT_W * j;
             if (on && h < nh) *(uint32_t *)(q + h * D + 4 * lane) = e4m3x4(v[j], dv);
         }
@@ -2489,18 +2492,29 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
     return VSR_OK;
 }
 
-/* k_rmsnorm_gated_tok with the twin t asks for: none, BF16 or FP8 (CL = 1 only); CL CTAs a token */
+/* k_rmsnorm_gated_tok with the twin t asks for: none, BF16 or FP8 (CL = 1 only); CL CTAs a token; rows a warp
+ * HPW = 3 for tokens of up to 48 rows (the 27B layer's: the FP8 twin's CTA then fits three a multiprocessor), else
+ * GT_HPW */
 #define GT_CL 4
+template <typename TZ, int CL, int HPW>
+static void gated_tok_launch_hpw(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int zh, int64_t zs, int M,
+                                 int nh, int D, const float *w, float eps, float *yo, const twin &t) {
+    const unsigned th = GT_W * 32 / CL, nb = nt * CL;
+    if (t.kind == TW_FP8)
+        k_rmsnorm_gated_tok<TZ, TW_FP8, 1, HPW><<<nt, GT_W * 32, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data,
+                                                                               t.Kp, t.sx);
+    else if (t.kind == TW_BF16)
+        k_rmsnorm_gated_tok<TZ, TW_BF16, CL, HPW><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, 0,
+                                                                          NULL);
+    else
+        k_rmsnorm_gated_tok<TZ, TW_NONE, CL, HPW><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0,
+                                                                          NULL);
+}
 template <typename TZ, int CL>
 static void gated_tok_launch(cuda_ctx *c, unsigned nt, const float *x, const TZ *z, int zh, int64_t zs, int M, int nh,
                              int D, const float *w, float eps, float *yo, const twin &t) {
-    const unsigned th = GT_W * 32 / CL, nb = nt * CL;
-    if (t.kind == TW_FP8)
-        k_rmsnorm_gated_tok<TZ, TW_FP8, 1><<<nt, GT_W * 32, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, t.Kp, t.sx);
-    else if (t.kind == TW_BF16)
-        k_rmsnorm_gated_tok<TZ, TW_BF16, CL><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, t.data, 0, NULL);
-    else
-        k_rmsnorm_gated_tok<TZ, TW_NONE, CL><<<nb, th, 0, c->stream>>>(x, z, zh, zs, M, nh, D, w, eps, yo, NULL, 0, NULL);
+    if (nh <= GT_W * 3) gated_tok_launch_hpw<TZ, CL, 3>(c, nt, x, z, zh, zs, M, nh, D, w, eps, yo, t);
+    else gated_tok_launch_hpw<TZ, CL, GT_HPW>(c, nt, x, z, zh, zs, M, nh, D, w, eps, yo, t);
 }
 
 /* VSR_CUDA_GATED_TOK=0: rmsnorm_gated by the row kernel, no FP8 twin (A/B); cuda_gated_set_tok for the test:
@@ -2804,9 +2818,9 @@ static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, 
             k_swiglu_row_fp8<TI, 4><<<(unsigned)M, (unsigned)thr, 0, c->stream>>>(g, u, gs, (int)N, yo,
                                                                                 (uint8_t *)t.data, t.Kp, t.sx, sc);
     }
-    else if (vec)
-        k_swiglu4<TI><<<blocks_for(n / 4, 256) > 8192 ? 8192 : blocks_for(n / 4, 256), 256, 0, c->stream>>>(
-            g, u, gs, M, N, yo, (__nv_bfloat16 *)t.data, sc);
+    else if (vec && M <= 0x7fffffff && N <= 0x7fffffff)
+        k_swiglu4<TI><<<dim3((unsigned)M, (unsigned)((N / 4 + SW4_T * SW4_U - 1) / (SW4_T * SW4_U))), SW4_T, 0, c->stream>>>(
+            g, u, gs, (int)N, yo, (__nv_bfloat16 *)t.data, sc);
     else
         k_swiglu<TI><<<blocks_for(n, 256) > 8192 ? 8192 : blocks_for(n, 256), 256, 0, c->stream>>>(g, u, gs, N, n, y,
                                                                                                   sc);
