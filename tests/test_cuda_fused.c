@@ -553,7 +553,7 @@ TEST(swiglu_strided) {
     vsr_backend cb;
     CHECK_OK(vsr_backend_cpu_new(1, &cb, &e), e);
     static const int64_t Ns[] = {1000, 37, 2600}; /* 2600: two column blocks of k_swiglu4, the second partial */
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof Ns / sizeof *Ns; i++) {
         const int64_t M = 21, N = Ns[i];
         float *hgu = hrand(M * 2 * N, 3.0f), *yc = malloc(sizeof(float) * (size_t)(M * N));
         CHECK_OK(cb.ops->swiglu(cb.ctx, hgu, hgu + N, 2 * N, M, N, yc, &e), e);
