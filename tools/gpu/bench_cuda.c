@@ -76,8 +76,11 @@ static row rows[64];
 static int nrows;
 static double total_us;
 
+/* VSR_BENCH_ONLY=TEXT: only the per-op rows whose name holds TEXT (e.g. one kernel under ncu) */
+static const char *only_rows;
 #define TIME(name, bytes_, flops_, call)                                                           \
     do {                                                                                           \
+        if (only_rows && !strstr(name, only_rows)) break;                                          \
         if (call) die(name);                                                                       \
         sync_dev();                                                                                \
         double t0_ = now();                                                                        \
@@ -88,6 +91,11 @@ static double total_us;
         rows[nrows++] = (row){name, us_, (double)(bytes_), (double)(flops_)};                      \
         total_us += us_;                                                                           \
     } while (0)
+
+/* the last row timed is an A/B alternative: out of the layer totals (meaningless under VSR_BENCH_ONLY) */
+static void uncount(void) {
+    if (!only_rows && nrows) total_us -= rows[nrows - 1].us;
+}
 
 static void run_shape(int R, int L) {
     const int64_t D = 5120, I = 17408, H = 24, Hkv = 4, hd = 256, Hk = 16, Hv = 48, dk = 128, dv = 128, Kc = 4;
@@ -121,13 +129,13 @@ static void run_shape(int R, int L) {
     TIME("deltanet (v5)", 4.0 * T * (C + Vd), 6.0 * T * Hv * dk * dv,
          o->deltanet(c, t1, C, tb, ta, Hv, al, dt, &sg, (int)Hk, (int)Hv, (int)dk, (int)dv, st, t3, &E));
     unsetenv("VSR_CUDA_DN_V5");
-    total_us -= rows[nrows - 1].us;
+    uncount();
     /* the wgmma state kernel (VSR_CUDA_DN_V7=1, opt-in), likewise */
     setenv("VSR_CUDA_DN_V7", "1", 1);
     TIME("deltanet (v7)", 4.0 * T * (C + Vd), 6.0 * T * Hv * dk * dv,
          o->deltanet(c, t1, C, tb, ta, Hv, al, dt, &sg, (int)Hk, (int)Hv, (int)dk, (int)dv, st, t3, &E));
     unsetenv("VSR_CUDA_DN_V7");
-    total_us -= rows[nrows - 1].us;
+    uncount();
     TIME("rmsnorm_gated", 12.0 * T * Vd, 0, o->rmsnorm_gated(c, t3, t2, 1, dv, T * Hv, dv, nw, 1e-6f, go, &E));
     LIN("linear out_proj (+=)", Wout, D, Vd, t2, x, 1);
     TIME("rmsnorm (post)", 8.0 * T * D, 0, o->rmsnorm(c, x, D, T, D, nw, 1.0f, 1e-6f, h, D, &E));
@@ -163,7 +171,7 @@ static void run_shape(int R, int L) {
             TIME(att_alt[ai][2 + cz], 4.0 * T * (H + 2 * Hkv) * hd + 4.0 * T * H * hd,
                  (4.0 - 2.0 * cz) * R * L * L * H * hd,
                  o->attention(c, t1, H * hd, t2, t3, &sg, (int)H, (int)Hkv, (int)hd, 0.0625f, cz, t4, &E));
-            total_us -= rows[nrows - 1].us;
+            uncount();
         }
     }
     unsetenv("VSR_CUDA_ATTN_VER");
@@ -306,9 +314,12 @@ int main(int argc, char **argv) {
         host_w[i] = vsr_f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f) * 0.04f);
     }
     sync_buf = buf(16);
+    /* VSR_BENCH_OP_SHAPE=8x512 (or 3x128): that per-op shape alone */
+    const char *os = getenv("VSR_BENCH_OP_SHAPE");
+    only_rows = getenv("VSR_BENCH_ONLY");
     if (!getenv("VSR_BENCH_E2E_ONLY")) {
-        run_shape(3, 128);
-        run_shape(8, 512);
+        if (!os || !strcmp(os, "3x128")) run_shape(3, 128);
+        if (!os || !strcmp(os, "8x512")) run_shape(8, 512);
     }
     vsr_backend_destroy(&B);
     free(host_w);
