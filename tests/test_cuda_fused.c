@@ -415,6 +415,30 @@ TEST(mul_sigmoid_fp8_twin) {
     }
 }
 
+/* Narrow RMSNorm rows (D <= 512) run a warp a row when nothing is declared and k_rmsnorm_row when a twin is:
+ * the same output bit for bit (the model declares some norms and not others, and golden answers must not
+ * depend on which), over widths of one to four warps' worth and one past a warp boundary. */
+TEST(rmsnorm_narrow_declared) {
+    vsr_err e;
+    static const int64_t Ds[] = {64, 128, 132, 256, 384, 500, 512};
+    const int64_t M = 45;
+    for (size_t k = 0; k < sizeof Ds / sizeof *Ds; k++) {
+        const int64_t D = Ds[k];
+        float *hx = hrand(M * D, 3.0f), *hw = hrand(D, 0.5f);
+        void *x = up(hx, M * D), *w = up(hw, D), *y0 = up(NULL, M * D), *y1 = up(NULL, M * D);
+        CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, y0, D, &e), e);
+        GB.ops->feed_linears(GB.ctx, y1, M, D, NULL, 0); /* a twin, the FP32 output also written */
+        CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, y1, D, &e), e);
+        const int eq = same(y0, y1, M * D);
+        printf("  rmsnorm D=%lld undeclared (a warp a row) against declared (the row kernel): %s\n", (long long)D,
+               eq ? "bit-identical" : "DIFFERS");
+        CHECK_MSG(eq, "rmsnorm D %lld: the warp kernel differs from the row kernel", (long long)D);
+        void *bufs[] = {x, w, y0, y1};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        free(hx), free(hw);
+    }
+}
+
 /* Declared readers: when every one of them reads the twin, the FP32 output is not written (the
  * buffer keeps what it held) and the readers still get the same answer; a reader that cannot read
  * the twin (an F32 weight) keeps the FP32 output; a linear the model did not declare, on a sole
@@ -1019,6 +1043,7 @@ int main(void) {
     RUN(swiglu_fp8_one_pass);
     RUN(gated_norm_by_token);
     RUN(mul_sigmoid_fp8_twin);
+    RUN(rmsnorm_narrow_declared);
     RUN(sole_twins);
     RUN(stacked_weights);
     RUN(swiglu_strided);

@@ -217,6 +217,38 @@ static void run_shape(int R, int L) {
         TIME("mul_sigmoid (fp8 twin, sole)", 9.0 * T * H * hd, 0,
              (o->feed_linears(c, t4, T, H * hd, rd, 1),
               o->mul_sigmoid(c, t4, T, (int)H, (int)hd, t0 + hd, 2 * H * hd, 2 * hd, &E)));
+        /* linear_swiglu with FP8 weights (the stacked gate|up, e4m3 codes drawn finite, the input quantized by the
+         * linear itself: no twin) whose SwiGLU reads the kept BF16 product and makes the FP8 twin the down
+         * projection reads: its SwiGLU variants (VSR_CUDA_SWIGLU_1P) at the same GEMM */
+        if (!only_rows || strstr(only_rows, "linear_swiglu")) {
+            static uint8_t *q8gu;
+            static uint16_t s8gu[2 * 17408];
+            if (!q8gu) {
+                q8gu = malloc((size_t)2 * I * D);
+                if (!q8gu) die("fp8 gate|up host");
+                uint64_t s = 0x2545F4914F6CDD1Dull;
+                for (int64_t i = 0; i < 2 * I * D; i++) {
+                    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+                    q8gu[i] = (uint8_t)((s >> 32) & 0xF7); /* exponent below 15: never the NaN code */
+                }
+                for (int64_t i = 0; i < 2 * I; i++) s8gu[i] = vsr_f32_to_bf16(0.002f);
+            }
+            vsr_weight_view gv = {.kind = VSR_WK_FP8, .N = 2 * I, .K = D, .w = q8gu, .scale = s8gu, .name = "fp8 gate|up"};
+            vsr_bweight *Wgu8;
+            float *wk = buf(T * 2 * I);
+            if (o->weight_upload(c, &gv, &Wgu8, &E)) die("fp8 gate|up");
+            static const struct { int mode; const char *name; } sv[] = {
+                {1, "linear_swiglu (fp8 weights)"}, {3, "linear_swiglu (fp8 weights, other U)"},
+                {2, "linear_swiglu (fp8 weights, one CTA)"}};
+            for (int k = 0; k < 3; k++) {
+                int was1 = cuda_swiglu_set_1p(sv[k].mode);
+                TIME(sv[k].name, 2.0 * I * D + 4.0 * T * D + 6.0 * T * I, 4.0 * T * I * D,
+                     (o->feed_linears(c, so, T, I, rd, 1), o->linear_swiglu(c, h, T, Wgu8, wk, so, &E)));
+                cuda_swiglu_set_1p(was1);
+            }
+            o->weight_free(c, Wgu8);
+            o->buf_free(c, wk);
+        }
         total_us = b0;
         o->weight_free(c, W8);
     }

@@ -1300,6 +1300,9 @@ __device__ __forceinline__ void twin_row(const float4 (&v)[VEC], int D4, int D, 
     }
 }
 
+/* sum of squares of a float4, one expression for the RMSNorm kernels that must agree bit for bit */
+__device__ __forceinline__ float sq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+
 /* RMSNorm, one block per row held in registers, VEC float4 a thread (D % 4 == 0, D <= blockDim * 4 * VEC,
  * 16-byte aligned rows); the same formula as k_rmsnorm, the sum of squares reduced in another order. VEC is
  * the row's need (5 at the 27B width: 40 registers fewer than RN_VEC's 8, so more blocks a multiprocessor). */
@@ -1318,7 +1321,7 @@ __global__ void __launch_bounds__(256) k_rmsnorm_row(const float *__restrict__ x
     for (int j = 0; j < VEC; j++) {
         int i = threadIdx.x + j * blockDim.x;
         v[j] = i < D4 ? xr[i] : make_float4(0, 0, 0, 0);
-        ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        ss += sq4(v[j]);
     }
     ss = block_reduce(ss, sh, false);
     const float inv = rsqrtf(ss / (float)D + eps);
@@ -1349,16 +1352,19 @@ __global__ void __launch_bounds__(256) k_rmsnorm_warp(const float *__restrict__ 
     if (r >= M) return;
     const float4 *xr = (const float4 *)(x + r * xs), *wr = (const float4 *)w;
     float4 v[VEC], g[VEC];
-    float ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
         const int i = lane + 32 * j;
         v[j] = i < D4 ? xr[i] : make_float4(0, 0, 0, 0);
         g[j] = i < D4 ? wr[i] : make_float4(0, 0, 0, 0);
     }
+    /* the sum of squares in k_rmsnorm_row's order, so a declared output (whose twin that kernel makes) is this
+     * kernel's bit for bit: part j is what warp j of its ceil(D / 128) one-float4 threads sums (sq4, warp_sum's
+     * tree), and block_reduce's lane 0 adds the warps' sums as (S0 + S2) + (S1 + S3) (the absent ones zero) */
+    float S[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int j = 0; j < VEC; j++) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-    const float inv = rsqrtf(warp_sum(ss) / (float)D + eps);
+    for (int j = 0; j < VEC; j++) S[j] = warp_sum(sq4(v[j]));
+    const float inv = rsqrtf(((S[0] + S[2]) + (S[1] + S[3])) / (float)D + eps);
     float4 *yr = (float4 *)(y + r * ys);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
@@ -1525,10 +1531,11 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_1p(const TI *g, const TI *__
  * their phases apart. Per element the same arithmetic (sw_comb4), and the row's amax is a max: outputs,
  * scales and twin are bit-identical to k_swiglu_fp8_1p's. */
 #define SWC_T 256
-/* U: float4 pairs a thread loads before using any; 2 fits six CTAs a multiprocessor (<= 42 registers: 4 spilled
- * there), 4 five (VSR_CUDA_SWIGLU_1P=3, A/B) */
+/* U: float4 pairs a thread loads before using any: 4 from BF16 (linear_swiglu's kept product), 2 from FP32, so 32
+ * bytes of each input a thread are in flight and six CTAs fit a multiprocessor (<= 42 registers: FP32 at 4
+ * spills); VSR_CUDA_SWIGLU_1P=3 swaps them (A/B) */
 template <typename TI, int U>
-__global__ void __launch_bounds__(SWC_T, U == 2 ? 6 : 5) k_swiglu_fp8_cl(const TI *g, const TI *__restrict__ u, int64_t gs, int N,
+__global__ void __launch_bounds__(SWC_T, 6) k_swiglu_fp8_cl(const TI *g, const TI *__restrict__ u, int64_t gs, int N,
                                                             float *y, uint8_t *__restrict__ tw, int64_t twld,
                                                             float *__restrict__ tsx, sw_scales sc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -2764,7 +2771,7 @@ static vsr_status cu_mul_sigmoid(void *ctx, float *x, int64_t M, int H, int hd, 
 
 /* Wide FP8-twin rows (VSR_CUDA_SWIGLU_1P; cuda_swiglu_set_1p for the test): 1 (the default) one pass, by a
  * pair of CTAs where the device has clusters (capability 9.0+), else by one; 2 one pass by one CTA; 3 as 1 with
- * four loads in flight a thread (A/B); 0 the two-pass kernel (A/B) */
+ * the other number of loads in flight a thread (k_swiglu_fp8_cl's U; A/B); 0 the two-pass kernel (A/B) */
 static int g_sw1p_on = -1;
 extern "C" int cuda_swiglu_set_1p(int on) { return cuda_env_switch_set("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on, on, 3); }
 
@@ -2788,7 +2795,8 @@ static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, 
         const int mode = cuda_env_switch("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on);
         if (n4 > 2048 && (mode == 1 || mode == 3) && c->cc_major >= 9) { /* wide rows, one pass, a CTA pair per row */
             const size_t smem = sizeof(float4) * (size_t)((n4 + 1) / 2);
-            auto kern = mode == 1 ? k_swiglu_fp8_cl<TI, 2> : k_swiglu_fp8_cl<TI, 4>;
+            constexpr int U = sizeof(TI) == 2 ? 4 : 2, Ualt = 6 - U; /* 32 bytes of each input in flight a thread */
+            auto kern = mode == 1 ? k_swiglu_fp8_cl<TI, U> : k_swiglu_fp8_cl<TI, Ualt>;
             if ((st = cuda_check(c, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                                  "swiglu: shared memory of the CTA-pair FP8 kernel", err)))
                 return st;
