@@ -415,9 +415,10 @@ TEST(mul_sigmoid_fp8_twin) {
     }
 }
 
-/* Narrow RMSNorm rows (D <= 512) run a warp a row when nothing is declared and k_rmsnorm_row when a twin is:
- * the same output bit for bit (the model declares some norms and not others, and golden answers must not
- * depend on which), over widths of one to four warps' worth and one past a warp boundary. */
+/* Narrow RMSNorm rows (128 <= D <= 512) run a warp a row when nothing is declared and k_rmsnorm_row when a twin
+ * is: the same output bit for bit (the model declares some norms and not others, and golden answers must not
+ * depend on which), over widths of one to four warps' worth and one past a warp boundary; 64 takes the row
+ * kernel both ways. */
 TEST(rmsnorm_narrow_declared) {
     vsr_err e;
     static const int64_t Ds[] = {64, 128, 132, 256, 384, 500, 512};
@@ -430,7 +431,7 @@ TEST(rmsnorm_narrow_declared) {
         GB.ops->feed_linears(GB.ctx, y1, M, D, NULL, 0); /* a twin, the FP32 output also written */
         CHECK_OK(GB.ops->rmsnorm(GB.ctx, x, D, M, D, w, 1.0f, 1e-6f, y1, D, &e), e);
         const int eq = same(y0, y1, M * D);
-        printf("  rmsnorm D=%lld undeclared (a warp a row) against declared (the row kernel): %s\n", (long long)D,
+        printf("  rmsnorm D=%lld undeclared (a warp a row from 128) against declared (the row kernel): %s\n", (long long)D,
                eq ? "bit-identical" : "DIFFERS");
         CHECK_MSG(eq, "rmsnorm D %lld: the warp kernel differs from the row kernel", (long long)D);
         void *bufs[] = {x, w, y0, y1};
