@@ -418,7 +418,8 @@ TEST(mul_sigmoid_fp8_twin) {
 /* Narrow RMSNorm rows (128 <= D <= 512) run a warp a row when nothing is declared and k_rmsnorm_row when a twin
  * is: the same output bit for bit (the model declares some norms and not others, and golden answers must not
  * depend on which), over widths of one to four warps' worth and one past a warp boundary; 64 takes the row
- * kernel both ways. */
+ * kernel both ways. (The first run on the H200 differed at 64, when the warp kernel took it: the two kernels'
+ * sums of squares were fused in different orders; sq4 in ops.cu now fixes the order.) */
 TEST(rmsnorm_narrow_declared) {
     vsr_err e;
     static const int64_t Ds[] = {64, 128, 132, 256, 384, 500, 512};

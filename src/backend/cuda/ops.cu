@@ -107,6 +107,14 @@ __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+/* Sum of squares of a float4 for the kernels that must agree bit for bit (the RMSNorm row and warp kernels; the
+ * gated norm's row and token kernels), with its roundings spelled out: written as x*x + y*y + ..., ptxas fused
+ * it as fma(x, x, y*y) in one kernel and fma(y, y, x*x) in another, and their outputs differed in the last bit
+ * for some rows (seen on the H200 at 64 columns, session 7). */
+__device__ __forceinline__ float sq4(float4 v) {
+    return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
+}
+
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
@@ -1300,8 +1308,6 @@ __device__ __forceinline__ void twin_row(const float4 (&v)[VEC], int D4, int D, 
     }
 }
 
-/* sum of squares of a float4, one expression for the RMSNorm kernels that must agree bit for bit */
-__device__ __forceinline__ float sq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
 /* RMSNorm, one block per row held in registers, VEC float4 a thread (D % 4 == 0, D <= blockDim * 4 * VEC,
  * 16-byte aligned rows); the same formula as k_rmsnorm, the sum of squares reduced in another order. VEC is
@@ -1582,7 +1588,7 @@ __global__ void __launch_bounds__(SWC_T, 6) k_swiglu_fp8_cl(const TI *g, const T
 __device__ __forceinline__ float gated_ss4(const float4 (&v)[4]) {
     float ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j++) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    for (int j = 0; j < 4; j++) ss += sq4(v[j]);
     return ss;
 }
 __device__ __forceinline__ float4 gated_out4(float4 g, float4 v, float inv, float4 a) {
@@ -2473,9 +2479,10 @@ static vsr_status cu_rmsnorm(void *ctx, const float *x, int64_t xs, int64_t M, i
         twin_clobber(c, y, sizeof(float) * (size_t)((M - 1) * ys + D));
         return cuda_check_launch(c, "rmsnorm", err);
     }
-    /* narrow rows: a warp per row, from 128 columns (a whole warp of float4s; at D = 64 its output differed from
-     * the row kernel's in one of two tests on the H200, session 7 call 5, cause not found: the row kernel keeps
-     * rows narrower than a warp) */
+    /* narrow rows: a warp per row, from 128 columns (a whole warp of float4s). At 64 its output differed from the
+     * row kernel's in one test on the H200 (session 7, call 5): ptxas had fused the two kernels' sums of squares
+     * in different orders, which sq4 now spells out; rows narrower than 128 stay on the row kernel until that
+     * has run on a GPU. */
     if (t.kind == TW_NONE && D >= 128 && D <= 32 * 4 * 4) {
         const unsigned nb = (unsigned)((M + 7) / 8);
         if (D <= 128) k_rmsnorm_warp<1><<<nb, 256, 0, c->stream>>>(x, xs, M, (int)D, w, off, eps, y, ys);
