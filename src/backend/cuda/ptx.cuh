@@ -7,6 +7,7 @@
  *                     parity (sm_90+: the sm_80 builds of kernels that reference them compile the
  *                     bodies out and never launch those kernels)
  *   wg_fence/commit/wait  wgmma ordering (sm_90a; only reached from code built for it)
+ *   WG_REGS*, WG_OUT*  the accumulator operand lists of the wgmma wrappers
  *   cluster_max, cluster_exit  a value reduced over a thread-block cluster's CTAs through distributed shared
  *                     memory, and the wait that keeps a CTA's shared memory alive until the others have read it
  *                     (sm_90+, likewise) */
@@ -54,6 +55,25 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
     } while (!done);
 #endif
 }
+
+/* The FP32 accumulator operands of a wgmma m64nN wrapper: the register list (WG_REGS32/64/128, operands %0..) for
+ * its PTX and the matching "+f" constraints (WG_OUT32/64/128(d)), spelled once for every wrapper */
+#define WG_R0 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define WG_R16 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define WG_R32 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
+#define WG_R48 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_R64 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79"
+#define WG_R80 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95"
+#define WG_R96 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111"
+#define WG_R112 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+#define WG_REGS32 "{" WG_R0 "," WG_R16 "}"
+#define WG_REGS64 "{" WG_R0 "," WG_R16 "," WG_R32 "," WG_R48 "}"
+#define WG_REGS128 "{" WG_R0 "," WG_R16 "," WG_R32 "," WG_R48 "," WG_R64 "," WG_R80 "," WG_R96 "," WG_R112 "}"
+#define WG_OUT4(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define WG_OUT16(d, i) WG_OUT4(d, i), WG_OUT4(d, (i) + 4), WG_OUT4(d, (i) + 8), WG_OUT4(d, (i) + 12)
+#define WG_OUT32(d) WG_OUT16(d, 0), WG_OUT16(d, 16)
+#define WG_OUT64(d) WG_OUT32(d), WG_OUT16(d, 32), WG_OUT16(d, 48)
+#define WG_OUT128(d) WG_OUT64(d), WG_OUT16(d, 64), WG_OUT16(d, 80), WG_OUT16(d, 96), WG_OUT16(d, 112)
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
