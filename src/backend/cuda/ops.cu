@@ -1016,8 +1016,17 @@ __global__ void k_mul_sigmoid(float *x, int64_t M, int H, int hd, const float *_
 struct sw_scales {
     const float *sx, *sg, *su; /* [M], [N], [N]; sx NULL: none */
 };
-__device__ __forceinline__ float4 sw_scale4(float4 v, float s, const float *w) {
-    return make_float4(v.x * s * w[0], v.y * s * w[1], v.z * s * w[2], v.w * s * w[3]);
+__device__ __forceinline__ float4 sw_load4(const float *p) { return *(const float4 *)p; }
+/* SwiGLU of columns 4i..4i+3 of row r from their loaded inputs a (gate), b (up), scaled first when sc is given
+ * (every vectorised SwiGLU kernel: one formula, so their outputs agree bit for bit) */
+__device__ __forceinline__ float4 sw_comb4(float4 a, float4 b, int i, int64_t r, const sw_scales &sc) {
+    if (sc.sx) {
+        const float s = sc.sx[r];
+        const float4 wg = sw_load4(sc.sg + 4 * i), wu = sw_load4(sc.su + 4 * i);
+        a = make_float4(a.x * s * wg.x, a.y * s * wg.y, a.z * s * wg.z, a.w * s * wg.w);
+        b = make_float4(b.x * s * wu.x, b.y * s * wu.y, b.z * s * wu.z, b.w * s * wu.w);
+    }
+    return make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
 }
 
 template <typename TI>
@@ -1403,9 +1412,7 @@ __global__ void __launch_bounds__(SW4_T) k_swiglu4(const TI *g, const TI *__rest
     for (int k = 0; k < SW4_U; k++) {
         const int i = c0 + k * SW4_T;
         if (i >= N4) break;
-        float4 ak = wide4(a[k]), bk = wide4(b[k]);
-        if (sc.sx) ak = sw_scale4(ak, sc.sx[r], sc.sg + 4 * i), bk = sw_scale4(bk, sc.sx[r], sc.su + 4 * i);
-        const float4 o = make_float4(silu_d(ak.x) * bk.x, silu_d(ak.y) * bk.y, silu_d(ak.z) * bk.z, silu_d(ak.w) * bk.w);
+        const float4 o = sw_comb4(wide4(a[k]), wide4(b[k]), i, r, sc);
         if (y) *(float4 *)(y + r * N + 4 * i) = o;
         if (yb) store_bf16x4(yb + r * N + 4 * i, o);
     }
@@ -1428,9 +1435,7 @@ __global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const TI *g, const TI *
     for (int j = 0; j < VEC; j++) {
         int i = threadIdx.x + j * blockDim.x;
         if (i < N4) {
-            float4 a = ld4f(gr + 4 * i), b = ld4f(ur + 4 * i);
-            if (sc.sx) a = sw_scale4(a, sc.sx[r], sc.sg + 4 * i), b = sw_scale4(b, sc.sx[r], sc.su + 4 * i);
-            v[j] = make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
+            v[j] = sw_comb4(ld4f(gr + 4 * i), ld4f(ur + 4 * i), i, r, sc);
             if (yr) yr[i] = v[j];
         } else {
             v[j] = make_float4(0, 0, 0, 0);
@@ -1447,17 +1452,6 @@ __global__ void __launch_bounds__(1024) k_swiglu_row_fp8(const TI *g, const TI *
  * serialised, 292 us at 8 x 512; it now takes rows up to 8192 wide). The second pass reads the row
  * again from L2 (4 rows x 70 KB per multiprocessor at the 27B width in BF16). Outputs, scales and
  * twin are bit-identical to k_swiglu_row_fp8's. */
-__device__ __forceinline__ float4 sw_load4(const float *p) { return *(const float4 *)p; }
-/* SwiGLU of columns 4i..4i+3 of row r from their loaded inputs a (gate), b (up) */
-__device__ __forceinline__ float4 sw_comb4(float4 a, float4 b, int i, int64_t r, const sw_scales &sc) {
-    if (sc.sx) {
-        const float s = sc.sx[r];
-        const float4 wg = sw_load4(sc.sg + 4 * i), wu = sw_load4(sc.su + 4 * i);
-        a = make_float4(a.x * s * wg.x, a.y * s * wg.y, a.z * s * wg.z, a.w * s * wg.w);
-        b = make_float4(b.x * s * wu.x, b.y * s * wu.y, b.z * s * wu.z, b.w * s * wu.w);
-    }
-    return make_float4(silu_d(a.x) * b.x, silu_d(a.y) * b.y, silu_d(a.z) * b.z, silu_d(a.w) * b.w);
-}
 template <typename TI>
 __device__ __forceinline__ float4 sw_out4(const TI *gr, const TI *ur, int i, int64_t r, const sw_scales &sc) {
     return sw_comb4(ld4f(gr + 4 * i), ld4f(ur + 4 * i), i, r, sc);
@@ -1484,6 +1478,34 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_2p(const TI *g, const TI *__
     for (int64_t i = N + threadIdx.x; i < twld; i += blockDim.x) q[i] = 0;
 }
 
+/* The one-pass SwiGLU kernels' first step: columns [lo, hi) (float4 units) of row r into row[i - lo] (and yr[i]
+ * when given), nt threads apart, every thread's U float4 pairs loaded (BF16 kept as loaded, widened at use: fewer
+ * registers) before any is used; returns the thread's amax of what it wrote */
+template <typename TI, int U>
+__device__ __forceinline__ float sw_stage(const TI *gr, const TI *ur, int lo, int hi, int nt, int64_t r,
+                                          const sw_scales &sc, float4 *row, float4 *yr) {
+    float amax = 0.0f;
+    for (int i0 = lo + (int)threadIdx.x; i0 < hi; i0 += U * nt) {
+        typename raw4<TI>::type a[U], b[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int i = i0 + j * nt;
+            if (i < hi) a[j] = ld4raw(gr + 4 * i), b[j] = ld4raw(ur + 4 * i);
+        }
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int i = i0 + j * nt;
+            if (i < hi) {
+                const float4 o = sw_comb4(wide4(a[j]), wide4(b[j]), i, r, sc);
+                row[i - lo] = o;
+                if (yr) yr[i] = o;
+                amax = fmaxf(amax, absmax4(o));
+            }
+        }
+    }
+    return amax;
+}
+
 /* SwiGLU with an FP8 twin for wide rows in one pass over device memory (the default; VSR_CUDA_SWIGLU_1P=0
  * keeps k_swiglu_fp8_2p): the row's outputs go to shared memory (N * 4 bytes: 68 KB at the 27B width,
  * three blocks a multiprocessor) as they are computed for the amax, and are quantized from there, so the
@@ -1502,25 +1524,7 @@ __global__ void __launch_bounds__(512) k_swiglu_fp8_1p(const TI *g, const TI *__
     const TI *gr = g + r * gs, *ur = u + r * gs;
     float4 *yr = y ? (float4 *)(y + r * N) : NULL;
     const int N4 = N >> 2, nt = (int)blockDim.x;
-    float amax = 0.0f;
-    for (int i0 = threadIdx.x; i0 < N4; i0 += SW1_U * nt) {
-        float4 a[SW1_U], b[SW1_U];
-#pragma unroll
-        for (int j = 0; j < SW1_U; j++) {
-            const int i = i0 + j * nt;
-            if (i < N4) a[j] = ld4f(gr + 4 * i), b[j] = ld4f(ur + 4 * i);
-        }
-#pragma unroll
-        for (int j = 0; j < SW1_U; j++) {
-            const int i = i0 + j * nt;
-            if (i < N4) {
-                const float4 o = sw_comb4(a[j], b[j], i, r, sc);
-                sw_row[i] = o;
-                if (yr) yr[i] = o;
-                amax = fmaxf(amax, absmax4(o));
-            }
-        }
-    }
+    const float amax = sw_stage<TI, SW1_U>(gr, ur, 0, N4, nt, r, sc, sw_row, yr);
     const fp8_div dv = twin_scale(amax, sh, tsx + r); /* its barriers order sw_row's stores before the reads below */
     uint8_t *q = tw + r * twld;
     for (int i = threadIdx.x; i < N4; i += nt) *(uint32_t *)(q + 4 * i) = e4m3x4(sw_row[i], dv);
@@ -1552,25 +1556,7 @@ __global__ void __launch_bounds__(SWC_T, 6) k_swiglu_fp8_cl(const TI *g, const T
     const TI *gr = g + r * gs, *ur = u + r * gs;
     float4 *yr = y ? (float4 *)(y + r * N) : NULL;
     const int N4 = N >> 2, half = (N4 + 1) >> 1, lo = (int)rank * half, hi = min(N4, lo + half);
-    float amax = 0.0f;
-    for (int i0 = lo + (int)threadIdx.x; i0 < hi; i0 += U * SWC_T) {
-        typename raw4<TI>::type a[U], b[U]; /* as loaded: BF16 widened at use (fewer registers) */
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            const int i = i0 + j * SWC_T;
-            if (i < hi) a[j] = ld4raw(gr + 4 * i), b[j] = ld4raw(ur + 4 * i);
-        }
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            const int i = i0 + j * SWC_T;
-            if (i < hi) {
-                const float4 o = sw_comb4(wide4(a[j]), wide4(b[j]), i, r, sc);
-                sw_row[i - lo] = o;
-                if (yr) yr[i] = o;
-                amax = fmaxf(amax, absmax4(o));
-            }
-        }
-    }
+    const float amax = sw_stage<TI, U>(gr, ur, lo, hi, SWC_T, r, sc, sw_row, yr);
     /* block_reduce's barriers order sw_row's stores before the reads below */
     const float s = fp8_row_scale(cluster_max<2>(block_reduce(amax, sh, true), &slot));
     if (rank == 0 && threadIdx.x == 0) tsx[r] = s;
