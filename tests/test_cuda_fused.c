@@ -256,7 +256,7 @@ TEST(swiglu_fp8_one_pass) {
     static const int64_t Is[] = {8196, 17408, 32768};
     enum { NP = 4 };
     static const int modes[NP] = {1, 3, 2, 0}; /* the last, two passes, is the reference */
-    static const char *names[NP] = {"CTA pair", "CTA pair, 4 loads", "one CTA", "two passes"};
+    static const char *names[NP] = {"CTA pair", "CTA pair, the other loads in flight", "one CTA", "two passes"};
     for (size_t c = 0; c < sizeof Is / sizeof *Is; c++) {
         const int64_t I = Is[c];
         vsr_bweight *Wd = fp8_weight(N, I, 0.02f, "test.down"), *WG = fp8_weight(2 * I, K, 0.05f, "test.gate_up");
