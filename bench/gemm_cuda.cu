@@ -382,6 +382,11 @@ int main(int argc, char **argv) {
             unsetenv("VSR_FP8_GEMM_BN");
             unsetenv("VSR_FP8_GEMM_PROMOTE");
             unsetenv("VSR_FP8_GEMM");
+            /* the GEMM alone from prequantized activations by the forward's own route (outer-vector-scaled
+             * cuBLASLt where the device has it): what a linear costs when its producer wrote the FP8 twin */
+            us = time_us([&](int i) { CK(cuda_fp8_linear_prequant(C, xq8, sx8, M, W8[i % W8.size()], y, 0, &e)); });
+            fprintf(stderr, "%s M %lld fp8_pq_route path %s\n", s.name, (long long)M, cuda_quant_last_path());
+            row("fp8_pq_route", s, M, us, by_fp8, 1.0 * M * K + 4.0 * M * N);
             /* the product kept in BF16 for a reader (linear_swiglu's, unscaled), per route forced */
             for (int route = 0; route < 3; route++) {
                 static const char *const KN[3] = {"fp8_kept_lt", "fp8_kept_wg128", "fp8_kept_wg256"};
@@ -424,6 +429,14 @@ int main(int argc, char **argv) {
                 us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
+                for (int lm = 1; lm <= 2; lm++) { /* the lean modes (VSR_CUDA_INT4_LEAN), BF16 in */
+                    const int lean_was = cuda_quant_force_int4_lean(lm);
+                    us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
+                    fprintf(stderr, "%s M %lld int4 lean %d bf16-in path %s\n", s.name, (long long)M, lm,
+                            cuda_quant_last_path());
+                    row(lm == 1 ? "int4_lean1_bf16in" : "int4_lean2_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
+                    cuda_quant_force_int4_lean(lean_was);
+                }
             }
         }
         for (auto *w : Wb) B.ops->weight_free(B.ctx, w);

@@ -77,7 +77,9 @@ vsr_status cuda_check_launch(cuda_ctx *c, const char *kernel, vsr_err *err);
 /* A 0/1 switch from the environment (A/B and test knobs), read once into *cache (-1: not read yet;
  * a force hook may store into it): "0..." -> 0, "1..." -> 1, unset or anything else -> dflt. */
 int cuda_env_switch(const char *name, int dflt, int *cache);
-/* the tests' setter of such a switch: on in [0, maxv] replaces the cached value; the old value (-1: out of range) */
+/* A switch of several modes 0..maxv (maxv <= 9): the environment's single digit in range, else dflt */
+int cuda_env_mode(const char *name, int dflt, int maxv, int *cache);
+/* the tests' setter of either: on in [0, maxv] replaces the cached value; the old value (-1: out of range) */
 int cuda_env_switch_set(const char *name, int dflt, int *cache, int on, int maxv);
 /* Grow-only scratch (see cuda_ctx). */
 vsr_status cuda_scratch(cuda_ctx *c, size_t bytes, void **out, vsr_err *err);

@@ -1849,9 +1849,16 @@ extern "C" int cuda_env_switch(const char *name, int dflt, int *cache) {
     }
     return *cache;
 }
+extern "C" int cuda_env_mode(const char *name, int dflt, int maxv, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && e[0] >= '0' && e[0] - '0' <= maxv && e[1] == 0 ? e[0] - '0' : dflt;
+    }
+    return *cache;
+}
 extern "C" int cuda_env_switch_set(const char *name, int dflt, int *cache, int on, int maxv) {
     if (on < 0 || on > maxv) return -1;
-    const int old = cuda_env_switch(name, dflt, cache);
+    const int old = maxv > 1 ? cuda_env_mode(name, dflt, maxv, cache) : cuda_env_switch(name, dflt, cache);
     *cache = on;
     return old;
 }
@@ -2548,7 +2555,7 @@ static vsr_status cu_rmsnorm_gated(void *ctx, const float *x, const float *z, in
      * 3 x 128 (384 blocks) the row kernel is faster (bench_cuda, call 7: 10.2 against 10.8 us). */
     const cuda_ctx_priv *pv = priv(c);
     const int64_t dK = pv->req_x == y && pv->req_rows * pv->req_K == M * D ? pv->req_K : 0;
-    const int mode = cuda_env_switch("VSR_CUDA_GATED_TOK", 1, &g_gated_tok_on); /* 0 off, 1 by size, 2 always, 3 always in whole-token CTAs */
+    const int mode = cuda_env_mode("VSR_CUDA_GATED_TOK", 1, 3, &g_gated_tok_on); /* 0 off, 1 by size, 2 always, 3 always in whole-token CTAs */
     int tok = mode && vec && D <= 128 && M < 0x7fffffff && zh < 0x7fffffff;
     const int64_t nh = dK > 0 && dK % D == 0 && dK / D <= GT_W * GT_HPW ? dK / D : 32;
     const int tok_fp8 = tok && dK == nh * D && pv->n_fp8_w > 0;
@@ -2788,7 +2795,7 @@ static vsr_status swiglu_run(cuda_ctx *c, const TI *g, const TI *u, int64_t gs, 
     if (t.kind == TW_FP8) {
         int64_t n4 = N / 4, thr = (n4 + 31) / 32 * 32;
         thr = thr > 1024 ? 1024 : thr;
-        const int mode = cuda_env_switch("VSR_CUDA_SWIGLU_1P", 1, &g_sw1p_on);
+        const int mode = cuda_env_mode("VSR_CUDA_SWIGLU_1P", 1, 3, &g_sw1p_on);
         if (n4 > 2048 && (mode == 1 || mode == 3) && c->cc_major >= 9) { /* wide rows, one pass, a CTA pair per row */
             const size_t smem = sizeof(float4) * (size_t)((n4 + 1) / 2);
             constexpr int U = sizeof(TI) == 2 ? 4 : 2, Ualt = 6 - U; /* 32 bytes of each input in flight a thread */
