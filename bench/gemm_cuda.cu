@@ -5,10 +5,12 @@
  * cuBLASLt path with the sm_90a kernel off, fp8_wgmma = that kernel at every row count, fp8_pq_* = the
  * kernel alone on prequantized activations per tile width / accumulation mode (promoted pipelined, the
  * serial promoted schedule, fast), fp8_kept_* = the product kept in BF16 for linear_swiglu per route
- * forced), our int4
+ * forced, fp8_pq_route = the GEMM alone on prequantized activations by the forward's route: outer-vector-scaled
+ * cuBLASLt where the device has it), our int4
  * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
  * with the streaming kernel off, int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass)
- * forced on, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path). VSR_FP8=0 skips the
+ * forced on, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path; int4_lean1_bf16in / int4_lean2_bf16in = the same in the streaming kernel's lean modes).
+ * FP8 data: see fp8_bytes (the torch peer's distributions unless VSR_FP8_DATA=bytes). VSR_FP8=0 skips the
  * FP8 rows. Writes CSV to stdout:
  *   variant,shape,K,N,M,us,tflops,tbps
  * us is the median of per-launch event timings; weights rotate over enough copies to exceed
@@ -27,6 +29,7 @@
 #include "backend/backend_cuda.h"
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
+#include "vsr/quant.h"
 /* quant_int4.cu: the bulk-copy streaming int4 kernel's switch (1 on, 0 off) */
 extern "C" int cuda_quant_force_int4_bulk(int on);
 
@@ -47,6 +50,24 @@ static uint64_t rs = 88172645463325252ull;
 static inline uint32_t r32() {
     rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
     return (uint32_t)(rs >> 16);
+}
+/* FP8 test data. The tensor cores' power (and so the clocks under the H200's power cap) depends on the
+ * bits multiplied: uniformly random bytes toggle far more of them than real codes do. By default the
+ * codes are drawn as the torch peer draws them (bench/gemm_cuda_torch.py): weights e4m3(20 N(0,1)),
+ * prequantized activations e4m3(448 u), u uniform in [-1, 1] (a row of uniform activations quantized
+ * per token); VSR_FP8_DATA=bytes keeps the uniformly random bytes of the sweeps before 2026-11-29g. */
+static bool fp8_bytes() {
+    const char *e = getenv("VSR_FP8_DATA");
+    return e && !strcmp(e, "bytes");
+}
+static inline float unif() { return (float)((double)r32() / 4294967296.0 * 2.0 - 1.0); }
+static inline float gauss() { /* Box-Muller */
+    const double u1 = ((double)r32() + 1.0) / 4294967297.0, u2 = (double)r32() / 4294967296.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+static inline uint8_t fp8_byte() {
+    uint8_t v = (uint8_t)r32();
+    return (v & 0x7F) == 0x7F ? v ^ 1 : v;
 }
 
 #define CK(x)                                                                                                          \
@@ -247,17 +268,14 @@ int main(int argc, char **argv) {
         cudaMemcpy(x, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice);
         CK(cuda_f32_to_bf16(C, x, Mmax * Kmax, xb, &e));
     }
-    /* prequantized FP8 activations for the GEMM-alone rows: random e4m3 without NaN, scales 1e-2 */
+    /* prequantized FP8 activations for the GEMM-alone rows (fp8_bytes above), scales 1e-2 */
     uint8_t *xq8;
     float *sx8;
     cudaMalloc(&xq8, (size_t)(Mmax * Kmax));
     cudaMalloc(&sx8, sizeof(float) * Mmax);
     {
         std::vector<uint8_t> h(Mmax * Kmax);
-        for (auto &v : h) {
-            v = (uint8_t)r32();
-            if ((v & 0x7F) == 0x7F) v ^= 1;
-        }
+        for (auto &v : h) v = fp8_bytes() ? fp8_byte() : vsr_f32_to_e4m3fn(448.0f * unif());
         cudaMemcpy(xq8, h.data(), h.size(), cudaMemcpyHostToDevice);
         std::vector<float> hs(Mmax, 1e-2f);
         cudaMemcpy(sx8, hs.data(), sizeof(float) * Mmax, cudaMemcpyHostToDevice);
@@ -296,12 +314,12 @@ int main(int argc, char **argv) {
         vsr_weight_view vb = {VSR_WK_BF16, N, K, wb.data(), NULL, NULL, NULL, 0, 0, s.name};
         auto Wb = upload_copies(vb, 2ull * N * K);
         wb.clear(), wb.shrink_to_fit();
-        /* FP8: random e4m3 bytes without NaN, scales ~1e-2 */
+        /* FP8 (fp8_bytes above; the normal draws through a table of 65,536, drawn once), scales ~1e-2 */
+        static std::vector<uint8_t> wtab;
+        if (wtab.empty())
+            for (int i = 0; i < 65536; i++) wtab.push_back(vsr_f32_to_e4m3fn(20.0f * gauss()));
         std::vector<uint8_t> w8(N * K);
-        for (auto &v : w8) {
-            v = (uint8_t)r32();
-            if ((v & 0x7F) == 0x7F) v ^= 1;
-        }
+        for (auto &v : w8) v = fp8_bytes() ? fp8_byte() : wtab[r32() >> 16];
         std::vector<uint16_t> s8(N);
         for (auto &v : s8) v = 0x3C23;
         vsr_weight_view v8 = {VSR_WK_FP8, N, K, w8.data(), s8.data(), NULL, NULL, 0, 0, s.name};

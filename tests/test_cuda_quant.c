@@ -1270,6 +1270,7 @@ int main(int argc, char **argv) {
     }
     RUN(int4_against_reference);
     RUN(int4_every_candidate);
+    RUN(int4_lean_modes);
     RUN(int4_bf16_entry);
     RUN(int4_refusals);
     const char *only = getenv("VSR_QUANT_TESTS");
