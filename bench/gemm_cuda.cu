@@ -9,19 +9,22 @@
  * cuBLASLt where the device has it), our int4
  * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
  * with the streaming kernel off, int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass)
- * forced on, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path; int4_lean1_bf16in / int4_lean2_bf16in = the same in the streaming kernel's lean modes).
+ * forced on, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path).
  * FP8 data: see fp8_bytes (the torch peer's distributions unless VSR_FP8_DATA=bytes). VSR_FP8=0 skips the
  * FP8 rows. Writes CSV to stdout:
  *   variant,shape,K,N,M,us,tflops,tbps
  * us is the median of per-launch event timings; weights rotate over enough copies to exceed
  * the 60 MB L2 several times. tbps counts the weight bytes as stored on the device plus FP32
  * activations read and FP32 outputs written once. First lines (# ...) are the ceilings.
- * Usage: gemm_cuda [rows,rows,...] [--shapes=name,name,...] | gemm_cuda --lt-search (see lt_search_bench) */
+ * Usage: gemm_cuda [rows,rows,...] [--shapes=name,name,...] [--fp8-gemm] | gemm_cuda --lt-search (see lt_search_bench)
+ *   --fp8-gemm: the FP8 GEMM alone by the forward's route (fp8_pq_route_cool: FP32 out; fp8_kept_lt_cool: the
+ *   outer-vector-scaled product kept in BF16, as torch._scaled_mm writes it), each point from an idle GPU */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -46,6 +49,11 @@ static const shape SHAPES[] = {
 
 static vsr_backend B;
 static cuda_ctx *C;
+/* --fp8-gemm: only fp8_pq_route_cool and fp8_kept_lt_cool, each timed after VSR_COOL_MS (default 500) ms
+ * of an idle GPU, so that every point starts from the same clocks (back to back, the rows before a row
+ * lower its clocks under the power cap) */
+static bool fp8_only = false;
+static int cool_ms = 500;
 static uint64_t rs = 88172645463325252ull;
 static inline uint32_t r32() {
     rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
@@ -240,6 +248,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--shapes=", 9)) {
             only = argv[i] + 9;
+        } else if (!strcmp(argv[i], "--fp8-gemm")) {
+            fp8_only = true;
+            if (getenv("VSR_COOL_MS")) cool_ms = atoi(getenv("VSR_COOL_MS"));
         } else if (!strcmp(argv[i], "--lt-search")) {
             return lt_search_bench();
         } else if (argv[i][0] != '-') {
@@ -308,11 +319,11 @@ int main(int argc, char **argv) {
             if (!f || (f != only && f[-1] != ',') || (f[l] != 0 && f[l] != ',')) continue;
         }
         int64_t N = s.N, K = s.K;
-        /* BF16 weights: random finite bf16 in +-[2^-7, 2^-5] */
-        std::vector<uint16_t> wb(N * K);
+        /* BF16 weights: random finite bf16 in +-[2^-7, 2^-5] (--fp8-gemm: one copy, unused) */
+        std::vector<uint16_t> wb(fp8_only ? 16 * 16 : N * K);
         for (auto &v : wb) v = (uint16_t)(0x3C00 | (r32() & 0x80FF));
-        vsr_weight_view vb = {VSR_WK_BF16, N, K, wb.data(), NULL, NULL, NULL, 0, 0, s.name};
-        auto Wb = upload_copies(vb, 2ull * N * K);
+        vsr_weight_view vb = {VSR_WK_BF16, fp8_only ? 16 : N, fp8_only ? 16 : K, wb.data(), NULL, NULL, NULL, 0, 0, s.name};
+        auto Wb = upload_copies(vb, fp8_only ? 1ull << 40 : 2ull * N * K);
         wb.clear(), wb.shrink_to_fit();
         /* FP8 (fp8_bytes above; the normal draws through a table of 65,536, drawn once), scales ~1e-2 */
         static std::vector<uint8_t> wtab;
@@ -325,20 +336,46 @@ int main(int argc, char **argv) {
         vsr_weight_view v8 = {VSR_WK_FP8, N, K, w8.data(), s8.data(), NULL, NULL, 0, 0, s.name};
         auto W8 = upload_copies(v8, 1ull * N * K);
         w8.clear(), w8.shrink_to_fit();
-        /* int4: random nibbles, group 128, symmetric (GPTQ) */
-        int G = (int)(K / 128);
-        std::vector<uint32_t> w4(N * K / 8);
+        /* int4: random nibbles, group 128, symmetric (GPTQ) (--fp8-gemm: one small copy, unused) */
+        const int64_t N4 = fp8_only ? 16 : N, K4 = fp8_only ? 128 : K;
+        int G = (int)(K4 / 128);
+        std::vector<uint32_t> w4(N4 * K4 / 8);
         for (auto &v : w4) v = r32() ^ (r32() << 16);
-        std::vector<uint16_t> s4(N * G);
+        std::vector<uint16_t> s4(N4 * G);
         for (auto &v : s4) v = (uint16_t)(0x3C00 | (r32() & 0x7F));
-        vsr_weight_view v4 = {VSR_WK_INT4, N, K, w4.data(), s4.data(), NULL, NULL, 128, 0, s.name};
-        auto W4 = upload_copies(v4, 1ull * N * K / 2);
+        vsr_weight_view v4 = {VSR_WK_INT4, N4, K4, w4.data(), s4.data(), NULL, NULL, 128, 0, s.name};
+        auto W4 = upload_copies(v4, fp8_only ? 1ull << 40 : 1ull * N * K / 2);
         w4.clear(), s4.clear();
         double by_bf16 = B.ops->weight_bytes(B.ctx, Wb[0]), by_fp8 = B.ops->weight_bytes(B.ctx, W8[0]),
                by_i4 = B.ops->weight_bytes(B.ctx, W4[0]);
         for (int64_t M : rows) {
             double act = 4.0 * M * K + 4.0 * M * N;
             float us;
+            if (fp8_only) { /* --fp8-gemm: the forward's FP8 GEMMs alone, each from a GPU idle for cool_ms */
+                for (int v = 0; v < 2; v++) {
+                    usleep(cool_ms * 1000);
+                    if (v == 0) {
+                        us = time_us([&](int i) {
+                            CK(cuda_fp8_linear_prequant(C, xq8, sx8, M, W8[i % W8.size()], y, 0, &e));
+                        });
+                    } else {
+                        const int was = cuda_quant_force_fp8_route(0);
+                        us = time_us([&](int i) {
+                            const __nv_bfloat16 *d;
+                            const float *dsx, *dsw;
+                            int64_t ldd;
+                            int ran = 0;
+                            CK(cuda_fp8_linear_bf16out(C, NULL, xq8, sx8, M, W8[i % W8.size()], &d, &ldd, &dsx, &dsw,
+                                                       &ran, &e));
+                        });
+                        cuda_quant_force_fp8_route(was);
+                    }
+                    const char *name = v == 0 ? "fp8_pq_route_cool" : "fp8_kept_lt_cool";
+                    fprintf(stderr, "%s M %lld %s path %s\n", s.name, (long long)M, name, cuda_quant_last_path());
+                    row(name, s, M, us, by_fp8, v == 0 ? 1.0 * M * K + 4.0 * M * N : 1.0 * M * K + 2.0 * M * N);
+                }
+                continue;
+            }
             us = time_us([&](int i) {
                 const vsr_bweight *w = Wb[i % Wb.size()];
                 CK(cuda_gemm_bf16(C, xb, M, (const __nv_bfloat16 *)w->w, N, K, y, 0, &e));
@@ -447,14 +484,6 @@ int main(int argc, char **argv) {
                 us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
-                for (int lm = 1; lm <= 2; lm++) { /* the lean modes (VSR_CUDA_INT4_LEAN), BF16 in */
-                    const int lean_was = cuda_quant_force_int4_lean(lm);
-                    us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
-                    fprintf(stderr, "%s M %lld int4 lean %d bf16-in path %s\n", s.name, (long long)M, lm,
-                            cuda_quant_last_path());
-                    row(lm == 1 ? "int4_lean1_bf16in" : "int4_lean2_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
-                    cuda_quant_force_int4_lean(lean_was);
-                }
             }
         }
         for (auto *w : Wb) B.ops->weight_free(B.ctx, w);

@@ -7,8 +7,12 @@ Variants (CSV to stdout, same columns as gemm_cuda):
   torch_fp8_q     the same plus the per-token quantization of FP32 x in torch ops (amax, divide,
                   cast): what a torch runtime does per call
 Median of per-call CUDA event timings, weights rotating over copies totalling > 256 MB.
-Ceilings first: device copy, bf16 and FP8 row-wise 8192^3."""
+Ceilings first: device copy, bf16 and FP8 row-wise 8192^3.
+VSR_TORCH_FP8_COOL=1: torch_fp8_cool only (gemm_cuda --fp8-gemm's peer): each point timed after
+VSR_COOL_MS (default 500) ms of an idle GPU."""
+import os
 import sys
+import time
 
 import torch
 
@@ -20,6 +24,8 @@ if len(sys.argv) > 1:
     ROWS = [int(r) for r in sys.argv[1].split(",")]
 dev = "cuda"
 F8 = torch.float8_e4m3fn
+COOL = os.environ.get("VSR_TORCH_FP8_COOL") == "1"
+COOL_MS = int(os.environ.get("VSR_COOL_MS", "500"))
 
 
 def med_us(fn, budget_us=3000.0, min_iters=5):
@@ -78,9 +84,17 @@ def main():
         for M in ROWS:
             x = xf[:M].contiguous()
             xb = x.to(torch.bfloat16)
-            us = med_us(lambda i: torch.matmul(xb, wb[i % ncopy].t()))
-            row("torch_bf16", name, K, N, M, us, 2.0 * N * K, 2.0 * M * K + 2.0 * M * N)
+            if not COOL:
+                us = med_us(lambda i: torch.matmul(xb, wb[i % ncopy].t()))
+                row("torch_bf16", name, K, N, M, us, 2.0 * N * K, 2.0 * M * K + 2.0 * M * N)
             xq, sx = quant_rows(x)
+            if COOL:
+                torch.cuda.synchronize()
+                time.sleep(COOL_MS / 1000.0)
+                us = med_us(lambda i: torch._scaled_mm(xq, w8[i % ncopy8].t(), scale_a=sx, scale_b=sw,
+                                                       out_dtype=torch.bfloat16))
+                row("torch_fp8_cool", name, K, N, M, us, 1.0 * N * K + 4 * N, 1.0 * M * K + 2.0 * M * N)
+                continue
             try:
                 us = med_us(lambda i: torch._scaled_mm(xq, w8[i % ncopy8].t(), scale_a=sx, scale_b=sw,
                                                        out_dtype=torch.bfloat16))

@@ -204,12 +204,12 @@ static const i4case I4_CASES[] = {
 
 /* twice: the default <= 16-row kernel, then the bulk-copy kernel forced on */
 static void int4_against_reference_pass(void);
-TEST(int4_against_reference) { /* the exact mode (lean modes: int4_lean_modes) */
-    const int was = cuda_quant_force_int4_bulk(0), lean_was = cuda_quant_force_int4_lean(0);
+TEST(int4_against_reference) {
+    const int was = cuda_quant_force_int4_bulk(0);
     int4_against_reference_pass();
     cuda_quant_force_int4_bulk(1);
     int4_against_reference_pass();
-    cuda_quant_force_int4_bulk(was), cuda_quant_force_int4_lean(lean_was);
+    cuda_quant_force_int4_bulk(was);
 }
 static void int4_against_reference_pass(void) {
     for (size_t ci = 0; ci < sizeof I4_CASES / sizeof I4_CASES[0]; ci++) {
@@ -268,7 +268,7 @@ TEST(int4_every_candidate) {
     static const int64_t rows[] = {1, 5, 8, 16, 33, 256};
     const size_t nc = sizeof cases / sizeof cases[0];
     int total = 0, total_stream = 0, total_bulk = 0;
-    const int bulk_was = cuda_quant_force_int4_bulk(0), lean_was = cuda_quant_force_int4_lean(0); /* the exact mode */
+    const int bulk_was = cuda_quant_force_int4_bulk(0);
     const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
     const int has_bulk = cc >= 90; /* the bulk-copy kernel needs capability 9.0+ (else the third pass's runs) */
@@ -337,99 +337,9 @@ TEST(int4_every_candidate) {
     CHECK(cuda_quant_force_int4_stream(2) == -1 && cuda_quant_force_int4_stream(1) == 1);
     CHECK(cuda_quant_force_int4_bulk(-1) == -1 && cuda_quant_force_int4_bulk(2) == -1);
     CHECK(cuda_quant_force_int4_bulk(1) == 0 && cuda_quant_force_int4_bulk(bulk_was) == 1); /* back to the default */
-    cuda_quant_force_int4_lean(lean_was);
     CHECK_MSG(!has_bulk || total_bulk >= 60, "only %d bulk-copy configurations checked", total_bulk);
     printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's)\n", total,
            total_bulk, total_stream);
-}
-
-/* The lean modes of the streaming kernel (VSR_CUDA_INT4_LEAN 1, 2: the scale applied to each group's FP32 sum,
- * the weight never rounded to BF16), over every configuration of their lists at 1-16 rows, against the
- * unrounded product sum_g s_g sum_k (u - zp) x (double), each bit-identical on a rerun and accumulating; the
- * exact mode's distance from that product is printed beside them (it rounds each weight to BF16). Bounds:
- * mode 1 sums exact integers times BF16 activations in FP32 (1e-5, the exact mode's bound against its own
- * reference); mode 2 subtracts (128 + zp) * sum x from sum (128 + u) x, a cancellation ~17x the result:
- * 1e-4. */
-static void i4_ref_unrounded(const i4w *w, const float *x, int64_t M, float *y) {
-    const int64_t K = w->K, N = w->N;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t m = 0; m < M; m++) {
-            double s = 0;
-            for (int64_t k = 0; k < K; k++) {
-                const int64_t g = w->g_idx ? w->g_idx[k] : w->group > 0 ? k / w->group : 0;
-                const int u = (int)((w->packed[n * (K / 8) + k / 8] >> (4 * (k % 8))) & 0xfu);
-                const int uzp = w->zp ? (int)((w->zp[(n / 8) * w->G + g] >> (4 * (n % 8))) & 0xfu) : 8;
-                s += (double)(u - uzp) * bf2f(w->scale[n * w->G + g]) * x[m * K + k];
-            }
-            y[m * N + n] = (float)s;
-        }
-}
-
-TEST(int4_lean_modes) {
-    static const int cases[] = {0, 2, 3, 6, 7, 8}; /* every streaming case: g128, act-order g64, channel, g64, long K */
-    static const int64_t rows[] = {1, 3, 8, 16};
-    const int lean_was = cuda_quant_force_int4_lean(0), bulk_was = cuda_quant_force_int4_bulk(0);
-    double worst[3] = {0, 0, 0};
-    int total = 0;
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const i4case *c = &I4_CASES[cases[ci]];
-        i4w w;
-        vsr_bweight *bw;
-        vsr_err e = {0};
-        if (!i4_upload(c, "test.int4.lean", &w, &bw)) continue;
-        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
-            const int64_t M = rows[ri], N = c->N, K = c->K;
-            float *x = malloc(sizeof(float) * (size_t)(M * K)), *xb = malloc(sizeof(float) * (size_t)(M * K));
-            float *ref = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
-            float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
-            for (int64_t i = 0; i < M * K; i++) x[i] = frand(), xb[i] = bf2f(f2bf(x[i]));
-            for (int64_t i = 0; i < M * N; i++) y0[i] = frand();
-            i4_ref_unrounded(&w, xb, M, ref);
-            for (int mode = 0; mode <= 2; mode++) {
-                cuda_quant_force_int4_lean(mode);
-                const double bound = mode == 1 ? 1e-5 : 1e-4;
-                for (int idx = -1;; idx++) { /* the autotuned choice, then every configuration of the list */
-                    cuda_quant_force_int4_cfg(idx);
-                    vsr_status st = gpu_linear(bw, x, M, K, N, NULL, y, &e);
-                    if (idx >= 0 && st == VSR_E_INVALID) {
-                        CHECK_MSG(strstr(e.msg, "no int4 fused candidate") != NULL, "%s", e.msg);
-                        break;
-                    }
-                    CHECK_OK(st, e);
-                    if (st) break;
-                    char path[160];
-                    snprintf(path, sizeof path, "%s", cuda_quant_last_path());
-                    char want[16];
-                    snprintf(want, sizeof want, mode ? "(t-l%d-" : "(t-mt", mode);
-                    CHECK_MSG(strstr(path, want) != NULL, "case %d M %lld lean %d: path %s", cases[ci], (long long)M,
-                              mode, path);
-                    const double er = nerr(y, ref, M * N);
-                    if (er > worst[mode]) worst[mode] = er;
-                    if (mode) {
-                        CHECK_MSG(er <= bound, "case %d M %lld %s: %.3g vs the unrounded product", cases[ci],
-                                  (long long)M, path, er);
-                        CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
-                              memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0);
-                        CHECK_OK(gpu_linear(bw, x, M, K, N, y0, y2, &e), e);
-                        for (int64_t i = 0; i < M * N; i++) y[i] = ref[i] + y0[i];
-                        CHECK_MSG(nerr(y2, y, M * N) <= bound, "case %d M %lld %s accumulate: %.3g", cases[ci],
-                                  (long long)M, path, nerr(y2, y, M * N));
-                        total++;
-                    }
-                    if (idx < 0 && !mode) break; /* the exact mode: its default only (its list: int4_every_candidate) */
-                }
-                cuda_quant_force_int4_cfg(-1);
-            }
-            free(x), free(xb), free(ref), free(y), free(y2), free(y0);
-        }
-        GB.ops->weight_free(GB.ctx, bw);
-        i4_free(&w);
-    }
-    CHECK(cuda_quant_force_int4_lean(3) == -1 && cuda_quant_force_int4_lean(-1) == -1);
-    cuda_quant_force_int4_lean(lean_was), cuda_quant_force_int4_bulk(bulk_was);
-    CHECK_MSG(total >= 100, "only %d lean configurations checked", total);
-    printf("  int4 lean: %d configurations checked; worst distance from the unrounded product: exact %.3g, lean 1 "
-           "%.3g, lean 2 %.3g\n", total, worst[0], worst[1], worst[2]);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or
@@ -1270,7 +1180,6 @@ int main(int argc, char **argv) {
     }
     RUN(int4_against_reference);
     RUN(int4_every_candidate);
-    RUN(int4_lean_modes);
     RUN(int4_bf16_entry);
     RUN(int4_refusals);
     const char *only = getenv("VSR_QUANT_TESTS");

@@ -182,7 +182,7 @@ static vsr_status write_file(cuda_ctx *c, const char *path, const char *kernel, 
 static_assert(TUNE_ROUNDS == 3, "time_all takes the median of three rounds");
 
 /* Kernels whose candidates stream a weight: a forward reads each weight once, never from L2, so their
- * candidates are timed cold (the L2 overwritten before every launch, each launch timed alone). Timed
+ * candidates are timed cold (L2 filled with other data before every launch, each launch timed alone). Timed
  * back to back, a weight that fits in L2 (int4 gate_up at 27B: 45 MB of a 50 MB L2) stays there and the
  * choice favoured configurations that are fast from L2 (bench/NOTES.md, fifth session, call 1). */
 static const char *const COLD_KERNELS[] = {"int4_fused", "fp8_lt", "fp8_route", "lt_gemm", "ltcfg"};
@@ -194,15 +194,27 @@ static int tune_cold(const char *kernel) {
     return 0;
 }
 
-/* the L2 flush: a buffer of twice the device's L2, overwritten before each cold launch */
+/* the L2 flush: a buffer of twice the device's L2, read through before each cold launch. Read, not written:
+ * a write (cudaMemset) would leave L2 full of dirty lines, whose write-back would then run during the
+ * timed launch (as much traffic as an int4 weight of 45 MB). */
 typedef struct tune_flush {
     void *buf;
     size_t bytes;
+    int blocks;
 } tune_flush;
 
+__global__ void k_l2_flush(const uint4 *__restrict__ b, size_t n, uint32_t *sink) {
+    uint32_t x = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 v = b[i];
+        x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (x == 0x9E3779B9u) *sink = x; /* (almost) never: keeps the loads */
+}
+
 /* Mean microseconds of candidate `cand` over `reps` launches after a warm-up one (1e9 for a
- * candidate that cannot run), or -1 with err set. With a flush buffer each launch follows an
- * overwrite of it and is timed alone (the overwrite is not counted). */
+ * candidate that cannot run), or -1 with err set. With a flush buffer each launch follows a read
+ * of it and is timed alone (the read is not counted). */
 static float time_candidate(cuda_ctx *c, tune_launch_fn launch, int cand, void *arg, void *out, int reps,
                             const tune_flush *fl, vsr_err *err) {
     int r = launch(c, cand, arg, out, err);
@@ -215,7 +227,7 @@ static float time_candidate(cuda_ctx *c, tune_launch_fn launch, int cand, void *
     if (!fl) cudaEventRecord(ev[0], c->stream);
     for (int i = 0; i < reps && !r; i++) {
         if (fl) {
-            cudaMemsetAsync(fl->buf, i & 0xff, fl->bytes, c->stream);
+            k_l2_flush<<<fl->blocks, 256, 0, c->stream>>>((const uint4 *)fl->buf, fl->bytes / 16, (uint32_t *)fl->buf);
             cudaEventRecord(ev[2 * i], c->stream);
         }
         r = launch(c, cand, arg, out, err);
@@ -343,7 +355,7 @@ extern "C" vsr_status autotune_choose(cuda_ctx *c, const char *kernel, const cha
     if (!us) return vsr_err_set(err, VSR_E_NOMEM, "autotune: out of memory");
     /* cold timing needs 2x L2 of scratch for the moment of timing; without room for it the candidates are
      * timed warm, and the file says which ("l2") */
-    tune_flush fl = {NULL, 0};
+    tune_flush fl = {NULL, 0, 4 * (c->sm_count > 0 ? c->sm_count : 1)};
     const char *l2 = "warm";
     if (tune_cold(kernel)) {
         int l2b = 0;

@@ -56,15 +56,6 @@ extern int quant_int4_stream_on(void);
  * k_i4_stream (NOTES "sixth pass") */
 static int g_int4_bulk = -1;
 static int quant_int4_bulk_on(void) { return cuda_env_switch("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk); }
-
-/* the streaming kernel's lean mode (eighth pass; k_i4_stream's comment): VSR_CUDA_INT4_LEAN=0 (exact
- * dequantization), 1 or 2, or cuda_quant_force_int4_lean(mode) */
-#define I4_LEAN_DEFAULT 0
-static int g_int4_lean = -1;
-static int quant_int4_lean(void) { return cuda_env_mode("VSR_CUDA_INT4_LEAN", I4_LEAN_DEFAULT, 2, &g_int4_lean); }
-extern "C" int cuda_quant_force_int4_lean(int mode) {
-    return cuda_env_switch_set("VSR_CUDA_INT4_LEAN", I4_LEAN_DEFAULT, &g_int4_lean, mode, 2);
-}
 extern "C" int cuda_quant_force_int4_bulk(int on) {
     return cuda_env_switch_set("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk, on, 1);
 }
@@ -601,38 +592,14 @@ __device__ __forceinline__ uint32_t dq2s(uint32_t word, int i, uint32_t bias2, u
     return *(uint32_t *)&r;
 }
 
-/* The lean modes (LM, VSR_CUDA_INT4_LEAN; eighth pass): the scale moves out of the per-weight work and is
- * applied once per (row, group, token) to the group's FP32 sum, so the weight is never rounded to BF16.
- * Against the exact dequantization (LM 0: bf16((u - zp) * s), as compressed-tensors and the CPU round) the
- * result differs by that rounding alone (~2^-9 relative per weight); against the unrounded product
- * s * sum (u - zp) x it is exact up to FP32 accumulation. Per 64-column chunk and lane this removes
- * 16 HMUL2 (LM 1) or 16 HSUB2 + 16 HMUL2 (LM 2) of the ~107 instructions the exact chunk issues.
- *   LM 1: A = u - zp (exact in BF16, one HSUB2 per register); group sum g = sum (u - zp) x;
- *         at the group's end acc += s * g.
- *   LM 2: A = 128 + u straight from the lop3 (exact); the same mma on an all-ones A gives the group's
- *         activation sum a = sum x for the lane's two tokens; at the group's end
- *         acc += s * (g - (128 + zp) * a). The subtraction cancels a term ~17x the result's size: error
- *         ~2^-20 relative to the group's sum (still far below the BF16 output's 2^-9). */
-__device__ __forceinline__ uint32_t dq_raw(uint32_t word, int i) {
-    uint32_t t;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t) : "r"(word >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
-    return t;
-}
-__device__ __forceinline__ uint32_t dq_sub(uint32_t word, int i, uint32_t bias2) {
-    const uint32_t t = dq_raw(word, i);
-    __nv_bfloat162 r = __hsub2(*(const __nv_bfloat162 *)&t, *(const __nv_bfloat162 *)&bias2);
-    return *(uint32_t *)&r;
-}
-
 /* dynamic shared memory of k_i4_stream: ring, activation rows, scales */
 static __host__ __device__ inline size_t i4t_smem(int nw, int tn, int d, int64_t vt, int64_t per, int64_t ng) {
     return (size_t)nw * d * 512 + (size_t)vt * (size_t)(per * 128 + 16) + (size_t)ng * nw * tn * 16 * 4;
 }
 
-template <int MT, int NW, int TN, int D, int LM>
+template <int MT, int NW, int TN, int D>
 __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     static_assert((D & (D - 1)) == 0 && D >= 2 && D % TN == 0, "D a power of two, a multiple of TN");
-    static_assert(LM >= 0 && LM <= 2, "lean mode 0 (exact), 1 or 2");
     extern __shared__ __align__(16) unsigned char i4t_sm[];
     constexpr int RB = NW * TN * 16; /* output rows of the block */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -711,19 +678,6 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     unsigned roff = 0, slot = rbase; /* ring offset and address of the chunk being multiplied: both carried
                                       * by the loop, so the address is never rebuilt from the thread index */
     int left = nchunks - D; /* chunks still to issue */
-    /* lean modes: the current group's sums per tile (and, LM 2, of the activations per token tile) */
-    constexpr int GT = LM ? TN : 1, GM = LM == 2 ? MT : 1;
-    float gacc[GT][MT][4], gsum[GM][4];
-#pragma unroll
-    for (int t = 0; t < GT; t++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) gacc[t][mt][e] = 0.0f;
-#pragma unroll
-    for (int mt = 0; mt < GM; mt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) gsum[mt][e] = 0.0f;
     for (int ci = 0; ci < nk; ci++) {
         uint32_t b[MT][8]; /* b[mt][2j + h]: columns 16j + 8h + 2(l%4) + {0, 1} of token mt*8 + l/4 */
 #pragma unroll
@@ -732,46 +686,21 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
             for (int v = 0; v < 8; v++) b[mt][v] = lds32(xaddr[mt] + (unsigned)(ci * 128 + 16 * v));
         const unsigned sg = sbase + (unsigned)(((gq < p.G - 1 ? gq : p.G - 1) - gA) * RB * 4);
         if (++gr == p.gchunks) gr = 0, gq++;
-        if (LM == 2) { /* the activations' sums: one all-ones A for every tile of the warp */
-            const uint32_t one = 0x3F803F80u;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int mt = 0; mt < GM; mt++) mma16816(gsum[mt], one, one, one, one, b[mt][2 * j], b[mt][2 * j + 1]);
-        }
 #pragma unroll
         for (int t = 0; t < TN; t++) {
             cp_async_wait<D - 1>(); /* this chunk has landed (this thread's copy; each lane reads only its own) */
             if (tact[t]) {
                 const uint4 wv = lds128(slot);
+                const uint32_t s0 = lds32(sg + t * 64), s8 = lds32(sg + t * 64 + 32);
+                const uint32_t br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232);
+                const uint32_t br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
                 const uint32_t wd[4] = {wv.x, wv.y, wv.z, wv.w};
-                if (LM == 0) {
-                    const uint32_t s0 = lds32(sg + t * 64), s8 = lds32(sg + t * 64 + 32);
-                    const uint32_t br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232);
-                    const uint32_t br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const uint32_t a0 = dq2s(wd[j], 0, br, sr), a1 = dq2s(wd[j], 1, br8, sr8);
-                        const uint32_t a2 = dq2s(wd[j], 2, br, sr), a3 = dq2s(wd[j], 3, br8, sr8);
+                for (int j = 0; j < 4; j++) {
+                    const uint32_t a0 = dq2s(wd[j], 0, br, sr), a1 = dq2s(wd[j], 1, br8, sr8);
+                    const uint32_t a2 = dq2s(wd[j], 2, br, sr), a3 = dq2s(wd[j], 3, br8, sr8);
 #pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-                            mma16816(acc[t][mt], a0, a1, a2, a3, b[mt][2 * j], b[mt][2 * j + 1]);
-                    }
-                } else {
-                    uint32_t br = 0, br8 = 0;
-                    if (LM == 1) {
-                        br = prmt(lds32(sg + t * 64), 0x1010), br8 = prmt(lds32(sg + t * 64 + 32), 0x1010);
-                    }
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const uint32_t a0 = LM == 1 ? dq_sub(wd[j], 0, br) : dq_raw(wd[j], 0);
-                        const uint32_t a1 = LM == 1 ? dq_sub(wd[j], 1, br8) : dq_raw(wd[j], 1);
-                        const uint32_t a2 = LM == 1 ? dq_sub(wd[j], 2, br) : dq_raw(wd[j], 2);
-                        const uint32_t a3 = LM == 1 ? dq_sub(wd[j], 3, br8) : dq_raw(wd[j], 3);
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-                            mma16816(gacc[t % GT][mt], a0, a1, a2, a3, b[mt][2 * j], b[mt][2 * j + 1]);
-                    }
+                    for (int mt = 0; mt < MT; mt++) mma16816(acc[t][mt], a0, a1, a2, a3, b[mt][2 * j], b[mt][2 * j + 1]);
                 }
                 /* the slot's old contents are in registers and consumed: refill it with chunk i + D
                  * (same tile t, since D is a multiple of TN) */
@@ -782,27 +711,6 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
             slot = roff ? slot + 512u : slot - (unsigned)((D - 1) * 512);
             left--;
             if (t == TN - 1) src += 32;
-        }
-        if (LM && (gr == 0 || ci == nk - 1)) { /* the group (or this block's part of it) is done: scale it in */
-#pragma unroll
-            for (int t = 0; t < TN; t++) {
-                const uint32_t s0 = lds32(sg + t * 64), s8 = lds32(sg + t * 64 + 32);
-                const float sc[2] = {__uint_as_float(s0 & 0xFFFF0000u), __uint_as_float(s8 & 0xFFFF0000u)};
-                const float bi[2] = {__uint_as_float(s0 << 16), __uint_as_float(s8 << 16)};
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float g = gacc[t % GT][mt][e];
-                        if (LM == 2) g = __fmaf_rn(-bi[e >> 1], gsum[mt % GM][e], g);
-                        acc[t][mt][e] = __fmaf_rn(sc[e >> 1], g, acc[t][mt][e]);
-                        gacc[t % GT][mt][e] = 0.0f;
-                    }
-            }
-#pragma unroll
-            for (int mt = 0; mt < GM; mt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) gsum[mt][e] = 0.0f;
         }
     }
     cp_async_wait<0>();
@@ -1078,7 +986,6 @@ __global__ void __launch_bounds__(256) k_i4_unpack16(const uint4 *__restrict__ w
 typedef struct i4_cfg {
     int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kinds 2 and 5: n-tiles per warp (TN) */
     int d;                  /* kind 2: ring slots per warp; kind 5: the entry of I4B_TAB */
-    int lm;                 /* kind 2: lean mode (0 exact dequantization; 1, 2: k_i4_stream's comment) */
 } i4_cfg;
 
 typedef void (*i4_kern)(const uint4 *, const uint32_t *, const int4 *, const uint4 *, int64_t, int64_t, int64_t,
@@ -1111,25 +1018,20 @@ static const struct {
     {4, 4, 4, k_i4_shared<4, 4, 8, 4, 4>},  {4, 8, 4, k_i4_shared<4, 8, 8, 4, 2>},
     {8, 4, 4, k_i4_shared<8, 4, 4, 4, 1>},  {8, 8, 4, k_i4_shared<8, 8, 4, 4, 1>},
 };
-/* kind 2, the streaming kernel (M <= 16): MT token tiles, NW warps, TN n-tiles per warp, D ring slots, lean
- * mode LM (the list walked is the one of the mode VSR_CUDA_INT4_LEAN selects) */
+/* kind 2, the streaming kernel (M <= 16): MT token tiles, NW warps, TN n-tiles per warp, D ring slots */
 typedef void (*i4t_kern)(const i4t);
-#define I4T_ROW(mt, nw, tn, d, lm) {mt, nw, tn, d, lm, k_i4_stream<mt, nw, tn, d, lm>}
-#define I4T_MODE(lm)                                                                                             \
-    I4T_ROW(1, 4, 1, 16, lm), I4T_ROW(1, 8, 1, 8, lm), I4T_ROW(1, 4, 2, 16, lm), I4T_ROW(1, 8, 2, 8, lm),       \
-        I4T_ROW(1, 4, 1, 32, lm), I4T_ROW(2, 4, 1, 16, lm), I4T_ROW(2, 8, 1, 8, lm), I4T_ROW(2, 4, 2, 16, lm), \
-        I4T_ROW(2, 8, 2, 8, lm), I4T_ROW(2, 4, 1, 32, lm)
 static const struct {
-    int mt, nw, tn, d, lm;
+    int mt, nw, tn, d;
     i4t_kern k;
-} I4T_TAB[] = {I4T_MODE(0), I4T_MODE(1), I4T_MODE(2)};
-#undef I4T_MODE
-#undef I4T_ROW
-static i4t_kern i4t_kernel_for(int mt, int nw, int tn, int d, int lm) {
+} I4T_TAB[] = {
+    {1, 4, 1, 16, k_i4_stream<1, 4, 1, 16>}, {1, 8, 1, 8, k_i4_stream<1, 8, 1, 8>}, {1, 4, 2, 16, k_i4_stream<1, 4, 2, 16>},
+    {1, 8, 2, 8, k_i4_stream<1, 8, 2, 8>},   {1, 4, 1, 32, k_i4_stream<1, 4, 1, 32>},
+    {2, 4, 1, 16, k_i4_stream<2, 4, 1, 16>}, {2, 8, 1, 8, k_i4_stream<2, 8, 1, 8>}, {2, 4, 2, 16, k_i4_stream<2, 4, 2, 16>},
+    {2, 8, 2, 8, k_i4_stream<2, 8, 2, 8>},   {2, 4, 1, 32, k_i4_stream<2, 4, 1, 32>},
+};
+static i4t_kern i4t_kernel_for(int mt, int nw, int tn, int d) {
     for (size_t i = 0; i < sizeof I4T_TAB / sizeof I4T_TAB[0]; i++)
-        if (I4T_TAB[i].mt == mt && I4T_TAB[i].nw == nw && I4T_TAB[i].tn == tn && I4T_TAB[i].d == d &&
-            I4T_TAB[i].lm == lm)
-            return I4T_TAB[i].k;
+        if (I4T_TAB[i].mt == mt && I4T_TAB[i].nw == nw && I4T_TAB[i].tn == tn && I4T_TAB[i].d == d) return I4T_TAB[i].k;
     return NULL;
 }
 
@@ -1309,11 +1211,10 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         return cuda_check_launch(c, "int4 fused (bulk-copy streaming)", err);
     }
     if (cfg.kind == 2) {
-        i4t_kern k = i4t_kernel_for(cfg.mt, cfg.w, cfg.u, cfg.d, cfg.lm);
+        i4t_kern k = i4t_kernel_for(cfg.mt, cfg.w, cfg.u, cfg.d);
         if (!k || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0)
-            return vsr_err_set(err, VSR_E_INTERNAL,
-                               "int4: no streaming kernel for mt=%d nw=%d tn=%d d=%d lean %d (M %lld)", cfg.mt, cfg.w,
-                               cfg.u, cfg.d, cfg.lm, (long long)r->M);
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no streaming kernel for mt=%d nw=%d tn=%d d=%d (M %lld)",
+                               cfg.mt, cfg.w, cfg.u, cfg.d, (long long)r->M);
         const size_t smem = i4t_cfg_smem(m, cfg, r->M);
         /* as much shared memory as the SM has (the weights bypass L1): several blocks per SM */
         if ((st = cuda_check(c, cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
@@ -1412,10 +1313,9 @@ static void i4_candidates_stream(cuda_ctx *c, i4_run *r, int64_t bucket) {
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess || optin <= 0)
         optin = 48 * 1024, cudaGetLastError();
-    const int lm = quant_int4_lean();
     r->n = 0;
     for (size_t ti = 0; ti < sizeof I4T_TAB / sizeof I4T_TAB[0]; ti++) {
-        if (I4T_TAB[ti].mt != (int)bucket || I4T_TAB[ti].lm != lm) continue;
+        if (I4T_TAB[ti].mt != (int)bucket) continue;
         const int nw = I4T_TAB[ti].nw, tn = I4T_TAB[ti].tn, d = I4T_TAB[ti].d;
         const int64_t nb = (NT + nw * tn - 1) / (nw * tn);
         int added = 0;
@@ -1426,15 +1326,11 @@ static void i4_candidates_stream(cuda_ctx *c, i4_run *r, int64_t bucket) {
             if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break; /* no empty split, >= 2 chunks each */
             if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
             if (added && prev_blocks >= 8 * c->sm_count) break;
-            i4_cfg g = {2, (int)bucket, nw, ks, tn, d, lm};
+            i4_cfg g = {2, (int)bucket, nw, ks, tn, d};
             if (i4t_cfg_smem(m, g, bucket * 8) > (size_t)optin) continue;
             if (r->n >= I4_MAX_CAND) return;
             r->cand[r->n] = g;
-            if (lm)
-                snprintf(r->names[r->n], sizeof r->names[0], "t-l%d-mt%d-nw%d-tn%d-d%d-ks%d", lm, (int)bucket, nw, tn,
-                         d, ks);
-            else
-                snprintf(r->names[r->n], sizeof r->names[0], "t-mt%d-nw%d-tn%d-d%d-ks%d", (int)bucket, nw, tn, d, ks);
+            snprintf(r->names[r->n], sizeof r->names[0], "t-mt%d-nw%d-tn%d-d%d-ks%d", (int)bucket, nw, tn, d, ks);
             r->name_ptr[r->n] = r->names[r->n];
             r->n++;
             added = 1, prev_blocks = nb * ks;
@@ -1700,9 +1596,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                    c->device, w->name, (long long)N, (long long)K);
             /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's
              * (the removed kernels' "-v4" and "-p5" entries in a cache are never asked for) */
-            const int lm = bulk ? 0 : quant_int4_lean();
-            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s%s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket, bulk ? "b6" : "v3s", lm == 1 ? "-l1" : lm == 2 ? "-l2" : "");
+            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
+                     (long long)bucket, bulk ? "b6" : "v3s");
         } else {
             i4_candidates(c, &r, bucket);
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */

@@ -43,10 +43,6 @@ int cuda_quant_force_int4_cfg(int idx);
  * VSR_CUDA_INT4_STREAM=0), 0 the previous fused kernels only (their own autotune list and key), so one
  * process can time old against new. Returns the previous value, or -1 for an unknown value. */
 int cuda_quant_force_int4_stream(int on);
-/* the streaming kernel's lean mode (VSR_CUDA_INT4_LEAN; quant_int4.cu, k_i4_stream): 0 exact dequantization
- * (bf16((u - zp) * s), as the CPU), 1 or 2 the scale applied to each group's FP32 sum (no BF16 rounding of the
- * weight). Returns the previous mode, or -1 for an unknown one. */
-int cuda_quant_force_int4_lean(int mode);
 /* cuda_int4_linear_bf16 for C callers (tests, bench): xb device BF16 [M, K], ctx the backend's ctx. */
 struct vsr_bweight;
 vsr_status cuda_quant_int4_linear_bf16(void *ctx, const void *xb, int64_t M, const struct vsr_bweight *w, float *y,
