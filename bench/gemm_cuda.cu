@@ -18,7 +18,8 @@
  * activations read and FP32 outputs written once. First lines (# ...) are the ceilings.
  * Usage: gemm_cuda [rows,rows,...] [--shapes=name,name,...] [--fp8-gemm] | gemm_cuda --lt-search (see lt_search_bench)
  *   --fp8-gemm: the FP8 GEMM alone by the forward's route (fp8_pq_route_cool: FP32 out; fp8_kept_lt_cool: the
- *   outer-vector-scaled product kept in BF16, as torch._scaled_mm writes it), each point from an idle GPU */
+ *   outer-vector-scaled product kept in BF16, as torch._scaled_mm writes it), each point from an idle GPU
+ *   VSR_SWEEP_GRAPH=1: each point from a CUDA graph of its launches (time_graph_us) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,42 @@ static inline uint8_t fp8_byte() {
         }                                                                                                              \
     } while (0)
 
+/* VSR_SWEEP_GRAPH=1: every point is timed as the forward runs, from a CUDA graph of `iters` launches
+ * (captured after the warm-up calls, which also make every autotune choice): the median of five replays,
+ * each timed whole, over iters. No host work between launches, as in a recorded forward. */
+static bool sweep_graph() {
+    const char *e = getenv("VSR_SWEEP_GRAPH");
+    return e && !strcmp(e, "1");
+}
+
+template <class F> static float time_graph_us(F &&f, int iters) {
+    cudaStream_t s = C->stream;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return NAN;
+    for (int i = 0; i < iters; i++) f(i);
+    if (cudaStreamEndCapture(s, &g) != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+        fprintf(stderr, "graph capture failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+        if (g) cudaGraphDestroy(g);
+        return NAN;
+    }
+    cudaGraphLaunch(ge, s); /* warm */
+    cudaEvent_t ev[6];
+    for (auto &e : ev) cudaEventCreate(&e);
+    for (int r = 0; r < 5; r++) {
+        cudaEventRecord(ev[r], s);
+        cudaGraphLaunch(ge, s);
+    }
+    cudaEventRecord(ev[5], s);
+    cudaEventSynchronize(ev[5]);
+    float t[5];
+    for (int r = 0; r < 5; r++) cudaEventElapsedTime(&t[r], ev[r], ev[r + 1]);
+    for (auto &e : ev) cudaEventDestroy(e);
+    cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+    std::sort(t, t + 5);
+    return t[2] * 1000.0f / (float)iters;
+}
+
 template <class F> static float time_us(F &&f, int min_iters = 5, float budget_us = 3000) {
     cudaStream_t s = C->stream;
     for (int i = 0; i < 3; i++) f(i);
@@ -101,6 +138,10 @@ template <class F> static float time_us(F &&f, int min_iters = 5, float budget_u
     float ms;
     cudaEventElapsedTime(&ms, a, b);
     int iters = (int)std::min(200.0f, std::max((float)min_iters, budget_us / std::max(ms * 1000, 1.0f)));
+    if (sweep_graph()) {
+        cudaEventDestroy(a), cudaEventDestroy(b);
+        return time_graph_us(f, std::max(iters, 20));
+    }
     std::vector<cudaEvent_t> ev(iters + 1);
     for (auto &e : ev) cudaEventCreate(&e);
     cudaEventRecord(ev[0], s);
