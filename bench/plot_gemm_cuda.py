@@ -20,7 +20,10 @@ styles = {"bf16_linear": ("C0", "-"), "torch_bf16": ("C0", ":"), "fp8_linear": (
           "torch_fp8": ("C3", ":"), "int4_linear": ("C2", "-"), "int4_unpack": ("C2", "--"),
           # variants of the later passes (present in their CSVs only): the previous kernels and the
           # FP8 wgmma kernel alone
-          "int4_prev": ("C8", "-."), "fp8_old": ("C1", "-."), "fp8_pq_auto": ("C4", "--")}
+          "int4_prev": ("C8", "-."), "fp8_old": ("C1", "-."), "fp8_pq_auto": ("C4", "--"),
+          # the FP8 GEMM alone on prequantized activations by the forward's route (FP32 out), and the
+          # product kept in BF16 (what torch_fp8 computes: compare these two lines)
+          "fp8_pq_route": ("C5", "--"), "fp8_kept_lt": ("C3", "--")}
 shapes = list(data)
 fig, axes = plt.subplots(2, 4, figsize=(18, 8))
 for ax, s in zip(axes.flat, shapes):
