@@ -54,6 +54,11 @@ extern int quant_fp8_fast_accum(void);
 #define FP8_PLANS 64
 #define FP8_ALGOS 8
 #define FP8_BF16_MIN_ROWS 128
+/* Up to this many rows a linear takes (c) even where (a) exists: cuBLASLt's outer-vector-scaled kernels are
+ * 128-row tiles, 1.2-1.9x slower at 1-64 rows than the unscaled product's small-tile algorithms plus the
+ * epilogue (bench/NOTES.md, eighth session, call 6: down at one row 35.2 against 68.0 us). (c) keeps (a)'s
+ * numerics: an FP32 product, both scales applied after the sum, no BF16 rounding. */
+#define FP8_UNSCALED_MAX_ROWS 128
 enum { D_F32 = 0, D_F32_SCALED = 1, D_BF16_SCALED = 2, D_BF16 = 3 }; /* a plan's output type and scales */
 static inline int dmode_scaled(int d) { return d == D_F32_SCALED || d == D_BF16_SCALED; }
 static inline int dmode_bf16(int d) { return d == D_BF16_SCALED || d == D_BF16; }
@@ -634,8 +639,10 @@ static vsr_status lt_linear(cuda_ctx *c, quant_state *q, const uint8_t *xq, cons
     int ran = 0;
     int unscaled = forced == 2 ||
                    (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
-    const int bf16p = forced == 0 && fp8_bf16_products() && !fp8_ovscale(c, q);
-    if (!unscaled) {
+    const int ov = fp8_ovscale(c, q);
+    const int bf16p = forced == 0 && fp8_bf16_products() && !ov;
+    const int small = forced == 0 && ov && M <= FP8_UNSCALED_MAX_ROWS; /* (c): FP8_UNSCALED_MAX_ROWS */
+    if (!unscaled && !small) {
         /* (a) outer-vector scales, FP32 out: straight into y where its row stride suits cuBLASLt (16 bytes) */
         if (bf16p) {
             /* BF16 products: (b), else (b') */
@@ -689,8 +696,12 @@ static vsr_status lt_linear(cuda_ctx *c, quant_state *q, const uint8_t *xq, cons
         return vsr_err_set(err, VSR_E_DEVICE, "cuda:%d (%s): cuBLASLt offers no FP8 matmul for [%lld x %lld] . [%lld x %lld]^T",
                            c->device, c->dev_name, (long long)M, (long long)Kp, (long long)N, (long long)Kp);
     fp8_epilogue(c, (const float *)q->wtmp, Np, sx, sw, M, N, y, accumulate);
-    quant_set_last_path(unscaled ? "fp8:unscaled+epilogue%s" : "fp8:unscaled+epilogue(no outer-vec algorithm)%s",
-                        p->fast ? "(fast)" : "");
+    if (small && !unscaled)
+        quant_set_last_path("fp8:unscaled+epilogue(<= %d rows,a%d,%s)%s", FP8_UNSCALED_MAX_ROWS, p->chosen, p->src,
+                            p->fast ? "(fast)" : "");
+    else
+        quant_set_last_path(unscaled ? "fp8:unscaled+epilogue%s" : "fp8:unscaled+epilogue(no outer-vec algorithm)%s",
+                            p->fast ? "(fast)" : "");
     return cuda_check_launch(c, "FP8 epilogue", err);
 }
 
