@@ -573,14 +573,14 @@ TEST(fp8_against_reference) {
                 CHECK_OK(st, e);
                 const char *path = cuda_quant_last_path();
                 if (mode == 2) CHECK_MSG(!strncmp(path, "fp8:unscaled+epilogue", 21), "path %s", path);
+                else if (mode == 3 && fp8_is_sm90()) CHECK_MSG(!strncmp(path, "fp8:wgmma", 9), "path %s", path);
+                else CHECK_MSG(strncmp(path, "fp8:", 4) == 0, "path %s", path);
                 /* where cuBLASLt has outer-vector scales, up to 128 rows take the unscaled FP32 product (c)
                  * (quant_fp8.cu FP8_UNSCALED_MAX_ROWS), from 129 rows (a) */
                 if (mode == 0 && fp8_is_sm90() && cuda_quant_fp8_ovscale(GB.ctx))
                     CHECK_MSG((strstr(path, "(<= 128 rows") != NULL) == (M <= 128) &&
                                   (strstr(path, "outer-vec") != NULL) == (M > 128),
                               "M %lld: path %s", (long long)M, path);
-                else if (mode == 3 && fp8_is_sm90()) CHECK_MSG(!strncmp(path, "fp8:wgmma", 9), "path %s", path);
-                else CHECK_MSG(strncmp(path, "fp8:", 4) == 0, "path %s", path);
                 CHECK_MSG(!strstr(path, "fast") == !fast, "fast accumulation %d, path %s", fast, path);
                 double eq = nerr(y, refq, M * N), ef = nerr(y, ref, M * N);
                 if (mode == 0 || K > 1024)
