@@ -97,6 +97,18 @@ __device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) {
     uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
 }
+
+/* The gates of one chunk for the state kernels: gc (threads 0..63) and beta (64..127) of rows row0 ..
+ * row0 + 63 into gcb + off and btb + off, zero past nrow rows (one cp.async each; the caller commits). */
+__device__ __forceinline__ void stage_gc_beta(float *gcb, float *btb, int off, const float *gcg, const float *btg,
+                                              int64_t row0, int nrow, int Hv, int h, int tid) {
+    if (tid < 2 * DNC_C) {
+        const int i = tid & (DNC_C - 1);
+        const bool ok = i < nrow;
+        const float *src = (tid < DNC_C ? gcg : btg) + (row0 + i) * Hv + h;
+        cp4((tid < DNC_C ? gcb : btb) + off + i, ok ? src : gcg, ok);
+    }
+}
 __device__ __forceinline__ void cp_wait_all() {
     asm volatile("cp.async.commit_group;" ::);
     asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -410,12 +422,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict_
         stage_tile(Vs, LDV, Vr + s0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
         stage_tile(Tb, LDV, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
                    DN3_T);
-        if (tid < 2 * DNC_C) { /* tid < 64: gc of row tid; 64..127: beta of row tid - 64 (0 past Lc) */
-            const int i = tid & (DNC_C - 1);
-            const bool ok = i < Lc;
-            const float *src = (tid < DNC_C ? gcg : btg) + (s0 + i) * Hv + h;
-            cp4((tid < DNC_C ? gcb : btb) + i, ok ? src : gcg, ok);
-        }
+        stage_gc_beta(gcb, btb, 0, gcg, btg, s0, Lc, Hv, h, tid);
         asm volatile("cp.async.commit_group;" ::);
     }
     for (int ci = cf; ci < cl; ci++) {
@@ -435,12 +442,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict_
                        tid, DN3_T);
             stage_tile(Tb + (par ^ 1) * DNC_C * LDV, LDV, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C,
                        DNC_C, DNC_C, DNC_C, 1, Tg, tid, DN3_T);
-            if (tid < 2 * DNC_C) {
-                const int i = tid & (DNC_C - 1);
-                const bool ok = i < Ln;
-                const float *src = (tid < DNC_C ? gcg : btg) + (rn + i) * Hv + h;
-                cp4((tid < DNC_C ? gcb : btb) + (par ^ 1) * DNC_C + i, ok ? src : gcg, ok);
-            }
+            stage_gc_beta(gcb, btb, (par ^ 1) * DNC_C, gcg, btg, rn, Ln, Hv, h, tid);
             asm volatile("cp.async.commit_group;" ::);
         }
         { /* k rows (tasks 0..63) and q rows (64..127), 4 lanes per row: l2-normalised in place
@@ -885,12 +887,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
         stage_tile(Vs, LDV, Vr + s0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
         stage_tile(Tb, LDV, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
                    DN3_T);
-        if (tid < 2 * DNC_C) { /* tid < 64: gc of row tid; 64..127: beta of row tid - 64 (0 past Lc) */
-            const int i = tid & (DNC_C - 1);
-            const bool ok = i < Lc;
-            const float *src = (tid < DNC_C ? gcg : btg) + (s0 + i) * Hv + h;
-            cp4((tid < DNC_C ? gcb : btb) + i, ok ? src : gcg, ok);
-        }
+        stage_gc_beta(gcb, btb, 0, gcg, btg, s0, Lc, Hv, h, tid);
         asm volatile("cp.async.commit_group;" ::);
     }
     for (int ci = cf; ci < cl; ci++) {
@@ -910,12 +907,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
                        DN3_T);
             stage_tile(Tb + (par ^ 1) * DNC_C * LDV, LDV, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C,
                        DNC_C, DNC_C, DNC_C, 1, Tg, tid, DN3_T);
-            if (tid < 2 * DNC_C) {
-                const int i = tid & (DNC_C - 1);
-                const bool ok = i < Ln;
-                const float *src = (tid < DNC_C ? gcg : btg) + (rn + i) * Hv + h;
-                cp4((tid < DNC_C ? gcb : btb) + (par ^ 1) * DNC_C + i, ok ? src : gcg, ok);
-            }
+            stage_gc_beta(gcb, btb, (par ^ 1) * DNC_C, gcg, btg, rn, Ln, Hv, h, tid);
             asm volatile("cp.async.commit_group;" ::);
         }
         /* exp(gL - gc) for the update (read after the Y barrier); exp(gc) of this thread's two
@@ -1184,12 +1176,7 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
         stage_sw<DNC_DK>(sp + DN7_Q, Qr + s0 * nstride, nstride, Lc, dk, Qn, tid);
         stage_tile(Vs, LDV, Vr + s0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN7_T);
         stage_sw<DNC_C>(sp + DN7_TT, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, Tg, tid);
-        if (tid < 2 * DNC_C) { /* tid < 64: gc of row tid; 64..127: beta of row tid - 64 (0 past Lc) */
-            const int i = tid & (DNC_C - 1);
-            const bool ok = i < Lc;
-            const float *src = (tid < DNC_C ? gcg : btg) + (s0 + i) * Hv + h;
-            cp4((tid < DNC_C ? gcb : btb) + i, ok ? src : gcg, ok);
-        }
+        stage_gc_beta(gcb, btb, 0, gcg, btg, s0, Lc, Hv, h, tid);
         asm volatile("cp.async.commit_group;" ::);
     }
     for (int ci = cf; ci < cl; ci++) {
@@ -1209,12 +1196,7 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
             stage_sw<DNC_DK>(sp + DN7_K + (par ^ 1) * 4 * DN7_SLAB, Kr + rn * nstride, nstride, Ln, dk, Kn, tid);
             stage_sw<DNC_C>(sp + DN7_TT + (par ^ 1) * 2 * DN7_SLAB, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C,
                             DNC_C, DNC_C, DNC_C, Tg, tid);
-            if (tid < 2 * DNC_C) {
-                const int i = tid & (DNC_C - 1);
-                const bool ok = i < Ln;
-                const float *src = (tid < DNC_C ? gcg : btg) + (rn + i) * Hv + h;
-                cp4((tid < DNC_C ? gcb : btb) + (par ^ 1) * DNC_C + i, ok ? src : gcg, ok);
-            }
+            stage_gc_beta(gcb, btb, (par ^ 1) * DNC_C, gcg, btg, rn, Ln, Hv, h, tid);
             asm volatile("cp.async.commit_group;" ::);
         }
         if (tid < DNC_C) ek[tid] = tid < Lc ? expf(gL - gcs[tid]) : 0.0f; /* read after the next barrier */
