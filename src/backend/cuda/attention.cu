@@ -337,17 +337,6 @@ template <int D> struct wg_cfg {
 };
 
 #ifdef ATTN_WG_ON
-__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* pins a register's value to this point (the accumulators are written behind the compiler's back
- * until wgmma.wait_group returns) */
-__device__ __forceinline__ void reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
-__device__ __forceinline__ void reg_fence(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
-
-/* shared-memory matrix descriptor: address, leading / stride byte offsets, 128-byte swizzle */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
-           (1ull << 62);
-}
 
 /* S (64 x 64, FP32) (+)= Q (64 x 16, K-major in shared memory) . K^T (K tile 64 x 16, K-major);
  * acc 0 on a tile's first k-step (D = A.B) */
@@ -572,7 +561,7 @@ __global__ void __launch_bounds__(256, 1)
             if (t + 1 < ntiles) load(t + 1, st ^ 1, 2);
             cp_async_commit();
             cp_async_wait<1>();
-            proxy_fence();
+            fence_proxy_async();
             __syncthreads();
             const int k0 = t * WG_BN;
             if (k0 < wlim) {
@@ -624,7 +613,7 @@ __global__ void __launch_bounds__(256, 1)
         if (1 < ntiles) load(1, 1, 0);
         cp_async_commit();
         cp_async_wait<2>(); /* K_0 */
-        proxy_fence();
+        fence_proxy_async();
         __syncthreads();
         wg_fence();
         wg_issue_s<D>(sc, qd, kd);
@@ -643,7 +632,7 @@ __global__ void __launch_bounds__(256, 1)
             if (t + 1 < ntiles) load(t + 1, st ^ 1, 0);
             cp_async_commit();
             cp_async_wait<2>(); /* K_t and V_{t-1} */
-            proxy_fence();
+            fence_proxy_async();
             __syncthreads();
             wg_fence();
             wg_issue_s<D>(sc, qd, kd + st * TD);
@@ -668,7 +657,7 @@ __global__ void __launch_bounds__(256, 1)
             cp_async_commit();
         }
         cp_async_wait<0>();
-        proxy_fence();
+        fence_proxy_async();
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < D / 2; i++) reg_fence(o[i]);

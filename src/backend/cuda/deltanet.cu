@@ -1045,7 +1045,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
  *            64..127 (8 wgmma each, A in registers), S -> St (TF32)   (not on a sequence's last chunk)
  *   barrier  (the top of the next chunk: its K, T, gc, beta were issued at the top of this one)
  * Three barriers a chunk (v6: four). Every wgmma batch is issued, committed and waited out (wait_group
- * 0) inside one branch, and accumulators are only touched after the wait (dn7_pin), so ptxas keeps the
+ * 0) inside one branch, and accumulators are only touched after the wait (reg_fence), so ptxas keeps the
  * wgmma pipeline: T Y issued in one `if (wg == 0)` and waited in another made it serialise every
  * wgmma of the kernel (C7518), hence load_af is called between T Y's commit and wait.
  * Generic-proxy writes that a wgmma reads (cp.async landings, St, Vt, P) are fenced by
@@ -1099,16 +1099,6 @@ __device__ __forceinline__ void stage_sw(unsigned char *dst, const float *src, i
         cp16((float *)(dst + sw128(i, c)), ok ? src + i * stride + c : dummy, ok);
     }
 }
-__device__ __forceinline__ void dn7_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* pins an accumulator to this point (wgmma writes it behind the compiler's back until wait_group) */
-__device__ __forceinline__ void dn7_pin(float (&d)[32]) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-/* K-major operand, 128-byte swizzle: address >> 4, LBO unused (1), SBO 1024 */
-__device__ __forceinline__ uint64_t dn7_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
 /* d (+)= A B, m64n64k8 TF32, A and B from shared memory (scale-d acc: 0 = overwrite) */
 __device__ __forceinline__ void dn7_ss(float (&d)[32], uint64_t da, uint64_t db, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -1131,18 +1121,18 @@ __device__ __forceinline__ uint64_t dn7_kstep(int kk) {
 /* issues d (+)= A B over NK k-steps (ACC: accumulate from the first; else the first overwrites), A and B
  * swizzled tiles at shared addresses a, b; the caller fences, commits and waits */
 template <int NK, bool ACC> __device__ __forceinline__ void dn7_mm(float (&d)[32], uint32_t a, uint32_t b) {
-    const uint64_t da = dn7_desc(a), db = dn7_desc(b);
+    const uint64_t da = wg_desc_k128(a), db = wg_desc_k128(b);
 #pragma unroll
     for (int kk = 0; kk < NK; kk++) dn7_ss(d, da + dn7_kstep(kk), db + dn7_kstep(kk), ACC || kk > 0);
 }
 /* d (+)= A B run to completion: fence, issue, commit, wait, pin */
 template <int NK, bool ACC> __device__ __forceinline__ void dn7_mm_sync(float (&d)[32], uint32_t a, uint32_t b) {
-    dn7_pin(d);
+    reg_fence<32>(d);
     wg_fence();
     dn7_mm<NK, ACC>(d, a, b);
     wg_commit();
     wg_wait<0>();
-    dn7_pin(d);
+    reg_fence<32>(d);
 }
 #endif
 
@@ -1189,7 +1179,7 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
         /* this chunk's copies have landed (and are visible to wgmma's async proxy), and the previous
          * chunk is done with everything (P, Vt, St, ek, and the buffers the next copies overwrite) */
         cp_wait_all();
-        dn7_proxy_fence();
+        fence_proxy_async();
         __syncthreads();
         const float gL = gcs[Lc - 1], eL = expf(gL);
         if (ci + 1 < cl) { /* chunk c+1's k, T, gc, beta: the whole of this chunk to land */
@@ -1240,7 +1230,7 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
                     *(float2 *)(sp + DN7_P + sw128(i, c)) = p;
                 }
         }
-        dn7_proxy_fence();
+        fence_proxy_async();
         __syncthreads(); /* Y and P complete; q, the V slice and St are dead for this chunk */
         if (ci + 1 < cl) { /* chunk c+1's q and V slice, in flight during the rest of this chunk */
             stage_sw<DNC_DK>(sp + DN7_Q, Qr + rn * nstride, nstride, Ln, dk, Qn, tid);
@@ -1265,13 +1255,13 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
             }
         };
         if (wg == 0) { /* Vn = T Y, then over Y in Vt (only this warpgroup read Y) */
-            dn7_pin(acc);
+            reg_fence<32>(acc);
             wg_fence();
             dn7_mm<DNC_C / 8, false>(acc, sb + tofs, sb + DN7_VT);
             wg_commit();
             if (upd) load_af();
             wg_wait<0>();
-            dn7_pin(acc);
+            reg_fence<32>(acc);
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -1280,7 +1270,7 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
         } else if (upd) {
             load_af();
         }
-        dn7_proxy_fence();
+        fence_proxy_async();
         __syncthreads(); /* Vt holds Vn */
         if (wg == 1) { /* O += P Vn, out */
             dn7_mm_sync<DNC_C / 8, true>(acc, sb + DN7_P, sb + DN7_VT);
@@ -1297,14 +1287,14 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
         } else if (upd) { /* S = exp(gL) S + (k exp(gL - gc))^T Vn, then St */
 #pragma unroll
             for (int i = 0; i < 32; i++) S[i] *= eL;
-            dn7_pin(S);
+            reg_fence<32>(S);
             wg_fence();
-            const uint64_t dv0 = dn7_desc(sb + DN7_VT);
+            const uint64_t dv0 = wg_desc_k128(sb + DN7_VT);
 #pragma unroll
             for (int ks = 0; ks < DNC_C / 8; ks++) dn7_rs(S, af[ks], dv0 + dn7_kstep(ks));
             wg_commit();
             wg_wait<0>();
-            dn7_pin(S);
+            reg_fence<32>(S);
 #pragma unroll
             for (int ks = 0; ks < DNC_C / 8; ks++)
 #pragma unroll

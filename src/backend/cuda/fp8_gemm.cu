@@ -66,14 +66,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
                  : "memory");
 }
-/* K-major operand, 128-byte swizzle: start address >> 4, LBO unused (1), SBO = 8 rows x 128 B = 1024 */
-__device__ __forceinline__ uint64_t gdesc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
-template <int R> __device__ __forceinline__ void reg_fence(float *d) {
-#pragma unroll
-    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
 __device__ __forceinline__ void wgmma_n64(float *d, uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_REGS32 ", %32, %33, p, 1, 1;\n}\n"
@@ -205,7 +197,7 @@ __global__ void __launch_bounds__(FG_THREADS, 1)
                 for (int kb = 0; kb < kblocks; kb++, it++) {
                     const int s = it % STAGES;
                     mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-                    const uint64_t da = gdesc(sA + s * C::A_BYTES + a_off), db = gdesc(sB + s * C::B_BYTES);
+                    const uint64_t da = wg_desc_k128(sA + s * C::A_BYTES + a_off), db = wg_desc_k128(sB + s * C::B_BYTES);
 #pragma unroll
                     for (int q = 0; q < Q; q++) {
                         float *cur = (q & 1) ? tB : tA, *prv = (q & 1) ? tA : tB;
@@ -230,7 +222,7 @@ __global__ void __launch_bounds__(FG_THREADS, 1)
                 for (int kb = 0; kb < kblocks; kb++, it++) {
                     const int s = it % STAGES;
                     mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-                    const uint64_t da = gdesc(sA + s * C::A_BYTES + a_off), db = gdesc(sB + s * C::B_BYTES);
+                    const uint64_t da = wg_desc_k128(sA + s * C::A_BYTES + a_off), db = wg_desc_k128(sB + s * C::B_BYTES);
                     if constexpr (MODE == FG_PROMOTE_SERIAL) {
 #pragma unroll
                         for (int h = 0; h < BN / 128; h++) {

@@ -7,6 +7,10 @@
  *                     parity (sm_90+: the sm_80 builds of kernels that reference them compile the
  *                     bodies out and never launch those kernels)
  *   wg_fence/commit/wait  wgmma ordering (sm_90a; only reached from code built for it)
+ *   wg_desc, wg_desc_k128  wgmma shared-memory matrix descriptors (128-byte swizzle)
+ *   fence_proxy_async  shared-memory writes of the generic proxy made visible to wgmma and TMA (sm_90+)
+ *   reg_fence         pins registers to a point of the program (wgmma writes its accumulators behind the
+ *                     compiler's back until wait_group)
  *   WG_REGS*, WG_OUT*  the accumulator operand lists of the wgmma wrappers
  *   cluster_max, cluster_exit  a value reduced over a thread-block cluster's CTAs through distributed shared
  *                     memory, and the wait that keeps a CTA's shared memory alive until the others have read it
@@ -80,6 +84,20 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void reg_fence(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
+template <int R> __device__ __forceinline__ void reg_fence(float *d) {
+#pragma unroll
+    for (int i = 0; i < R; i++) reg_fence(d[i]);
+}
+/* shared-memory matrix descriptor: start address, leading / stride byte offsets, 128-byte swizzle */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+/* a K-major operand in 128-byte swizzled rows: LBO unused (16), SBO = 8 rows x 128 bytes */
+__device__ __forceinline__ uint64_t wg_desc_k128(uint32_t addr) { return wg_desc(addr, 16, 1024); }
 
 /* The max of v over the CL CTAs of this thread-block cluster (v: the same value in every thread of a CTA, which
  * every thread passes; slot: a shared float of the CTA's). Each CTA's value is read from its shared memory by the
