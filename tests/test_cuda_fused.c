@@ -30,6 +30,12 @@ extern int64_t vsr_cuda_stat_twin_hits, vsr_cuda_stat_graph_records, vsr_cuda_st
 extern int vsr_cuda_graphs_off, vsr_cuda_profile_on, vsr_cuda_sole_twins_off; /* ops.cu switches */
 
 static vsr_backend GB;
+/* frees the device buffers given (any number of them) */
+#define FREE_DEV(...)                                                                                                  \
+    do {                                                                                                               \
+        void *bufs_[] = {__VA_ARGS__};                                                                                 \
+        for (size_t j_ = 0; j_ < sizeof bufs_ / sizeof *bufs_; j_++) GB.ops->buf_free(GB.ctx, bufs_[j_]);             \
+    } while (0)
 static vsr_device cuda_dev;
 
 static float *hrand(int64_t n, float scale) {
@@ -130,8 +136,7 @@ TEST(twin_rmsnorm_bf16) {
         CHECK_OK(GB.ops->linear(GB.ctx, h1, M, W, y1, 0, &e), e);
         CHECK_MSG(vsr_cuda_stat_twin_hits == hits0, "an undeclared output got a twin");
         GB.ops->weight_free(GB.ctx, W);
-        void *bufs[] = {x, w, h1, h2, y1, y2, s1, s2};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(x, w, h1, h2, y1, y2, s1, s2);
         free(hx), free(hw), free(hz);
     }
 }
@@ -176,8 +181,7 @@ TEST(twin_other_producers) {
     CHECK_MSG(same(a1, a2, M * H * hd) && same(y1, y2, M * N), "mul_sigmoid twin changes the result");
 
     GB.ops->weight_free(GB.ctx, Wd), GB.ops->weight_free(GB.ctx, Wo), GB.ops->weight_free(GB.ctx, Wa);
-    void *bufs[] = {g1, g2, u, y1, y2, x, z, w, o1, o2, a1, a2, gt};
-    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    FREE_DEV(g1, g2, u, y1, y2, x, z, w, o1, o2, a1, a2, gt);
     free(hg), free(hu), free(hx), free(hz), free(hw), free(ha), free(hgate);
 }
 
@@ -209,8 +213,7 @@ TEST(twin_fp8) {
         CHECK_MSG(hits == 1, "K %lld: the FP8 linear did not read the FP8 twin (%lld)", (long long)K, (long long)hits);
         CHECK_MSG(same(y1, y2, M * N), "K %lld: FP8 linear differs reading the FP8 twin", (long long)K);
         GB.ops->weight_free(GB.ctx, W);
-        void *bufs[] = {x, w, h1, h2, y1, y2};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(x, w, h1, h2, y1, y2);
         free(hx), free(hw);
     }
     /* swiglu's FP8 twin (one block per row, up to 1024 threads) feeding an FP8 down projection, from
@@ -233,8 +236,7 @@ TEST(twin_fp8) {
         CHECK_MSG(vsr_cuda_stat_twin_hits == hits0 + 1, "I %lld: the FP8 swiglu twin was not used", (long long)I);
         CHECK_MSG(same(y1, y2, M * N), "I %lld: FP8 down projection differs reading swiglu's FP8 twin", (long long)I);
         GB.ops->weight_free(GB.ctx, W);
-        void *bufs[] = {gu, o1, o2, y1, y2};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(gu, o1, o2, y1, y2);
         free(hgu);
     }
 }
@@ -299,8 +301,7 @@ TEST(swiglu_fp8_one_pass) {
                er ? "same" : "DIFFERS");
         CHECK_MSG(er, "I %lld: the SwiGLU FP8 twin differs from quantizing the output", (long long)I);
         GB.ops->weight_free(GB.ctx, Wd), GB.ops->weight_free(GB.ctx, WG);
-        void *bufs[] = {gu, x, work, ref, plain};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(gu, x, work, ref, plain);
         for (int pass = 0; pass < NP; pass++)
             GB.ops->buf_free(GB.ctx, o[pass]), GB.ops->buf_free(GB.ctx, y[pass]), GB.ops->buf_free(GB.ctx, ls[pass]),
                 GB.ops->buf_free(GB.ctx, ly[pass]);
@@ -368,8 +369,7 @@ TEST(gated_norm_by_token) {
                   (long long)dv);
         CHECK_MSG(tw != 0 && sole != 0, "T %lld Hv %lld dv %lld: the FP8 twin was not read or changed the out_proj",
                   (long long)T, (long long)Hv, (long long)dv);
-        void *bufs[] = {x, z, w, o[0], o[1], o[2]};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(x, z, w, o[0], o[1], o[2]);
         free(hx), free(hz), free(hw);
     }
 }
@@ -409,8 +409,7 @@ TEST(mul_sigmoid_fp8_twin) {
         CHECK_MSG(hits == 2 && ex && e1 && e2, "T %lld H %lld hd %lld: mul_sigmoid's FP8 twin", (long long)T, (long long)H,
                   (long long)hd);
         GB.ops->weight_free(GB.ctx, W);
-        void *bufs[] = {a0, a1, a2, gt, y0, y1, y2};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(a0, a1, a2, gt, y0, y1, y2);
         free(ha), free(hg);
     }
 }
@@ -435,8 +434,7 @@ TEST(rmsnorm_narrow_declared) {
         printf("  rmsnorm D=%lld undeclared (a warp a row from 128) against declared (the row kernel): %s\n", (long long)D,
                eq ? "bit-identical" : "DIFFERS");
         CHECK_MSG(eq, "rmsnorm D %lld: the warp kernel differs from the row kernel", (long long)D);
-        void *bufs[] = {x, w, y0, y1};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(x, w, y0, y1);
         free(hx), free(hw);
     }
 }
@@ -488,8 +486,7 @@ TEST(sole_twins) {
     CHECK_OK(GB.ops->linear(GB.ctx, o2, M, Wd, y2, 0, &e), e);
     CHECK_MSG(same(y1, y2, M * N), "swiglu's sole twin changes the down projection");
     GB.ops->weight_free(GB.ctx, W), GB.ops->weight_free(GB.ctx, Wd), GB.ops->weight_free(GB.ctx, WF);
-    void *bufs[] = {x, w, h1, h2, y1, y2, g, u, o1, o2};
-    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    FREE_DEV(x, w, h1, h2, y1, y2, g, u, o1, o2);
     free(hf), free(hx), free(hw), free(hg), free(hu);
 }
 
@@ -672,8 +669,7 @@ static void linear_swiglu_case(const char *what, vsr_weight_view *parts, int64_t
     }
     GB.ops->weight_free(GB.ctx, Wd);
     free(hx), free(gu), free(yc), free(yg);
-    void *bufs[] = {x, work, y, w2, y2, o1, o2, y3};
-    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    FREE_DEV(x, work, y, w2, y2, o1, o2, y3);
     GB.ops->weight_free(GB.ctx, WG);
     if (WC) cb.ops->weight_free(cb.ctx, WC);
     if (WC0) cb.ops->weight_free(cb.ctx, WC0);
@@ -706,8 +702,7 @@ static void swiglu_chain(const char *what, vsr_weight_view *parts, int64_t M) {
     CHECK_MSG(eq, "%s M %lld: linear_swiglu on the input twin, making y's twin, differs from the undeclared ops", what,
               (long long)M);
     GB.ops->weight_free(GB.ctx, WG);
-    void *bufs[] = {x, w, h1, h2, work, y1, y2};
-    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    FREE_DEV(x, w, h1, h2, work, y1, y2);
     free(hx), free(hw);
 }
 
@@ -825,8 +820,7 @@ static void keep_case(const char *what, const vsr_weight_view *wv, int64_t T, in
     }
     free(c0), free(c1), free(g0), free(g1), free(d0), free(d1);
     free(hx), free(hcw), free(hg), free(hn), free(hA), free(hd);
-    void *bufs[] = {x, cw, xg, nw, A, dt, stt, y[0], y[1], cv[0], cv[1], gn[0], gn[1], dn[0], dn[1]};
-    for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+    FREE_DEV(x, cw, xg, nw, A, dt, stt, y[0], y[1], cv[0], cv[1], gn[0], gn[1], dn[0], dn[1]);
     GB.ops->weight_free(GB.ctx, W);
 }
 
@@ -880,8 +874,7 @@ TEST(vector_and_scalar_paths) {
         printf("  hd %lld: rmsnorm_gated %.3g, mul_sigmoid %.3g (GPU vs CPU)\n", (long long)hd, d, d2);
         CHECK_MSG(d2 <= 1e-5, "mul_sigmoid hd %lld: %.3g", (long long)hd, d2);
         free(yg), free(hx), free(hg), free(hz), free(hw), free(yc);
-        void *bufs[] = {x, g, z, w, y};
-        for (size_t j = 0; j < 5; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(x, g, z, w, y);
     }
     vsr_backend_destroy(&cb);
 }
@@ -945,8 +938,7 @@ TEST(strided_conv_and_gated_norm) {
         CHECK_ERR(GB.ops->deltanet(GB.ctx, q, qs, bcd, bcd, Hv - 1, A, d, &s2, Hk, Hv, dk, dv, stt, o2, &e), e,
                   VSR_E_INVALID, "b/a row stride 47");
         free(hq), free(hba), free(hbc), free(hA), free(hd);
-        void *bufs[] = {q, bw, bcd, A, d, stt, o1, o2};
-        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++) GB.ops->buf_free(GB.ctx, bufs[j]);
+        FREE_DEV(q, bw, bcd, A, d, stt, o1, o2);
     }
     vsr_backend_destroy(&cb);
 }
