@@ -110,8 +110,8 @@ __device__ __forceinline__ void stage_gc_beta(float *gcb, float *btb, int off, c
     }
 }
 __device__ __forceinline__ void cp_wait_all() {
-    asm volatile("cp.async.commit_group;" ::);
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_commit();
+    cp_async_wait<0>();
 }
 
 
@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict_
         stage_tile(Tb, LDV, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
                    DN3_T);
         stage_gc_beta(gcb, btb, 0, gcg, btg, s0, Lc, Hv, h, tid);
-        asm volatile("cp.async.commit_group;" ::);
+        cp_async_commit();
     }
     for (int ci = cf; ci < cl; ci++) {
         const int par = (ci - cf) & 1;
@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict_
             stage_tile(Tb + (par ^ 1) * DNC_C * LDV, LDV, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C,
                        DNC_C, DNC_C, DNC_C, 1, Tg, tid, DN3_T);
             stage_gc_beta(gcb, btb, (par ^ 1) * DNC_C, gcg, btg, rn, Ln, Hv, h, tid);
-            asm volatile("cp.async.commit_group;" ::);
+            cp_async_commit();
         }
         { /* k rows (tasks 0..63) and q rows (64..127), 4 lanes per row: l2-normalised in place
            * (q times 1/sqrt(dk)), rounded to TF32 */
@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict_
         if (ci + 1 < cl) { /* chunk c+1's q and V slice, in flight during Vn, P Vn and the update */
             stage_tile(Qs, LDK, Qr + rn * qkv_stride, qkv_stride, Ln, dk, DNC_DK, vec, qkv, tid, DN3_T);
             stage_tile(Vs, LDV, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
-            asm volatile("cp.async.commit_group;" ::);
+            cp_async_commit();
         }
         /* Vn = T Y (T unit lower triangular: row tile mt needs k rows < 16*(mt+1)), over Y in Vt */
         {
@@ -888,7 +888,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
         stage_tile(Tb, LDV, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, DNC_C, 1, Tg, tid,
                    DN3_T);
         stage_gc_beta(gcb, btb, 0, gcg, btg, s0, Lc, Hv, h, tid);
-        asm volatile("cp.async.commit_group;" ::);
+        cp_async_commit();
     }
     for (int ci = cf; ci < cl; ci++) {
         const int par = (ci - cf) & 1;
@@ -908,7 +908,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
             stage_tile(Tb + (par ^ 1) * DNC_C * LDV, LDV, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C, DNC_C,
                        DNC_C, DNC_C, DNC_C, 1, Tg, tid, DN3_T);
             stage_gc_beta(gcb, btb, (par ^ 1) * DNC_C, gcg, btg, rn, Ln, Hv, h, tid);
-            asm volatile("cp.async.commit_group;" ::);
+            cp_async_commit();
         }
         /* exp(gL - gc) for the update (read after the Y barrier); exp(gc) of this thread's two
          * epilogue rows in registers (0 past Lc, as v5's eg) */
@@ -951,7 +951,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
         if (ci + 1 < cl) { /* chunk c+1's q and V slice, in flight during Vn, P Vn and the update */
             stage_tile(Qs, LDK, Qr + rn * nstride, nstride, Ln, dk, DNC_DK, 1, Qn, tid, DN3_T);
             stage_tile(Vs, LDV, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN3_T);
-            asm volatile("cp.async.commit_group;" ::);
+            cp_async_commit();
         }
         /* Vn = T Y (T unit lower triangular: row tile mt needs k rows < 16*(mt+1)), over Y in Vt */
         {
@@ -1167,7 +1167,7 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
         stage_tile(Vs, LDV, Vr + s0 * qkv_stride, qkv_stride, Lc, ncv, DNC_DVS, vec, qkv, tid, DN7_T);
         stage_sw<DNC_C>(sp + DN7_TT, Tg + ((int64_t)cf * Hv + h) * DNC_C * DNC_C, DNC_C, DNC_C, DNC_C, Tg, tid);
         stage_gc_beta(gcb, btb, 0, gcg, btg, s0, Lc, Hv, h, tid);
-        asm volatile("cp.async.commit_group;" ::);
+        cp_async_commit();
     }
     for (int ci = cf; ci < cl; ci++) {
         const int par = (ci - cf) & 1;
@@ -1187,7 +1187,7 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
             stage_sw<DNC_C>(sp + DN7_TT + (par ^ 1) * 2 * DN7_SLAB, Tg + ((int64_t)(ci + 1) * Hv + h) * DNC_C * DNC_C,
                             DNC_C, DNC_C, DNC_C, Tg, tid);
             stage_gc_beta(gcb, btb, (par ^ 1) * DNC_C, gcg, btg, rn, Ln, Hv, h, tid);
-            asm volatile("cp.async.commit_group;" ::);
+            cp_async_commit();
         }
         if (tid < DNC_C) ek[tid] = tid < Lc ? expf(gL - gcs[tid]) : 0.0f; /* read after the next barrier */
         const float eg0 = i0 < Lc ? expf(gcs[i0]) : 0.0f, eg1 = i0 + 8 < Lc ? expf(gcs[i0 + 8]) : 0.0f;
@@ -1235,7 +1235,7 @@ __global__ void __launch_bounds__(DN7_T, 1) k_dn7_state(const float *__restrict_
         if (ci + 1 < cl) { /* chunk c+1's q and V slice, in flight during the rest of this chunk */
             stage_sw<DNC_DK>(sp + DN7_Q, Qr + rn * nstride, nstride, Ln, dk, Qn, tid);
             stage_tile(Vs, LDV, Vr + rn * qkv_stride, qkv_stride, Ln, ncv, DNC_DVS, vec, qkv, tid, DN7_T);
-            asm volatile("cp.async.commit_group;" ::);
+            cp_async_commit();
         }
         /* the update's A fragments: (k exp(gL - gc))^T, state rows 64 (wg >> 1) + i0 (+8), chunk rows
          * 8 ks + t (+4), rounded as v6's load_a; WG0 loads them while its T Y runs */
