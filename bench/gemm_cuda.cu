@@ -360,12 +360,13 @@ int main(int argc, char **argv) {
             if (!f || (f != only && f[-1] != ',') || (f[l] != 0 && f[l] != ',')) continue;
         }
         int64_t N = s.N, K = s.K;
-        /* BF16 weights: random finite bf16 in +-[2^-7, 2^-5] (--fp8-gemm: one copy, unused) */
-        std::vector<uint16_t> wb(fp8_only ? 16 * 16 : N * K);
-        for (auto &v : wb) v = (uint16_t)(0x3C00 | (r32() & 0x80FF));
-        vsr_weight_view vb = {VSR_WK_BF16, fp8_only ? 16 : N, fp8_only ? 16 : K, wb.data(), NULL, NULL, NULL, 0, 0, s.name};
-        auto Wb = upload_copies(vb, fp8_only ? 1ull << 40 : 2ull * N * K);
-        wb.clear(), wb.shrink_to_fit();
+        std::vector<vsr_bweight *> Wb, W4; /* none with --fp8-gemm */
+        if (!fp8_only) { /* BF16 weights: random finite bf16 in +-[2^-7, 2^-5] */
+            std::vector<uint16_t> wb(N * K);
+            for (auto &v : wb) v = (uint16_t)(0x3C00 | (r32() & 0x80FF));
+            vsr_weight_view vb = {VSR_WK_BF16, N, K, wb.data(), NULL, NULL, NULL, 0, 0, s.name};
+            Wb = upload_copies(vb, 2ull * N * K);
+        }
         /* FP8 (fp8_bytes above; the normal draws through a table of 65,536, drawn once), scales ~1e-2 */
         static std::vector<uint8_t> wtab;
         if (wtab.empty())
@@ -377,18 +378,18 @@ int main(int argc, char **argv) {
         vsr_weight_view v8 = {VSR_WK_FP8, N, K, w8.data(), s8.data(), NULL, NULL, 0, 0, s.name};
         auto W8 = upload_copies(v8, 1ull * N * K);
         w8.clear(), w8.shrink_to_fit();
-        /* int4: random nibbles, group 128, symmetric (GPTQ) (--fp8-gemm: one small copy, unused) */
-        const int64_t N4 = fp8_only ? 16 : N, K4 = fp8_only ? 128 : K;
-        int G = (int)(K4 / 128);
-        std::vector<uint32_t> w4(N4 * K4 / 8);
-        for (auto &v : w4) v = r32() ^ (r32() << 16);
-        std::vector<uint16_t> s4(N4 * G);
-        for (auto &v : s4) v = (uint16_t)(0x3C00 | (r32() & 0x7F));
-        vsr_weight_view v4 = {VSR_WK_INT4, N4, K4, w4.data(), s4.data(), NULL, NULL, 128, 0, s.name};
-        auto W4 = upload_copies(v4, fp8_only ? 1ull << 40 : 1ull * N * K / 2);
-        w4.clear(), s4.clear();
-        double by_bf16 = B.ops->weight_bytes(B.ctx, Wb[0]), by_fp8 = B.ops->weight_bytes(B.ctx, W8[0]),
-               by_i4 = B.ops->weight_bytes(B.ctx, W4[0]);
+        if (!fp8_only) { /* int4: random nibbles, group 128, symmetric (GPTQ) */
+            int G = (int)(K / 128);
+            std::vector<uint32_t> w4(N * K / 8);
+            for (auto &v : w4) v = r32() ^ (r32() << 16);
+            std::vector<uint16_t> s4(N * G);
+            for (auto &v : s4) v = (uint16_t)(0x3C00 | (r32() & 0x7F));
+            vsr_weight_view v4 = {VSR_WK_INT4, N, K, w4.data(), s4.data(), NULL, NULL, 128, 0, s.name};
+            W4 = upload_copies(v4, 1ull * N * K / 2);
+        }
+        const double by_fp8 = B.ops->weight_bytes(B.ctx, W8[0]),
+                     by_bf16 = Wb.empty() ? 0 : B.ops->weight_bytes(B.ctx, Wb[0]),
+                     by_i4 = W4.empty() ? 0 : B.ops->weight_bytes(B.ctx, W4[0]);
         for (int64_t M : rows) {
             double act = 4.0 * M * K + 4.0 * M * N;
             float us;
