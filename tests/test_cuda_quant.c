@@ -592,6 +592,16 @@ TEST(fp8_against_reference) {
                 /* deterministic run to run */
                 st = gpu_linear(bw, x, M, K, N, NULL, y2, &e);
                 CHECK(st == VSR_OK && memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0);
+                /* an explicit --dtype keeps the scaled product (a) at every row count (the rule above is --dtype
+                 * auto's) */
+                if (mode == 0 && fp8_is_sm90() && cuda_quant_fp8_ovscale(GB.ctx)) {
+                    CHECK_OK(cuda_quant_set_options(GB.ctx, "bfloat16", NULL, &e), e);
+                    CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y2, &e), e);
+                    const char *pe = cuda_quant_last_path();
+                    CHECK_MSG(!strncmp(pe, "fp8:scaled(outer-vec", 20) && nerr(y2, refq, M * N) <= fp8_bound(pe, K),
+                              "explicit dtype, M %lld: path %s, %.3g", (long long)M, pe, nerr(y2, refq, M * N));
+                    CHECK_OK(cuda_quant_set_options(GB.ctx, "auto", NULL, &e), e);
+                }
                 unsetenv("VSR_FP8_GEMM");
                 cuda_quant_set_fp8_fast_accum(fast_was);
             }

@@ -54,7 +54,7 @@ extern int quant_fp8_fast_accum(void);
 #define FP8_PLANS 64
 #define FP8_ALGOS 8
 #define FP8_BF16_MIN_ROWS 128
-/* Up to this many rows a linear takes (c) even where (a) exists: cuBLASLt's outer-vector-scaled kernels are
+/* Up to this many rows, under --dtype auto, a linear takes (c) even where (a) exists: cuBLASLt's outer-vector-scaled kernels are
  * 128-row tiles, 1.2-1.9x slower at 1-64 rows than the unscaled product's small-tile algorithms plus the
  * epilogue (bench/NOTES.md, eighth session, call 6: down at one row 35.2 against 68.0 us). (c) keeps (a)'s
  * numerics: an FP32 product, both scales applied after the sum, no BF16 rounding. */
@@ -641,7 +641,8 @@ static vsr_status lt_linear(cuda_ctx *c, quant_state *q, const uint8_t *xq, cons
                    (forced == 0 && quant_dtype_auto(c) && c->cc_major == 8 && c->cc_minor == 9 && M >= 256);
     const int ov = fp8_ovscale(c, q);
     const int bf16p = forced == 0 && fp8_bf16_products() && !ov;
-    const int small = forced == 0 && ov && M <= FP8_UNSCALED_MAX_ROWS; /* (c): FP8_UNSCALED_MAX_ROWS */
+    /* (c) at few rows under --dtype auto (FP8_UNSCALED_MAX_ROWS); an explicit --dtype keeps the scaled product */
+    const int small = forced == 0 && ov && quant_dtype_auto(c) && M <= FP8_UNSCALED_MAX_ROWS;
     if (!unscaled && !small) {
         /* (a) outer-vector scales, FP32 out: straight into y where its row stride suits cuBLASLt (16 bytes) */
         if (bf16p) {
