@@ -1154,10 +1154,13 @@ TEST(autotune_two_processes) {
     for (int i = 0; i < 2 * 256; i++) x[i] = frand();
     CHECK_OK(gpu_linear(bw, x, 2, 256, 64, NULL, y, &e), e); /* times and records */
     CHECK(strstr(cuda_quant_last_path(), "src=timed") != NULL);
-    /* corrupt the file, and use a fresh backend (nothing remembered in memory) */
     char file[1200];
     snprintf(file, sizeof file, "%s/int4_fused-", path);
     char cmd[1400];
+    /* int4 candidates stream a weight: timed cold, with L2 read through before each launch (autotune.cu) */
+    snprintf(cmd, sizeof cmd, "grep -q '\"l2\": \"flushed\"' %s*.json", file);
+    CHECK_MSG(system(cmd) == 0, "the int4 autotune file does not say its candidates were timed with L2 flushed");
+    /* corrupt the file, and use a fresh backend (nothing remembered in memory) */
     snprintf(cmd, sizeof cmd, "for f in %s*.json; do echo '{\"format\":\"other\"}' > \"$f\"; done", file);
     CHECK(system(cmd) == 0);
     GB.ops->weight_free(GB.ctx, bw);
