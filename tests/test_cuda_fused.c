@@ -247,6 +247,32 @@ TEST(twin_fp8) {
  * and from the BF16 product linear_swiglu keeps; the twin read by an FP8 down projection, which also gives
  * what it gives quantizing the FP32 output itself. */
 int cuda_swiglu_set_1p(int on);
+int cuda_env_mode(const char *name, int dflt, int maxv, int *cache);
+int cuda_env_switch_set(const char *name, int dflt, int *cache, int on, int maxv);
+
+/* A switch of several modes (VSR_CUDA_SWIGLU_1P, VSR_CUDA_GATED_TOK) reads one digit from the environment, in
+ * range, else its default (before the eighth session "2" and "3" meant the default); read once; the tests'
+ * setter replaces the value and returns the old one, refusing out-of-range ones. */
+TEST(env_mode) {
+    static const struct {
+        const char *value;
+        int want;
+    } cases[] = {{"0", 0}, {"2", 2}, {"3", 3}, {"4", 1}, {"12", 1}, {"x", 1}, {"", 1}, {NULL, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].value) setenv("VSR_TEST_ENV_MODE", cases[i].value, 1);
+        else unsetenv("VSR_TEST_ENV_MODE");
+        int cache = -1;
+        const int got = cuda_env_mode("VSR_TEST_ENV_MODE", 1, 3, &cache);
+        CHECK_MSG(got == cases[i].want, "VSR_TEST_ENV_MODE=%s: mode %d, want %d", cases[i].value ? cases[i].value : "(unset)",
+                  got, cases[i].want);
+        setenv("VSR_TEST_ENV_MODE", "0", 1); /* read once: a later change is not seen */
+        CHECK(cuda_env_mode("VSR_TEST_ENV_MODE", 1, 3, &cache) == got);
+        CHECK(cuda_env_switch_set("VSR_TEST_ENV_MODE", 1, &cache, 4, 3) == -1 &&
+              cuda_env_switch_set("VSR_TEST_ENV_MODE", 1, &cache, 2, 3) == got && cache == 2);
+    }
+    unsetenv("VSR_TEST_ENV_MODE");
+}
+
 TEST(swiglu_fp8_one_pass) {
     if (cuda_dev.cc_major * 10 + cuda_dev.cc_minor < 89) {
         printf("  (not run: compute capability %d.%d has no FP8)\n", cuda_dev.cc_major, cuda_dev.cc_minor);
@@ -1024,6 +1050,7 @@ TEST(graphs_replay_bit_identical) {
 
 int main(void) {
 #ifdef VSR_HAVE_CUDA
+    RUN(env_mode); /* host code: runs without a GPU too */
     char why[VSR_ERR_MSG_MAX + 600];
     if (!test_find_cuda(&cuda_dev, &GB, why, sizeof why)) {
         printf("SKIP: no CUDA device (%s)\n", why);
