@@ -7,8 +7,8 @@
  * serial promoted schedule, fast), fp8_kept_* = the product kept in BF16 for linear_swiglu per route
  * forced, fp8_pq_route = the GEMM alone on prequantized activations by the forward's route: outer-vector-scaled
  * cuBLASLt where the device has it), our int4
- * W4A16 linear (automatic path, the unpack path, and at <= 16 rows int4_prev = the previous fused kernels
- * with the streaming kernel off, int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass)
+ * W4A16 linear (automatic path, the unpack path, and int4_prev = the previous fused kernels: at <= 16 rows
+ * with the streaming kernel off, at 17-256 rows with the tensor-core tile kernel (ninth pass) off; int4_bulk / int4_bulk_bf16in = the bulk-copy streaming kernel (sixth pass)
  * forced on, int4_bf16in = cuda_int4_linear_bf16 on BF16 activations, default path).
  * FP8 data: see fp8_bytes (the torch peer's distributions unless VSR_FP8_DATA=bytes). VSR_FP8=0 skips the
  * FP8 rows. Writes CSV to stdout:
@@ -36,6 +36,7 @@
 #include "vsr/quant.h"
 /* quant_int4.cu: the bulk-copy streaming int4 kernel's switch (1 on, 0 off) */
 extern "C" int cuda_quant_force_int4_bulk(int on);
+extern "C" int cuda_quant_force_int4_mma(int on);
 
 struct shape {
     const char *name;
@@ -523,6 +524,15 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s M %lld int4 bulk bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_bulk_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
                 cuda_quant_force_int4_bulk(bulk_was);
+                us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
+                fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
+                row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
+            } else if (M <= 256) { /* int4_prev: kinds 0 and 1 (the tensor-core tile kernel off); BF16 in */
+                const int mma_was = cuda_quant_force_int4_mma(0);
+                us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
+                fprintf(stderr, "%s M %lld int4 prev path %s\n", s.name, (long long)M, cuda_quant_last_path());
+                row("int4_prev", s, M, us, by_i4, act);
+                cuda_quant_force_int4_mma(mma_was);
                 us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);

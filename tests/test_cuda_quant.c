@@ -54,6 +54,8 @@ vsr_status cuda_fp8_linear_bf16_to(struct cuda_ctx *c, const float *x, const uin
 /* from src/backend/cuda/quant_int4.cu: the bulk-copy streaming int4 kernel (<= 16 rows, sixth pass), 1 on, 0 off;
  * previous value, or -1 if unknown */
 int cuda_quant_force_int4_bulk(int on);
+/* the tensor-core tile int4 kernel (17-256 rows, ninth pass), 1 on, 0 off; previous value, or -1 if unknown */
+int cuda_quant_force_int4_mma(int on);
 /* from src/backend/cuda/quant_fp8.cu: fp8_scaled against x / s over n draws (counts: quotients >= 2^-12 that
  * differ, e4m3 codes that differ, draws on the multiply path) */
 vsr_status cuda_fp8_div_check(struct cuda_ctx *c, uint64_t seed, int64_t n, int64_t counts[3], vsr_err *err);
@@ -259,16 +261,17 @@ static void int4_against_reference_pass(void) {
     }
 }
 
-/* every configuration of the fused kernel's autotune list (both kernels, every split) on a few shapes:
+/* every configuration of the fused kernels' autotune lists (every kernel, every split) on a few shapes:
  * each against the reference, each bit-identical on a second run; then the index past the list is
- * refused with its number */
+ * refused with its number. Rows 17-256 walk the tensor-core tile kernel's list (kind 7) in passes 0-1 and
+ * the previous kernels' (kinds 0, 1) with it switched off in pass 2. */
 TEST(int4_every_candidate) {
     static const int cases[] = {0, 1, 2, 3, 6, 7, 8}; /* GPTQ g128 (computed groups), AWQ g32 (looked-up groups),
                                                        * act-order g64, channel-wise, and the streaming cases */
-    static const int64_t rows[] = {1, 5, 8, 16, 33, 256};
+    static const int64_t rows[] = {1, 5, 8, 16, 24, 33, 100, 256};
     const size_t nc = sizeof cases / sizeof cases[0];
-    int total = 0, total_stream = 0, total_bulk = 0;
-    const int bulk_was = cuda_quant_force_int4_bulk(0);
+    int total = 0, total_stream = 0, total_bulk = 0, total_mma = 0;
+    const int bulk_was = cuda_quant_force_int4_bulk(0), mma_was = cuda_quant_force_int4_mma(1);
     const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
     const int has_bulk = cc >= 90; /* the bulk-copy kernel needs capability 9.0+ (else the third pass's runs) */
@@ -280,6 +283,7 @@ TEST(int4_every_candidate) {
         const int bulk = pass == 0 && has_bulk;
         cuda_quant_force_int4_stream(stream);
         cuda_quant_force_int4_bulk(pass == 0);
+        cuda_quant_force_int4_mma(pass < 2);
         const i4case *c = &I4_CASES[cases[ci]];
         i4w w;
         vsr_bweight *bw;
@@ -289,9 +293,10 @@ TEST(int4_every_candidate) {
         vsr_int4_weight cw = i4_cpu(&w);
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             int64_t M = rows[ri], N = c->N, K = c->K;
-            if (pass > 0 && M > 16) continue; /* above 16 rows the lists are the same: walked once */
+            if (pass == 1 && M > 16) continue; /* above 16 rows passes 0 and 1 have the same list: walked once */
             /* the streaming list applies at <= 16 rows where the group of a 64-column chunk is computable */
             const int want_stream = stream && M <= 16 && c->group != 32;
+            const int want_mma = pass < 2 && M > 16;
             float *x = malloc(sizeof(float) * (size_t)(M * K)), *xb = malloc(sizeof(float) * (size_t)(M * K));
             float *refb = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
             float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
@@ -312,9 +317,11 @@ TEST(int4_every_candidate) {
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
                 CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !bulk) &&
-                              (strncmp(path, "int4:fused(b-", 13) == 0) == (want_stream && bulk),
-                          "case %d M %lld stream %d bulk %d: path %s", cases[ci], (long long)M, stream, bulk, path);
-                total_stream += want_stream && !bulk, total_bulk += want_stream && bulk;
+                              (strncmp(path, "int4:fused(b-", 13) == 0) == (want_stream && bulk) &&
+                              (strncmp(path, "int4:fused(m-", 13) == 0) == want_mma,
+                          "case %d M %lld stream %d bulk %d mma %d: path %s", cases[ci], (long long)M, stream, bulk,
+                          want_mma, path);
+                total_stream += want_stream && !bulk, total_bulk += want_stream && bulk, total_mma += want_mma;
                 double eb = nerr(y, refb, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
@@ -337,9 +344,13 @@ TEST(int4_every_candidate) {
     CHECK(cuda_quant_force_int4_stream(2) == -1 && cuda_quant_force_int4_stream(1) == 1);
     CHECK(cuda_quant_force_int4_bulk(-1) == -1 && cuda_quant_force_int4_bulk(2) == -1);
     CHECK(cuda_quant_force_int4_bulk(1) == 0 && cuda_quant_force_int4_bulk(bulk_was) == 1); /* back to the default */
+    CHECK(cuda_quant_force_int4_mma(-1) == -1 && cuda_quant_force_int4_mma(2) == -1);
+    CHECK(cuda_quant_force_int4_mma(0) == 0 && cuda_quant_force_int4_mma(mma_was) == 0 &&
+          cuda_quant_force_int4_mma(mma_was) == 1); /* the default is on */
     CHECK_MSG(!has_bulk || total_bulk >= 60, "only %d bulk-copy configurations checked", total_bulk);
-    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's)\n", total,
-           total_bulk, total_stream);
+    CHECK_MSG(total_mma >= 100, "only %d tensor-core tile configurations checked", total_mma);
+    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's, %d of the "
+           "tensor-core tile kernel's)\n", total, total_bulk, total_stream, total_mma);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or

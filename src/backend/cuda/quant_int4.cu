@@ -60,6 +60,14 @@ extern "C" int cuda_quant_force_int4_bulk(int on) {
     return cuda_env_switch_set("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk, on, 1);
 }
 
+/* the tensor-core tile kernel (kind 7, ninth pass, 17-256 rows): on unless VSR_CUDA_INT4_MMA=0 (read once) or
+ * cuda_quant_force_int4_mma(0), which keep kinds 0 and 1 there */
+static int g_int4_mma = -1;
+static int quant_int4_mma_on(void) { return cuda_env_switch("VSR_CUDA_INT4_MMA", 1, &g_int4_mma); }
+extern "C" int cuda_quant_force_int4_mma(int on) {
+    return cuda_env_switch_set("VSR_CUDA_INT4_MMA", 1, &g_int4_mma, on, 1);
+}
+
 #define I4_MAX_FUSED_ROWS 256
 #define I4_MAX_KS 16
 /* cap on split-K partial sums: S * M * N floats */
@@ -913,6 +921,180 @@ __global__ void __launch_bounds__(NW * 32) k_i4_bulk(const i4b p) {
 #endif
 }
 
+/* ---- the tensor-core tile kernel (ninth pass, kind 7, 17-256 rows) ----
+ * Why: above 16 rows kinds 0 and 1 ran at 70-100 TFLOP/s (sweep at 7ff43a7, gate_up: 32 rows 72.6 us against
+ * 47.9 for BF16, 256 rows 445 us against 142 for unpack + cuBLASLt): each warp re-decoded its weights for
+ * every 8-64 tokens, staged FP32 activations through registers, and loaded scales inside the multiply.
+ * Here a block owns BN = NW * WN * 16 output rows and BM = WM * 8 tokens. Its K range (one split) streams
+ * through an S-stage cp.async pipeline of 64-column chunks, each stage holding
+ *   - the packed tiles of its n-tiles (NW * WN * 512 bytes, each lane's uint4 already an A fragment),
+ *   - the activations, BM BF16 rows x 128 bytes, their 16-byte units XOR-swizzled by row (unit c of row r
+ *     at c ^ (r & 7)) so that each 8-row ldmatrix reads 8 distinct bank groups; rows >= M and columns
+ *     >= kvalid are zero-filled by the copy itself,
+ *   - the scale rows of the chunk's groups: one row when the group is computable per chunk (gchunks > 0),
+ *     else one per 16-column block from the upload's block groups (AWQ g32, irregular act-order).
+ * Each warp decodes its WN tiles once per chunk (exact subtraction, one rounding, as every int4 kernel here)
+ * and multiplies them with all BM tokens: 4 * WN * WM mma.m16n8k16 per chunk, the B fragments by
+ * ldmatrix.x4 (two 16-column steps of 8 tokens each). Split K as the kernels above (deterministic: the last
+ * block of an output tile adds the partials in split order). grid (token blocks, n-blocks, KS): token
+ * blocks vary fastest, so blocks reading the same weights run together and share them in L2. */
+typedef struct i4m {
+    const uint4 *wq;
+    const uint32_t *sz;
+    const int32_t *kgrp;    /* group of each 16-column block (gchunks == 0) */
+    const __nv_bfloat16 *x; /* bf16 [M, ldx], permuted column order, 16-byte aligned rows */
+    int64_t M, N, Np, KC, ldx, kvalid; /* columns >= kvalid read as zero */
+    int G, gchunks, KS, per, accumulate; /* per: chunks per split */
+    float *y, *ws;
+    unsigned *counters;
+} i4m;
+
+/* shared memory of one stage: tiles, activations, four scale rows */
+static __host__ __device__ constexpr int i4m_stage(int wm, int wn, int nw) {
+    return nw * wn * 512 + wm * 8 * 128 + 4 * nw * wn * 16 * 4;
+}
+
+/* chunk kc of a block's stream into the stage at shared address st (every thread; one commit by the caller) */
+template <int WM, int WN, int NW>
+__device__ __forceinline__ void i4m_issue(const i4m &p, unsigned st, int64_t kc, int64_t nt0, int64_t m0, int vt) {
+    constexpr int BN = NW * WN * 16, TW = NW * WN * 512, TX = WM * 8 * 128;
+    const int64_t NT = p.Np / 16;
+    static_assert((WM * 64) % (NW * 32) == 0, "whole activation pieces per thread");
+#pragma unroll
+    for (int i = 0; i < WN; i++) { /* WN pieces per thread */
+        const int u = threadIdx.x + i * NW * 32;
+        const int64_t nt = nt0 + (u >> 5);
+        const bool ok = nt < NT;
+        cp_async16(st + u * 16, ok ? (const void *)(p.wq + (nt * p.KC + kc) * 32 + (u & 31)) : (const void *)p.wq,
+                   ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < WM * 64 / (NW * 32); i++) {
+        const int u = threadIdx.x + i * NW * 32;
+        const int row = u >> 3, c = u & 7;
+        const int64_t col = kc * 64 + c * 8;
+        const bool ok = row < vt && col < p.kvalid; /* kvalid is a multiple of 8: a piece is all in or all out */
+        cp_async16(st + TW + row * 128 + ((c ^ (row & 7)) << 4),
+                   ok ? (const void *)(p.x + (m0 + row) * p.ldx + col) : (const void *)p.x, ok ? 16 : 0);
+    }
+    const int nrows = p.gchunks > 0 ? 1 : 4;
+    for (int u = threadIdx.x; u < nrows * (BN / 4); u += NW * 32) {
+        const int j = u / (BN / 4), pc = u - j * (BN / 4);
+        const int64_t n = nt0 * 16 + pc * 4;
+        int g;
+        if (p.gchunks > 0) {
+            g = (int)(kc / p.gchunks);
+            g = g < p.G - 1 ? g : p.G - 1;
+        } else
+            g = __ldg(p.kgrp + kc * 4 + j);
+        const bool ok = n < p.Np; /* Np and the block's first row are multiples of 16 */
+        cp_async16(st + TW + TX + (j * BN + pc * 4) * 4, ok ? (const void *)(p.sz + (int64_t)g * p.Np + n) : (const void *)p.sz,
+                   ok ? 16 : 0);
+    }
+}
+
+template <int WM, int WN, int NW, int S>
+__global__ void __launch_bounds__(NW * 32) k_i4_mma(const i4m p) {
+    extern __shared__ __align__(128) unsigned char i4m_sm[];
+    constexpr int BN = NW * WN * 16, BM = WM * 8, TW = NW * WN * 512, TX = BM * 128, ST = i4m_stage(WM, WN, NW);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t NT = p.Np / 16;
+    const int64_t m0 = (int64_t)blockIdx.x * BM, nt0 = (int64_t)blockIdx.y * (NW * WN);
+    const int z = blockIdx.z;
+    const int64_t kc0 = (int64_t)z * p.per < p.KC ? (int64_t)z * p.per : p.KC;
+    const int64_t kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
+    const int nk = (int)(kc1 - kc0);
+    const int vt = (int)(p.M - m0 < BM ? p.M - m0 : BM); /* valid tokens of this block */
+    const unsigned sm0 = smem_u32(i4m_sm);
+
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) {
+        if (s < nk) i4m_issue<WM, WN, NW>(p, sm0 + s * ST, kc0 + s, nt0, m0, vt);
+        cp_async_commit();
+    }
+
+    float acc[WN][WM][4];
+#pragma unroll
+    for (int t = 0; t < WN; t++)
+#pragma unroll
+        for (int mt = 0; mt < WM; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
+    const int q = lane & 3, r = lane >> 2;
+    /* ldmatrix: lane l gives row l % 8 of matrix l / 8 (matrices: columns 0-7, 8-15 of step 2h, then of 2h + 1) */
+    const int lr = lane & 7, lm = lane >> 3;
+    const bool per_chunk = p.gchunks > 0;
+
+    for (int i = 0; i < nk; i++) {
+        cp_async_wait<S - 2>(); /* chunk i has landed (this thread's copies) */
+        __syncthreads();        /* everyone's; and stage (i - 1) % S is free */
+        if (i + S - 1 < nk) i4m_issue<WM, WN, NW>(p, sm0 + ((i + S - 1) % S) * ST, kc0 + i + S - 1, nt0, m0, vt);
+        cp_async_commit();
+        const unsigned st = sm0 + (i % S) * ST;
+        uint4 wv[WN];
+#pragma unroll
+        for (int t = 0; t < WN; t++) wv[t] = lds128(st + ((warp * WN + t) * 32 + lane) * 16);
+        const unsigned sc = st + TW + TX + (warp * WN * 16 + r) * 4;
+        uint32_t br[WN], sr[WN], br8[WN], sr8[WN];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t a[WN][2][4]; /* steps 2h, 2h + 1 of each tile */
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++) {
+                const int j = 2 * h + jj;
+#pragma unroll
+                for (int t = 0; t < WN; t++) {
+                    if (j == 0 || !per_chunk) {
+                        const unsigned srow = sc + ((per_chunk ? 0 : j) * BN + t * 16) * 4;
+                        const uint32_t s0 = lds32(srow), s8 = lds32(srow + 32);
+                        br[t] = prmt(s0, 0x1010), sr[t] = prmt(s0, 0x3232);
+                        br8[t] = prmt(s8, 0x1010), sr8[t] = prmt(s8, 0x3232);
+                    }
+                    const uint32_t wd = j == 0 ? wv[t].x : j == 1 ? wv[t].y : j == 2 ? wv[t].z : wv[t].w;
+                    a[t][jj][0] = dq2s(wd, 0, br[t], sr[t]), a[t][jj][1] = dq2s(wd, 1, br8[t], sr8[t]);
+                    a[t][jj][2] = dq2s(wd, 2, br[t], sr[t]), a[t][jj][3] = dq2s(wd, 3, br8[t], sr8[t]);
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < WM; mt++) {
+                const int row = mt * 8 + lr;
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(st + TW + row * 128 + (((4 * h + lm) ^ lr) << 4), b0, b1, b2, b3);
+#pragma unroll
+                for (int t = 0; t < WN; t++) {
+                    mma16816(acc[t][mt], a[t][0][0], a[t][0][1], a[t][0][2], a[t][0][3], b0, b1);
+                    mma16816(acc[t][mt], a[t][1][0], a[t][1][1], a[t][1][2], a[t][1][3], b2, b3);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int t = 0; t < WN; t++) {
+        const int64_t nt = nt0 + warp * WN + t;
+        if (nt >= NT) continue;
+#pragma unroll
+        for (int mt = 0; mt < WM; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                const int64_t m = m0 + mt * 8 + q * 2 + (e & 1);
+                if (n >= p.N || m >= p.M) continue;
+                if (p.KS == 1)
+                    p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
+                else
+                    p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
+            }
+    }
+    if (p.KS == 1) return;
+    /* split K: the last block to arrive for this output tile adds the partials in split order */
+    const int64_t tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
+    if (!splitk_last_block(p.counters + tile, p.KS)) return;
+    splitk_sum(p.ws + m0 * p.N, p.y + m0 * p.N, p.M, p.N, p.KS, p.accumulate, nt0 * 16, BN, vt, NW * 32,
+               p.counters + tile);
+}
+
 /* bf16 x [M, K] -> bf16 [M, Kp] (permuted, zero padded): act-order or unaligned input for the
  * streaming kernel, and the unpack path's rows when the caller gives BF16 */
 __global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M, int64_t K,
@@ -1029,11 +1211,14 @@ static const struct {
     {2, 4, 1, 16, k_i4_stream<2, 4, 1, 16>}, {2, 8, 1, 8, k_i4_stream<2, 8, 1, 8>}, {2, 4, 2, 16, k_i4_stream<2, 4, 2, 16>},
     {2, 8, 2, 8, k_i4_stream<2, 8, 2, 8>},   {2, 4, 1, 32, k_i4_stream<2, 4, 1, 32>},
 };
-static i4t_kern i4t_kernel_for(int mt, int nw, int tn, int d) {
-    for (size_t i = 0; i < sizeof I4T_TAB / sizeof I4T_TAB[0]; i++)
-        if (I4T_TAB[i].mt == mt && I4T_TAB[i].nw == nw && I4T_TAB[i].tn == tn && I4T_TAB[i].d == d) return I4T_TAB[i].k;
-    return NULL;
+#define I4T_N ((int)(sizeof I4T_TAB / sizeof I4T_TAB[0]))
+static int i4t_index(int mt, int nw, int tn, int d) { /* the entry of I4T_TAB, or -1 */
+    for (int i = 0; i < I4T_N; i++)
+        if (I4T_TAB[i].mt == mt && I4T_TAB[i].nw == nw && I4T_TAB[i].tn == tn && I4T_TAB[i].d == d) return i;
+    return -1;
 }
+static unsigned g_i4t_attr[I4T_N];
+static int g_i4t_static[I4T_N];
 
 #define I4_MAX_DEV 16
 /* the slot of this device in the per-device "done" bitmasks and tables (devices past I4_MAX_DEV share 0) */
@@ -1100,6 +1285,34 @@ static int i4b_occupancy(cuda_ctx *c, int ti, size_t smem) { /* resident blocks 
     if (64 / nw < occ) occ = 64 / nw;
     return occ < 1 ? 1 : occ;
 }
+/* kind 7, the tensor-core tile kernel (17-256 rows): WM token tiles of 8, WN n-tiles per warp, NW warps, S
+ * pipeline stages (shared memory S * i4m_stage: 40-78 KB) */
+typedef void (*i4m_kern)(const i4m);
+static const struct {
+    int wm, wn, nw, s;
+    i4m_kern k;
+} I4M_TAB[] = {
+    {4, 1, 4, 4, k_i4_mma<4, 1, 4, 4>},   {4, 2, 4, 4, k_i4_mma<4, 2, 4, 4>},   {8, 1, 4, 4, k_i4_mma<8, 1, 4, 4>},
+    {8, 2, 4, 4, k_i4_mma<8, 2, 4, 4>},   {16, 1, 4, 4, k_i4_mma<16, 1, 4, 4>}, {16, 2, 4, 3, k_i4_mma<16, 2, 4, 3>},
+};
+#define I4M_N ((int)(sizeof I4M_TAB / sizeof I4M_TAB[0]))
+static unsigned g_i4m_attr[I4M_N];
+static int g_i4m_static[I4M_N];
+static size_t i4m_smem(int ti) { return (size_t)I4M_TAB[ti].s * i4m_stage(I4M_TAB[ti].wm, I4M_TAB[ti].wn, I4M_TAB[ti].nw); }
+
+/* the opt-in dynamic shared memory limit of kernel k (the device's less k's static shared memory, read once
+ * into *stat as bytes + 1) */
+static size_t i4_kern_maxdyn(cuda_ctx *c, const void *k, int *stat) {
+    int optin, smsm;
+    i4_dev_limits(c, &optin, &smsm);
+    if (!*stat) {
+        cudaFuncAttributes fa;
+        *stat = cudaFuncGetAttributes(&fa, k) == cudaSuccess ? (int)fa.sharedSizeBytes + 1 : 1024 + 1;
+        cudaGetLastError();
+    }
+    return optin > *stat - 1 ? (size_t)(optin - (*stat - 1)) : 0;
+}
+
 /* kind 5: chunks per split, and the shared memory of table entry ti at vt rows */
 static int64_t i4b_per(int64_t KC, int ks) { return (KC + ks - 1) / ks; }
 static size_t i4b_cfg_smem(const quant_wmeta *m, int ti, int ks, int64_t vt) {
@@ -1144,8 +1357,8 @@ typedef struct i4_run {
 
 static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
-    if (cfg.kind == 2) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
-    if (cfg.kind == 5) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
+    if (cfg.kind == 2 || cfg.kind == 5) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
+    if (cfg.kind == 7) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * ((r->M + cfg.mt * 8 - 1) / (cfg.mt * 8)) * cfg.ks;
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
 }
 
@@ -1210,20 +1423,38 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         I4B_TAB[ti].k<<<grid, I4B_TAB[ti].nw * 32, smem, c->stream>>>(p);
         return cuda_check_launch(c, "int4 fused (bulk-copy streaming)", err);
     }
+    if (cfg.kind == 7) {
+        const int ti = cfg.d;
+        const int64_t per = (KC + cfg.ks - 1) / cfg.ks;
+        if (ti < 0 || ti >= I4M_N || I4M_TAB[ti].wm != cfg.mt || r->M > I4_MAX_FUSED_ROWS || !r->xb ||
+            ((uintptr_t)r->xb & 15) || (r->ldx & 7) || (cfg.ks - 1) * per >= KC)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no tensor-core tile kernel for entry %d mt=%d ks=%d (M %lld)", ti,
+                               cfg.mt, cfg.ks, (long long)r->M);
+        const void *k = (const void *)I4M_TAB[ti].k;
+        const size_t smem = i4m_smem(ti), maxdyn = i4_kern_maxdyn(c, k, &g_i4m_static[ti]);
+        if (smem > maxdyn)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: tensor-core tile kernel needs %zu bytes of shared memory (at "
+                               "most %zu)", smem, maxdyn);
+        if ((st = i4_attrs_once(c, k, &g_i4m_attr[ti], maxdyn, "int4 tensor-core tile kernel", err))) return st;
+        i4m p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, (const int32_t *)m->dev, r->xb, r->M, N, m->Np,
+                 KC, r->ldx, r->kvalid, m->G, m->gchunks, cfg.ks, (int)per, accumulate, y, ws, q->counters};
+        const int bn = I4M_TAB[ti].nw * I4M_TAB[ti].wn, bm = I4M_TAB[ti].wm * 8;
+        dim3 grid((unsigned)((r->M + bm - 1) / bm), (unsigned)((NT + bn - 1) / bn), (unsigned)cfg.ks);
+        I4M_TAB[ti].k<<<grid, I4M_TAB[ti].nw * 32, smem, c->stream>>>(p);
+        return cuda_check_launch(c, "int4 fused (tensor-core tiles)", err);
+    }
     if (cfg.kind == 2) {
-        i4t_kern k = i4t_kernel_for(cfg.mt, cfg.w, cfg.u, cfg.d);
-        if (!k || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0)
+        const int ti = i4t_index(cfg.mt, cfg.w, cfg.u, cfg.d);
+        if (ti < 0 || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: no streaming kernel for mt=%d nw=%d tn=%d d=%d (M %lld)",
                                cfg.mt, cfg.w, cfg.u, cfg.d, (long long)r->M);
-        const size_t smem = i4t_cfg_smem(m, cfg, r->M);
-        /* as much shared memory as the SM has (the weights bypass L1): several blocks per SM */
-        if ((st = cuda_check(c, cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
-                             "int4 streaming kernel: carveout", err)))
-            return st;
-        if (smem > 48 * 1024 &&
-            (st = cuda_check(c, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                             "int4 streaming kernel: shared memory attribute", err)))
-            return st;
+        const i4t_kern k = I4T_TAB[ti].k;
+        const size_t smem = i4t_cfg_smem(m, cfg, r->M), maxdyn = i4_kern_maxdyn(c, (const void *)k, &g_i4t_static[ti]);
+        if (smem > maxdyn)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: streaming kernel needs %zu bytes of shared memory (at most %zu)",
+                               smem, maxdyn);
+        /* as much shared memory as the SM has (the weights bypass L1): several blocks per SM; set once */
+        if ((st = i4_attrs_once(c, (const void *)k, &g_i4t_attr[ti], maxdyn, "int4 streaming kernel", err))) return st;
         i4t p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, r->M, N, m->Np, KC, r->ldx, r->kvalid,
                  m->G, m->gchunks, cfg.ks, (int)((KC + cfg.ks - 1) / cfg.ks), accumulate, y, ws, q->counters};
         dim3 grid((unsigned)((NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u)), (unsigned)cfg.ks);
@@ -1365,6 +1596,49 @@ static void i4_candidates_bulk(cuda_ctx *c, i4_run *r, int64_t bucket) {
             r->n++;
         }
     }
+}
+
+/* kind 7's list for buckets 4-32 (17-256 rows): the table's entries of 1-4 token blocks at the bucket's rows
+ * (WM <= bucket <= 4 WM), each with splits 1, 2, 3, 4, 6, 8, 12, 16 (no split empty, >= 2 chunks each)
+ * until the grid has 4 blocks per multiprocessor. Depends on the bucket and shape only. */
+static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
+    static const int KSL[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    const quant_wmeta *m = r->m;
+    const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
+    r->n = 0;
+    for (int ti = 0; ti < I4M_N; ti++) {
+        const int wm = I4M_TAB[ti].wm, wn = I4M_TAB[ti].wn, nw = I4M_TAB[ti].nw;
+        if (wm > bucket || 4 * wm < bucket) continue;
+        if (i4m_smem(ti) > i4_kern_maxdyn(c, (const void *)I4M_TAB[ti].k, &g_i4m_static[ti])) continue;
+        const int64_t blocks1 = (NT + nw * wn - 1) / (nw * wn) * ((bucket + wm - 1) / wm);
+        for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
+            const int ks = KSL[b];
+            const int64_t per = (KC + ks - 1) / ks;
+            if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break;
+            if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
+            if (b > 0 && blocks1 * KSL[b - 1] >= 4 * (int64_t)c->sm_count) break;
+            if (r->n >= I4_MAX_CAND) return;
+            r->cand[r->n] = (i4_cfg){7, wm, nw, ks, wn, ti};
+            snprintf(r->names[r->n], sizeof r->names[0], "m-wm%d-wn%d-nw%d-s%d-ks%d", wm, wn, nw, I4M_TAB[ti].s, ks);
+            r->name_ptr[r->n] = r->names[r->n];
+            r->n++;
+        }
+    }
+}
+
+/* kind 7's default: WN = 2, the largest WM of the list (fewest passes over the weights), the smallest split
+ * giving >= 2 blocks per multiprocessor (else the largest listed) */
+static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
+    int best = -1, wm = 0;
+    for (int i = 0; i < r->n; i++)
+        if (r->cand[i].u == 2 && r->cand[i].mt > wm) wm = r->cand[i].mt;
+    for (int i = 0; i < r->n; i++) {
+        const i4_cfg *g = &r->cand[i];
+        if (g->u != 2 || g->mt != wm) continue;
+        best = i;
+        if (i4_tiles(r, *g) >= 2 * c->sm_count) break;
+    }
+    return best < 0 ? 0 : best;
 }
 
 /* kind 5's default (no autotune cache): the candidate with the least estimated time on the busiest
@@ -1554,7 +1828,9 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
     const int stream = fused && M <= 16 && m->gchunks > 0 && quant_int4_stream_on();
     /* the bulk-copy kernel (kind 5, sixth pass): capability 9.0+ (cp.async.bulk, mbarrier transactions) */
     const int bulk = stream && c->cc_major >= 9 && quant_int4_bulk_on();
-    if (fused && !stream && !x) { /* the previous fused kernels read FP32: widen (exact) */
+    /* the tensor-core tile kernel (kind 7) at 17-256 rows, any groups the fused kernels take */
+    const int mma = fused && M > 16 && quant_int4_mma_on();
+    if (fused && !stream && !mma && !x) { /* the previous fused kernels read FP32: widen (exact) */
         if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * K), "int4 FP32 activations", err)))
             return st;
         k_i4_widen<<<nblocks(M * K, 256), 256, 0, c->stream>>>(xb, M * K, (float *)q->wtmp);
@@ -1569,7 +1845,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
         int64_t bucket = 1;
         while (bucket < Mt) bucket *= 2;
         char key[96];
-        if (stream) {
+        if (stream || mma) {
             /* BF16 rows in permuted order: the caller's in place when they are (no act-order, 16-byte
              * aligned), else one staging pass (FP32 -> BF16, or a BF16 gather) into [M, Kp] */
             if (xb && !w->g_idx && ((uintptr_t)xb & 15) == 0) {
@@ -1587,17 +1863,19 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                 if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
                 r.xb = (const __nv_bfloat16 *)q->act, r.ldx = Kp, r.kvalid = Kp;
             }
-            if (bulk)
+            if (mma)
+                i4_candidates_mma(c, &r, bucket);
+            else if (bulk)
                 i4_candidates_bulk(c, &r, bucket);
             else
                 i4_candidates_stream(c, &r, bucket);
             if (r.n == 0)
-                return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no streaming int4 configuration fits (N %lld K %lld)",
-                                   c->device, w->name, (long long)N, (long long)K);
-            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's
-             * (the removed kernels' "-v4" and "-p5" entries in a cache are never asked for) */
+                return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no %s int4 configuration fits (N %lld K %lld)",
+                                   c->device, w->name, mma ? "tensor-core tile" : "streaming", (long long)N, (long long)K);
+            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's; "-m9":
+             * the tensor-core tile kernel's (the removed kernels' "-v4" and "-p5" entries are never asked for) */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket, bulk ? "b6" : "v3s");
+                     (long long)bucket, mma ? "m9" : bulk ? "b6" : "v3s");
         } else {
             i4_candidates(c, &r, bucket);
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
@@ -1613,7 +1891,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                    c->device, w->name, fc, key, r.n);
             choice = fc, src = "forced";
         } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr,
-                                         bulk     ? i4_default_bulk(c, &r)
+                                         mma      ? i4_default_mma(c, &r)
+                                         : bulk   ? i4_default_bulk(c, &r)
                                          : stream ? i4_default_stream(c, &r)
                                                   : i4_default(c, &r),
                                          i4_tune_launch, &r,
