@@ -21,8 +21,8 @@
  * Every output is poisoned with NaN first, so an unwritten element fails.
  * VSR_QUANT_TESTS=int4 runs only the int4 tests (int4_against_reference, int4_every_candidate,
  * int4_bf16_entry, int4_refusals): the quick GPU check of an int4 kernel change; VSR_QUANT_TESTS=fp8 skips
- * fp8_against_reference (the slowest FP8 test; the own kernel's and the routes' tests run); unset, every
- * test runs.
+ * fp8_against_reference (the slowest FP8 test; the own kernel's and the routes' tests run); VSR_QUANT_TESTS=noint4
+ * runs every test but the int4 ones (after a VSR_QUANT_TESTS=int4 run); unset, every test runs.
  * Without CUDA in the build or without a device, prints "SKIP: no CUDA device (...)". */
 #include <math.h>
 #include <stdint.h>
@@ -1208,11 +1208,13 @@ int main(int argc, char **argv) {
         printf("SKIP: no CUDA device (%s)\n", e.msg);
         return test_summary();
     }
-    RUN(int4_against_reference);
-    RUN(int4_every_candidate);
-    RUN(int4_bf16_entry);
-    RUN(int4_refusals);
     const char *only = getenv("VSR_QUANT_TESTS");
+    if (!(only && strcmp(only, "noint4") == 0)) {
+        RUN(int4_against_reference);
+        RUN(int4_every_candidate);
+        RUN(int4_bf16_entry);
+        RUN(int4_refusals);
+    }
     if (only && strcmp(only, "int4") == 0) { /* the int4 tests only (see the header) */
         vsr_backend_destroy(&GB);
         return test_summary();
