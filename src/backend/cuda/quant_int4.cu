@@ -949,9 +949,9 @@ typedef struct i4m {
     unsigned *counters;
 } i4m;
 
-/* shared memory of one stage: tiles, activations, four scale rows */
-static __host__ __device__ constexpr int i4m_stage(int wm, int wn, int nw) {
-    return nw * wn * 512 + wm * 8 * 128 + 4 * nw * wn * 16 * 4;
+/* shared memory of one stage: tiles, activations, scale rows (1 when computable per chunk, else 4) */
+static __host__ __device__ constexpr int i4m_stage(int wm, int wn, int nw, int srows) {
+    return nw * wn * 512 + wm * 8 * 128 + srows * nw * wn * 16 * 4;
 }
 
 /* chunk kc of a block's stream into the stage at shared address st (every thread; one commit by the caller) */
@@ -996,7 +996,9 @@ __device__ __forceinline__ void i4m_issue(const i4m &p, unsigned st, int64_t kc,
 template <int WM, int WN, int NW, int S>
 __global__ void __launch_bounds__(NW * 32) k_i4_mma(const i4m p) {
     extern __shared__ __align__(128) unsigned char i4m_sm[];
-    constexpr int BN = NW * WN * 16, BM = WM * 8, TW = NW * WN * 512, TX = BM * 128, ST = i4m_stage(WM, WN, NW);
+    constexpr int BN = NW * WN * 16, BM = WM * 8, TW = NW * WN * 512, TX = BM * 128;
+    const bool per_chunk = p.gchunks > 0;
+    const int ST = i4m_stage(WM, WN, NW, per_chunk ? 1 : 4);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t NT = p.Np / 16;
     const int64_t m0 = (int64_t)blockIdx.x * BM, nt0 = (int64_t)blockIdx.y * (NW * WN);
@@ -1023,7 +1025,6 @@ __global__ void __launch_bounds__(NW * 32) k_i4_mma(const i4m p) {
     const int q = lane & 3, r = lane >> 2;
     /* ldmatrix: lane l gives row l % 8 of matrix l / 8 (matrices: columns 0-7, 8-15 of step 2h, then of 2h + 1) */
     const int lr = lane & 7, lm = lane >> 3;
-    const bool per_chunk = p.gchunks > 0;
 
     for (int i = 0; i < nk; i++) {
         cp_async_wait<S - 2>(); /* chunk i has landed (this thread's copies) */
@@ -1038,7 +1039,13 @@ __global__ void __launch_bounds__(NW * 32) k_i4_mma(const i4m p) {
         uint32_t br[WN], sr[WN], br8[WN], sr8[WN];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            uint32_t a[WN][2][4]; /* steps 2h, 2h + 1 of each tile */
+            /* the B fragments of steps 2h, 2h + 1 first (their latency runs under the decode; asm volatile keeps
+             * this order), then the A fragments, then the products */
+            uint32_t b[WM][4];
+#pragma unroll
+            for (int mt = 0; mt < WM; mt++)
+                ldsm_x4(st + TW + (mt * 8 + lr) * 128 + (((4 * h + lm) ^ lr) << 4), b[mt][0], b[mt][1], b[mt][2], b[mt][3]);
+            uint32_t a[WN][2][4];
 #pragma unroll
             for (int jj = 0; jj < 2; jj++) {
                 const int j = 2 * h + jj;
@@ -1056,16 +1063,12 @@ __global__ void __launch_bounds__(NW * 32) k_i4_mma(const i4m p) {
                 }
             }
 #pragma unroll
-            for (int mt = 0; mt < WM; mt++) {
-                const int row = mt * 8 + lr;
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4(st + TW + row * 128 + (((4 * h + lm) ^ lr) << 4), b0, b1, b2, b3);
+            for (int mt = 0; mt < WM; mt++)
 #pragma unroll
                 for (int t = 0; t < WN; t++) {
-                    mma16816(acc[t][mt], a[t][0][0], a[t][0][1], a[t][0][2], a[t][0][3], b0, b1);
-                    mma16816(acc[t][mt], a[t][1][0], a[t][1][1], a[t][1][2], a[t][1][3], b2, b3);
+                    mma16816(acc[t][mt], a[t][0][0], a[t][0][1], a[t][0][2], a[t][0][3], b[mt][0], b[mt][1]);
+                    mma16816(acc[t][mt], a[t][1][0], a[t][1][1], a[t][1][2], a[t][1][3], b[mt][2], b[mt][3]);
                 }
-            }
         }
     }
     cp_async_wait<0>();
@@ -1286,19 +1289,22 @@ static int i4b_occupancy(cuda_ctx *c, int ti, size_t smem) { /* resident blocks 
     return occ < 1 ? 1 : occ;
 }
 /* kind 7, the tensor-core tile kernel (17-256 rows): WM token tiles of 8, WN n-tiles per warp, NW warps, S
- * pipeline stages (shared memory S * i4m_stage: 40-78 KB) */
+ * pipeline stages (shared memory S * i4m_stage: 34-100 KB) */
 typedef void (*i4m_kern)(const i4m);
 static const struct {
     int wm, wn, nw, s;
     i4m_kern k;
 } I4M_TAB[] = {
-    {4, 1, 4, 4, k_i4_mma<4, 1, 4, 4>},   {4, 2, 4, 4, k_i4_mma<4, 2, 4, 4>},   {8, 1, 4, 4, k_i4_mma<8, 1, 4, 4>},
-    {8, 2, 4, 4, k_i4_mma<8, 2, 4, 4>},   {16, 1, 4, 4, k_i4_mma<16, 1, 4, 4>}, {16, 2, 4, 3, k_i4_mma<16, 2, 4, 3>},
+    {4, 1, 4, 8, k_i4_mma<4, 1, 4, 8>}, {4, 2, 4, 8, k_i4_mma<4, 2, 4, 8>},   {4, 2, 4, 4, k_i4_mma<4, 2, 4, 4>},
+    {8, 1, 4, 6, k_i4_mma<8, 1, 4, 6>}, {8, 2, 4, 6, k_i4_mma<8, 2, 4, 6>},   {8, 2, 4, 4, k_i4_mma<8, 2, 4, 4>},
+    {16, 1, 4, 4, k_i4_mma<16, 1, 4, 4>},
 };
 #define I4M_N ((int)(sizeof I4M_TAB / sizeof I4M_TAB[0]))
 static unsigned g_i4m_attr[I4M_N];
 static int g_i4m_static[I4M_N];
-static size_t i4m_smem(int ti) { return (size_t)I4M_TAB[ti].s * i4m_stage(I4M_TAB[ti].wm, I4M_TAB[ti].wn, I4M_TAB[ti].nw); }
+static size_t i4m_smem(const quant_wmeta *m, int ti) {
+    return (size_t)I4M_TAB[ti].s * i4m_stage(I4M_TAB[ti].wm, I4M_TAB[ti].wn, I4M_TAB[ti].nw, m->gchunks > 0 ? 1 : 4);
+}
 
 /* the opt-in dynamic shared memory limit of kernel k (the device's less k's static shared memory, read once
  * into *stat as bytes + 1) */
@@ -1431,7 +1437,7 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: no tensor-core tile kernel for entry %d mt=%d ks=%d (M %lld)", ti,
                                cfg.mt, cfg.ks, (long long)r->M);
         const void *k = (const void *)I4M_TAB[ti].k;
-        const size_t smem = i4m_smem(ti), maxdyn = i4_kern_maxdyn(c, k, &g_i4m_static[ti]);
+        const size_t smem = i4m_smem(m, ti), maxdyn = i4_kern_maxdyn(c, k, &g_i4m_static[ti]);
         if (smem > maxdyn)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: tensor-core tile kernel needs %zu bytes of shared memory (at "
                                "most %zu)", smem, maxdyn);
@@ -1609,7 +1615,7 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
     for (int ti = 0; ti < I4M_N; ti++) {
         const int wm = I4M_TAB[ti].wm, wn = I4M_TAB[ti].wn, nw = I4M_TAB[ti].nw;
         if (wm > bucket || 4 * wm < bucket) continue;
-        if (i4m_smem(ti) > i4_kern_maxdyn(c, (const void *)I4M_TAB[ti].k, &g_i4m_static[ti])) continue;
+        if (i4m_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4M_TAB[ti].k, &g_i4m_static[ti])) continue;
         const int64_t blocks1 = (NT + nw * wn - 1) / (nw * wn) * ((bucket + wm - 1) / wm);
         for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
             const int ks = KSL[b];
