@@ -954,51 +954,78 @@ static __host__ __device__ constexpr int i4m_stage(int wm, int wn, int nw, int s
     return nw * wn * 512 + wm * 8 * 128 + srows * nw * wn * 16 * 4;
 }
 
-/* chunk kc of a block's stream into the stage at shared address st (every thread; one commit by the caller) */
+/* A thread's share of every stage's copies, fixed for the block's life (the SASS of the first version rebuilt
+ * these 64-bit addresses, and divided by gchunks, for every chunk: ~1,000 instructions per 32 mma). Pieces
+ * are 16 bytes; a source of NULL zero-fills. Chunk i of the block's range advances the tile sources by 32
+ * uint4 and the activation sources by 64 columns. */
 template <int WM, int WN, int NW>
-__device__ __forceinline__ void i4m_issue(const i4m &p, unsigned st, int64_t kc, int64_t nt0, int64_t m0, int vt) {
-    constexpr int BN = NW * WN * 16, TW = NW * WN * 512, TX = WM * 8 * 128;
-    const int64_t NT = p.Np / 16;
+struct i4m_plan {
+    static constexpr int XP = WM * 64 / (NW * 32); /* activation pieces per thread, NW * 4 rows apart */
+    const uint4 *w;                                /* tile piece 0; piece t is NW n-tiles further */
+    const __nv_bfloat16 *x;                        /* activation piece 0; piece t is NW * 4 rows further */
+    int64_t wstep, xstep;                          /* those distances, in uint4 and in elements */
+    int wn, xn;                                    /* pieces in range: tiles < NT, rows < M */
+    int xcol;                                      /* the pieces' column in chunk 0 of the range */
+    unsigned xdst;                                 /* piece 0's swizzled offset in the stage (piece t: + t * NW * 512) */
+    const uint32_t *sz;                            /* scale piece (threads < the stage's scale pieces), else NULL */
+    int sj, gq, gr;                                /* its scale row (step); the group of the next chunk to issue */
+};
+
+template <int WM, int WN, int NW>
+__device__ __forceinline__ void i4m_plan_init(i4m_plan<WM, WN, NW> &pl, const i4m &p, int64_t kc0, int64_t nt0,
+                                              int64_t m0, int vt) {
+    constexpr int BN = NW * WN * 16;
     static_assert((WM * 64) % (NW * 32) == 0, "whole activation pieces per thread");
-#pragma unroll
-    for (int i = 0; i < WN; i++) { /* WN pieces per thread */
-        const int u = threadIdx.x + i * NW * 32;
-        const int64_t nt = nt0 + (u >> 5);
-        const bool ok = nt < NT;
-        cp_async16(st + u * 16, ok ? (const void *)(p.wq + (nt * p.KC + kc) * 32 + (u & 31)) : (const void *)p.wq,
-                   ok ? 16 : 0);
-    }
-#pragma unroll
-    for (int i = 0; i < WM * 64 / (NW * 32); i++) {
-        const int u = threadIdx.x + i * NW * 32;
-        const int row = u >> 3, c = u & 7;
-        const int64_t col = kc * 64 + c * 8;
-        const bool ok = row < vt && col < p.kvalid; /* kvalid is a multiple of 8: a piece is all in or all out */
-        cp_async16(st + TW + row * 128 + ((c ^ (row & 7)) << 4),
-                   ok ? (const void *)(p.x + (m0 + row) * p.ldx + col) : (const void *)p.x, ok ? 16 : 0);
-    }
-    const int nrows = p.gchunks > 0 ? 1 : 4;
-    for (int u = threadIdx.x; u < nrows * (BN / 4); u += NW * 32) {
-        const int j = u / (BN / 4), pc = u - j * (BN / 4);
-        const int64_t n = nt0 * 16 + pc * 4;
-        int g;
-        if (p.gchunks > 0) {
-            g = (int)(kc / p.gchunks);
-            g = g < p.G - 1 ? g : p.G - 1;
-        } else
-            g = __ldg(p.kgrp + kc * 4 + j);
-        const bool ok = n < p.Np; /* Np and the block's first row are multiples of 16 */
-        cp_async16(st + TW + TX + (j * BN + pc * 4) * 4, ok ? (const void *)(p.sz + (int64_t)g * p.Np + n) : (const void *)p.sz,
-                   ok ? 16 : 0);
-    }
+    const int64_t NT = p.Np / 16, ntf = nt0 + (threadIdx.x >> 5);
+    const int row = threadIdx.x >> 3, c = threadIdx.x & 7;
+    pl.wn = ntf < NT ? (int)((NT - 1 - ntf) / NW + 1) : 0;
+    pl.w = p.wq + (ntf * p.KC + kc0) * 32 + (threadIdx.x & 31), pl.wstep = (int64_t)NW * p.KC * 32;
+    pl.xn = row < vt ? (vt - 1 - row) / (NW * 4) + 1 : 0;
+    pl.x = p.x + (m0 + row) * p.ldx + kc0 * 64 + c * 8, pl.xstep = (int64_t)NW * 4 * p.ldx;
+    pl.xcol = (int)(kc0 * 64) + c * 8;
+    pl.xdst = (unsigned)(row * 128 + ((c ^ (row & 7)) << 4)); /* (row + t * NW * 4) & 7 == row & 7 */
+    const int nsp = (p.gchunks > 0 ? 1 : 4) * (BN / 4);
+    const int u = threadIdx.x, pc = u % (BN / 4);
+    const int64_t n = nt0 * 16 + pc * 4;
+    pl.sz = u < nsp && n < p.Np ? p.sz + n : NULL; /* Np and the block's first row are multiples of 16 */
+    pl.sj = u / (BN / 4);
+    pl.gq = p.gchunks > 0 ? (int)(kc0 / p.gchunks) : 0, pl.gr = p.gchunks > 0 ? (int)(kc0 % p.gchunks) : 0;
 }
 
-template <int WM, int WN, int NW, int S>
-__global__ void __launch_bounds__(NW * 32) k_i4_mma(const i4m p) {
+/* chunk i of the block's range (issued in order 0, 1, 2, ...) into the stage at shared address st (every
+ * thread; one commit by the caller) */
+template <bool PC, int WM, int WN, int NW>
+__device__ __forceinline__ void i4m_issue(i4m_plan<WM, WN, NW> &pl, const i4m &p, unsigned st, int i, int64_t kc0) {
+    constexpr int TW = NW * WN * 512, TX = WM * 8 * 128, BN = NW * WN * 16;
+#pragma unroll
+    for (int t = 0; t < WN; t++) {
+        const bool ok = t < pl.wn;
+        cp_async16(st + (threadIdx.x + t * NW * 32) * 16, ok ? (const void *)(pl.w + t * pl.wstep + i * 32) : (const void *)p.wq,
+                   ok ? 16 : 0);
+    }
+    const bool colok = pl.xcol + i * 64 < p.kvalid; /* kvalid: a multiple of 8, so a piece is all in or all out */
+#pragma unroll
+    for (int t = 0; t < pl.XP; t++) {
+        const bool ok = colok && t < pl.xn;
+        cp_async16(st + TW + pl.xdst + t * NW * 512, ok ? (const void *)(pl.x + t * pl.xstep + i * 64) : (const void *)p.x,
+                   ok ? 16 : 0);
+    }
+    int g;
+    if (PC) {
+        g = pl.gq < p.G - 1 ? pl.gq : p.G - 1;
+        if (++pl.gr == p.gchunks) pl.gr = 0, pl.gq++;
+    } else
+        g = pl.sz ? __ldg(p.kgrp + (kc0 + i) * 4 + pl.sj) : 0;
+    if (pl.sz) cp_async16(st + TW + TX + (unsigned)(pl.sj * BN) * 4 + (threadIdx.x % (BN / 4)) * 16, pl.sz + (int64_t)g * p.Np, 16);
+}
+
+/* PC: the group computable per chunk (gchunks > 0; one scale row a stage), else looked up per 16 columns */
+template <int WM, int WN, int NW, int S, bool PC>
+__global__ void __launch_bounds__(NW * 32, WM * WN >= 16 ? 3 : 4) k_i4_mma(const i4m p) {
     extern __shared__ __align__(128) unsigned char i4m_sm[];
     constexpr int BN = NW * WN * 16, BM = WM * 8, TW = NW * WN * 512, TX = BM * 128;
-    const bool per_chunk = p.gchunks > 0;
-    const int ST = i4m_stage(WM, WN, NW, per_chunk ? 1 : 4);
+    constexpr bool per_chunk = PC;
+    constexpr int ST = i4m_stage(WM, WN, NW, per_chunk ? 1 : 4);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t NT = p.Np / 16;
     const int64_t m0 = (int64_t)blockIdx.x * BM, nt0 = (int64_t)blockIdx.y * (NW * WN);
@@ -1009,9 +1036,11 @@ __global__ void __launch_bounds__(NW * 32) k_i4_mma(const i4m p) {
     const int vt = (int)(p.M - m0 < BM ? p.M - m0 : BM); /* valid tokens of this block */
     const unsigned sm0 = smem_u32(i4m_sm);
 
+    i4m_plan<WM, WN, NW> pl;
+    i4m_plan_init(pl, p, kc0, nt0, m0, vt);
 #pragma unroll
     for (int s = 0; s < S - 1; s++) {
-        if (s < nk) i4m_issue<WM, WN, NW>(p, sm0 + s * ST, kc0 + s, nt0, m0, vt);
+        if (s < nk) i4m_issue<PC>(pl, p, sm0 + s * ST, s, kc0);
         cp_async_commit();
     }
 
@@ -1029,7 +1058,7 @@ __global__ void __launch_bounds__(NW * 32) k_i4_mma(const i4m p) {
     for (int i = 0; i < nk; i++) {
         cp_async_wait<S - 2>(); /* chunk i has landed (this thread's copies) */
         __syncthreads();        /* everyone's; and stage (i - 1) % S is free */
-        if (i + S - 1 < nk) i4m_issue<WM, WN, NW>(p, sm0 + ((i + S - 1) % S) * ST, kc0 + i + S - 1, nt0, m0, vt);
+        if (i + S - 1 < nk) i4m_issue<PC>(pl, p, sm0 + ((i + S - 1) % S) * ST, i + S - 1, kc0);
         cp_async_commit();
         const unsigned st = sm0 + (i % S) * ST;
         uint4 wv[WN];
@@ -1291,17 +1320,18 @@ static int i4b_occupancy(cuda_ctx *c, int ti, size_t smem) { /* resident blocks 
 /* kind 7, the tensor-core tile kernel (17-256 rows): WM token tiles of 8, WN n-tiles per warp, NW warps, S
  * pipeline stages (shared memory S * i4m_stage: 34-100 KB) */
 typedef void (*i4m_kern)(const i4m);
+#define I4M_K(wm, wn, nw, s) wm, wn, nw, s, {k_i4_mma<wm, wn, nw, s, false>, k_i4_mma<wm, wn, nw, s, true>}
 static const struct {
     int wm, wn, nw, s;
-    i4m_kern k;
+    i4m_kern k[2]; /* [gchunks > 0] */
 } I4M_TAB[] = {
-    {4, 1, 4, 8, k_i4_mma<4, 1, 4, 8>}, {4, 2, 4, 8, k_i4_mma<4, 2, 4, 8>},   {4, 2, 4, 4, k_i4_mma<4, 2, 4, 4>},
-    {8, 1, 4, 6, k_i4_mma<8, 1, 4, 6>}, {8, 2, 4, 6, k_i4_mma<8, 2, 4, 6>},   {8, 2, 4, 4, k_i4_mma<8, 2, 4, 4>},
-    {16, 1, 4, 4, k_i4_mma<16, 1, 4, 4>},
+    {I4M_K(4, 1, 4, 8)}, {I4M_K(4, 2, 4, 8)}, {I4M_K(4, 2, 4, 4)}, {I4M_K(8, 1, 4, 6)},
+    {I4M_K(8, 2, 4, 6)}, {I4M_K(8, 2, 4, 4)}, {I4M_K(16, 1, 4, 4)},
 };
+#undef I4M_K
 #define I4M_N ((int)(sizeof I4M_TAB / sizeof I4M_TAB[0]))
-static unsigned g_i4m_attr[I4M_N];
-static int g_i4m_static[I4M_N];
+static unsigned g_i4m_attr[I4M_N][2];
+static int g_i4m_static[I4M_N][2];
 static size_t i4m_smem(const quant_wmeta *m, int ti) {
     return (size_t)I4M_TAB[ti].s * i4m_stage(I4M_TAB[ti].wm, I4M_TAB[ti].wn, I4M_TAB[ti].nw, m->gchunks > 0 ? 1 : 4);
 }
@@ -1436,17 +1466,18 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
             ((uintptr_t)r->xb & 15) || (r->ldx & 7) || (cfg.ks - 1) * per >= KC)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: no tensor-core tile kernel for entry %d mt=%d ks=%d (M %lld)", ti,
                                cfg.mt, cfg.ks, (long long)r->M);
-        const void *k = (const void *)I4M_TAB[ti].k;
-        const size_t smem = i4m_smem(m, ti), maxdyn = i4_kern_maxdyn(c, k, &g_i4m_static[ti]);
+        const int pc = m->gchunks > 0;
+        const void *k = (const void *)I4M_TAB[ti].k[pc];
+        const size_t smem = i4m_smem(m, ti), maxdyn = i4_kern_maxdyn(c, k, &g_i4m_static[ti][pc]);
         if (smem > maxdyn)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: tensor-core tile kernel needs %zu bytes of shared memory (at "
                                "most %zu)", smem, maxdyn);
-        if ((st = i4_attrs_once(c, k, &g_i4m_attr[ti], maxdyn, "int4 tensor-core tile kernel", err))) return st;
+        if ((st = i4_attrs_once(c, k, &g_i4m_attr[ti][pc], maxdyn, "int4 tensor-core tile kernel", err))) return st;
         i4m p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, (const int32_t *)m->dev, r->xb, r->M, N, m->Np,
                  KC, r->ldx, r->kvalid, m->G, m->gchunks, cfg.ks, (int)per, accumulate, y, ws, q->counters};
         const int bn = I4M_TAB[ti].nw * I4M_TAB[ti].wn, bm = I4M_TAB[ti].wm * 8;
         dim3 grid((unsigned)((r->M + bm - 1) / bm), (unsigned)((NT + bn - 1) / bn), (unsigned)cfg.ks);
-        I4M_TAB[ti].k<<<grid, I4M_TAB[ti].nw * 32, smem, c->stream>>>(p);
+        I4M_TAB[ti].k[pc]<<<grid, I4M_TAB[ti].nw * 32, smem, c->stream>>>(p);
         return cuda_check_launch(c, "int4 fused (tensor-core tiles)", err);
     }
     if (cfg.kind == 2) {
@@ -1615,7 +1646,8 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
     for (int ti = 0; ti < I4M_N; ti++) {
         const int wm = I4M_TAB[ti].wm, wn = I4M_TAB[ti].wn, nw = I4M_TAB[ti].nw;
         if (wm > bucket || 4 * wm < bucket) continue;
-        if (i4m_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4M_TAB[ti].k, &g_i4m_static[ti])) continue;
+        const int pc = m->gchunks > 0;
+        if (i4m_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4M_TAB[ti].k[pc], &g_i4m_static[ti][pc])) continue;
         const int64_t blocks1 = (NT + nw * wn - 1) / (nw * wn) * ((bucket + wm - 1) / wm);
         for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
             const int ks = KSL[b];
