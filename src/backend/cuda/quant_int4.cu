@@ -950,36 +950,37 @@ typedef struct i4m {
 } i4m;
 
 /* shared memory of one stage: tiles, activations, scale rows (1 when computable per chunk, else 4) */
-static __host__ __device__ constexpr int i4m_stage(int wm, int wn, int nw, int srows) {
-    return nw * wn * 512 + wm * 8 * 128 + srows * nw * wn * 16 * 4;
+static __host__ __device__ constexpr int i4m_stage(int wm, int wn, int nn, int srows) {
+    return nn * wn * 512 + wm * 8 * 128 + srows * nn * wn * 16 * 4;
 }
 
 /* A thread's share of every stage's copies, fixed for the block's life (the SASS of the first version rebuilt
  * these 64-bit addresses, and divided by gchunks, for every chunk: ~1,000 instructions per 32 mma). Pieces
  * are 16 bytes; a source of NULL zero-fills. Chunk i of the block's range advances the tile sources by 32
  * uint4 and the activation sources by 64 columns. */
-template <int WM, int WN, int NW>
+template <int WM, int WN, int NN, int NW>
 struct i4m_plan {
-    static constexpr int XP = WM * 64 / (NW * 32); /* activation pieces per thread, NW * 4 rows apart */
-    const uint4 *w;                                /* tile piece 0; piece t is NW n-tiles further */
-    const __nv_bfloat16 *x;                        /* activation piece 0; piece t is NW * 4 rows further */
-    int64_t wstep, xstep;                          /* those distances, in uint4 and in elements */
-    int wn, xn;                                    /* pieces in range: tiles < NT, rows < M */
+    static constexpr int XP = WM * 64 / (NW * 32);                     /* activation pieces per thread, NW * 4 rows apart */
+    static constexpr int WP = (NN * WN * 32 + NW * 32 - 1) / (NW * 32); /* tile pieces per thread (at most), NW tiles apart */
+    const uint4 *w;                                /* tile piece 0 */
+    const __nv_bfloat16 *x;                        /* activation piece 0 */
+    int64_t wstep, xstep;                          /* the distances between pieces, in uint4 and in elements */
+    int wn, xn;                                    /* pieces in range: tiles of the block and < NT; rows < M */
     int xcol;                                      /* the pieces' column in chunk 0 of the range */
     unsigned xdst;                                 /* piece 0's swizzled offset in the stage (piece t: + t * NW * 512) */
     const uint32_t *sz;                            /* scale piece (threads < the stage's scale pieces), else NULL */
     int sj, gq, gr;                                /* its scale row (step); the group of the next chunk to issue */
 };
 
-template <int WM, int WN, int NW>
-__device__ __forceinline__ void i4m_plan_init(i4m_plan<WM, WN, NW> &pl, const i4m &p, int64_t kc0, int64_t nt0,
+template <int WM, int WN, int NN, int NW>
+__device__ __forceinline__ void i4m_plan_init(i4m_plan<WM, WN, NN, NW> &pl, const i4m &p, int64_t kc0, int64_t nt0,
                                               int64_t m0, int vt) {
-    constexpr int BN = NW * WN * 16;
+    constexpr int BN = NN * WN * 16;
     static_assert((WM * 64) % (NW * 32) == 0, "whole activation pieces per thread");
-    const int64_t NT = p.Np / 16, ntf = nt0 + (threadIdx.x >> 5);
-    const int row = threadIdx.x >> 3, c = threadIdx.x & 7;
-    pl.wn = ntf < NT ? (int)((NT - 1 - ntf) / NW + 1) : 0;
-    pl.w = p.wq + (ntf * p.KC + kc0) * 32 + (threadIdx.x & 31), pl.wstep = (int64_t)NW * p.KC * 32;
+    const int64_t NT = p.Np / 16, lim64 = NT - nt0 < NN * WN ? NT - nt0 : NN * WN;
+    const int lim = (int)lim64, tile = threadIdx.x >> 5, row = threadIdx.x >> 3, c = threadIdx.x & 7;
+    pl.wn = tile < lim ? (lim - 1 - tile) / NW + 1 : 0;
+    pl.w = p.wq + ((nt0 + tile) * p.KC + kc0) * 32 + (threadIdx.x & 31), pl.wstep = (int64_t)NW * p.KC * 32;
     pl.xn = row < vt ? (vt - 1 - row) / (NW * 4) + 1 : 0;
     pl.x = p.x + (m0 + row) * p.ldx + kc0 * 64 + c * 8, pl.xstep = (int64_t)NW * 4 * p.ldx;
     pl.xcol = (int)(kc0 * 64) + c * 8;
@@ -994,11 +995,12 @@ __device__ __forceinline__ void i4m_plan_init(i4m_plan<WM, WN, NW> &pl, const i4
 
 /* chunk i of the block's range (issued in order 0, 1, 2, ...) into the stage at shared address st (every
  * thread; one commit by the caller) */
-template <bool PC, int WM, int WN, int NW>
-__device__ __forceinline__ void i4m_issue(i4m_plan<WM, WN, NW> &pl, const i4m &p, unsigned st, int i, int64_t kc0) {
-    constexpr int TW = NW * WN * 512, TX = WM * 8 * 128, BN = NW * WN * 16;
+template <bool PC, int WM, int WN, int NN, int NW>
+__device__ __forceinline__ void i4m_issue(i4m_plan<WM, WN, NN, NW> &pl, const i4m &p, unsigned st, int i, int64_t kc0) {
+    constexpr int TW = NN * WN * 512, TX = WM * 8 * 128, BN = NN * WN * 16;
 #pragma unroll
-    for (int t = 0; t < WN; t++) {
+    for (int t = 0; t < pl.WP; t++) {
+        if (NN * WN * 32 % (NW * 32) != 0 && threadIdx.x + t * NW * 32 >= NN * WN * 32) break;
         const bool ok = t < pl.wn;
         cp_async16(st + (threadIdx.x + t * NW * 32) * 16, ok ? (const void *)(pl.w + t * pl.wstep + i * 32) : (const void *)p.wq,
                    ok ? 16 : 0);
@@ -1019,16 +1021,29 @@ __device__ __forceinline__ void i4m_issue(i4m_plan<WM, WN, NW> &pl, const i4m &p
     if (pl.sz) cp_async16(st + TW + TX + (unsigned)(pl.sj * BN) * 4 + (threadIdx.x % (BN / 4)) * 16, pl.sz + (int64_t)g * p.Np, 16);
 }
 
-/* PC: the group computable per chunk (gchunks > 0; one scale row a stage), else looked up per 16 columns */
-template <int WM, int WN, int NW, int S, bool PC>
-__global__ void __launch_bounds__(NW * 32, WM * WN >= 16 ? 3 : 4) k_i4_mma(const i4m p) {
+/* mma.m16n8k16 (BF16 in, FP32 accumulate) without `volatile`: a pure function of its operands, so the
+ * compiler may interleave the decode of the next fragments with it */
+__device__ __forceinline__ void mma16816f(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* NN warps along N, each with WN n-tiles; KW = 1: a warp multiplies the whole chunk, KW = 2: warp w and warp
+ * w + NN take its first and second 32 columns (twice the warps per SM for the same tile; their sums are added
+ * in shared memory at the end, first + second). PC: the group computable per chunk (gchunks > 0; one scale
+ * row a stage), else looked up per 16 columns. */
+template <int WM, int WN, int NN, int KW, int S, bool PC>
+__global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN * KW)) k_i4_mma(const i4m p) {
     extern __shared__ __align__(128) unsigned char i4m_sm[];
-    constexpr int BN = NW * WN * 16, BM = WM * 8, TW = NW * WN * 512, TX = BM * 128;
-    constexpr bool per_chunk = PC;
-    constexpr int ST = i4m_stage(WM, WN, NW, per_chunk ? 1 : 4);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int NW = NN * KW, BN = NN * WN * 16, BM = WM * 8, TW = NN * WN * 512, TX = BM * 128;
+    constexpr int ST = i4m_stage(WM, WN, NN, PC ? 1 : 4);
+    static_assert(KW == 1 || KW == 2, "one or two warps per chunk");
+    static_assert(KW == 1 || S * ST >= NN * 32 * WN * WM * 16, "the stages hold the second warps' sums");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wi = warp % NN, kh = warp / NN;
     const int64_t NT = p.Np / 16;
-    const int64_t m0 = (int64_t)blockIdx.x * BM, nt0 = (int64_t)blockIdx.y * (NW * WN);
+    const int64_t m0 = (int64_t)blockIdx.x * BM, nt0 = (int64_t)blockIdx.y * (NN * WN);
     const int z = blockIdx.z;
     const int64_t kc0 = (int64_t)z * p.per < p.KC ? (int64_t)z * p.per : p.KC;
     const int64_t kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
@@ -1036,7 +1051,7 @@ __global__ void __launch_bounds__(NW * 32, WM * WN >= 16 ? 3 : 4) k_i4_mma(const
     const int vt = (int)(p.M - m0 < BM ? p.M - m0 : BM); /* valid tokens of this block */
     const unsigned sm0 = smem_u32(i4m_sm);
 
-    i4m_plan<WM, WN, NW> pl;
+    i4m_plan<WM, WN, NN, NW> pl;
     i4m_plan_init(pl, p, kc0, nt0, m0, vt);
 #pragma unroll
     for (int s = 0; s < S - 1; s++) {
@@ -1063,13 +1078,14 @@ __global__ void __launch_bounds__(NW * 32, WM * WN >= 16 ? 3 : 4) k_i4_mma(const
         const unsigned st = sm0 + (i % S) * ST;
         uint4 wv[WN];
 #pragma unroll
-        for (int t = 0; t < WN; t++) wv[t] = lds128(st + ((warp * WN + t) * 32 + lane) * 16);
-        const unsigned sc = st + TW + TX + (warp * WN * 16 + r) * 4;
+        for (int t = 0; t < WN; t++) wv[t] = lds128(st + ((wi * WN + t) * 32 + lane) * 16);
+        const unsigned sc = st + TW + TX + (wi * WN * 16 + r) * 4;
         uint32_t br[WN], sr[WN], br8[WN], sr8[WN];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
+        for (int hh = 0; hh < 2 / KW; hh++) {
+            const int h = KW == 2 ? kh : hh;
             /* the B fragments of steps 2h, 2h + 1 first (their latency runs under the decode; asm volatile keeps
-             * this order), then the A fragments, then the products */
+             * them after the barrier), then the A fragments, then the products */
             uint32_t b[WM][4];
 #pragma unroll
             for (int mt = 0; mt < WM; mt++)
@@ -1080,8 +1096,8 @@ __global__ void __launch_bounds__(NW * 32, WM * WN >= 16 ? 3 : 4) k_i4_mma(const
                 const int j = 2 * h + jj;
 #pragma unroll
                 for (int t = 0; t < WN; t++) {
-                    if (j == 0 || !per_chunk) {
-                        const unsigned srow = sc + ((per_chunk ? 0 : j) * BN + t * 16) * 4;
+                    if ((hh == 0 && jj == 0) || !PC) {
+                        const unsigned srow = sc + ((PC ? 0 : j) * BN + t * 16) * 4;
                         const uint32_t s0 = lds32(srow), s8 = lds32(srow + 32);
                         br[t] = prmt(s0, 0x1010), sr[t] = prmt(s0, 0x3232);
                         br8[t] = prmt(s8, 0x1010), sr8[t] = prmt(s8, 0x3232);
@@ -1095,29 +1111,52 @@ __global__ void __launch_bounds__(NW * 32, WM * WN >= 16 ? 3 : 4) k_i4_mma(const
             for (int mt = 0; mt < WM; mt++)
 #pragma unroll
                 for (int t = 0; t < WN; t++) {
-                    mma16816(acc[t][mt], a[t][0][0], a[t][0][1], a[t][0][2], a[t][0][3], b[mt][0], b[mt][1]);
-                    mma16816(acc[t][mt], a[t][1][0], a[t][1][1], a[t][1][2], a[t][1][3], b[mt][2], b[mt][3]);
+                    mma16816f(acc[t][mt], a[t][0][0], a[t][0][1], a[t][0][2], a[t][0][3], b[mt][0], b[mt][1]);
+                    mma16816f(acc[t][mt], a[t][1][0], a[t][1][1], a[t][1][2], a[t][1][3], b[mt][2], b[mt][3]);
                 }
         }
     }
     cp_async_wait<0>();
+    if (KW == 2) { /* the second warps' sums through the (now idle) stages: element e of lane l at e * NN * 32 + wi * 32 + l */
+        float *red = (float *)i4m_sm;
+        __syncthreads();
+        if (kh == 1) {
+#pragma unroll
+            for (int t = 0; t < WN; t++)
+#pragma unroll
+                for (int mt = 0; mt < WM; mt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) red[((t * WM + mt) * 4 + e) * NN * 32 + wi * 32 + lane] = acc[t][mt][e];
+        }
+        __syncthreads();
+        if (kh == 0) {
+#pragma unroll
+            for (int t = 0; t < WN; t++)
+#pragma unroll
+                for (int mt = 0; mt < WM; mt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[t][mt][e] += red[((t * WM + mt) * 4 + e) * NN * 32 + wi * 32 + lane];
+        }
+    }
 
+    if (kh == 0) {
 #pragma unroll
-    for (int t = 0; t < WN; t++) {
-        const int64_t nt = nt0 + warp * WN + t;
-        if (nt >= NT) continue;
+        for (int t = 0; t < WN; t++) {
+            const int64_t nt = nt0 + wi * WN + t;
+            if (nt >= NT) continue;
 #pragma unroll
-        for (int mt = 0; mt < WM; mt++)
+            for (int mt = 0; mt < WM; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
-                const int64_t m = m0 + mt * 8 + q * 2 + (e & 1);
-                if (n >= p.N || m >= p.M) continue;
-                if (p.KS == 1)
-                    p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
-                else
-                    p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
-            }
+                for (int e = 0; e < 4; e++) {
+                    const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                    const int64_t m = m0 + mt * 8 + q * 2 + (e & 1);
+                    if (n >= p.N || m >= p.M) continue;
+                    if (p.KS == 1)
+                        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
+                    else
+                        p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
+                }
+        }
     }
     if (p.KS == 1) return;
     /* split K: the last block to arrive for this output tile adds the partials in split order */
@@ -1320,20 +1359,21 @@ static int i4b_occupancy(cuda_ctx *c, int ti, size_t smem) { /* resident blocks 
 /* kind 7, the tensor-core tile kernel (17-256 rows): WM token tiles of 8, WN n-tiles per warp, NW warps, S
  * pipeline stages (shared memory S * i4m_stage: 34-100 KB) */
 typedef void (*i4m_kern)(const i4m);
-#define I4M_K(wm, wn, nw, s) wm, wn, nw, s, {k_i4_mma<wm, wn, nw, s, false>, k_i4_mma<wm, wn, nw, s, true>}
+#define I4M_K(wm, wn, nn, kw, s) wm, wn, nn, kw, s, {k_i4_mma<wm, wn, nn, kw, s, false>, k_i4_mma<wm, wn, nn, kw, s, true>}
 static const struct {
-    int wm, wn, nw, s;
-    i4m_kern k[2]; /* [gchunks > 0] */
+    int wm, wn, nn, kw, s; /* NN warps along N, KW per chunk: NN * KW warps */
+    i4m_kern k[2];         /* [gchunks > 0] */
 } I4M_TAB[] = {
-    {I4M_K(4, 1, 4, 8)}, {I4M_K(4, 2, 4, 8)}, {I4M_K(4, 2, 4, 4)}, {I4M_K(8, 1, 4, 6)},
-    {I4M_K(8, 2, 4, 6)}, {I4M_K(8, 2, 4, 4)}, {I4M_K(16, 1, 4, 4)},
+    {I4M_K(4, 1, 4, 1, 8)}, {I4M_K(4, 2, 4, 1, 8)}, {I4M_K(4, 2, 4, 1, 4)}, {I4M_K(8, 1, 4, 1, 6)},
+    {I4M_K(8, 2, 4, 1, 6)}, {I4M_K(8, 2, 4, 1, 4)}, {I4M_K(16, 1, 4, 1, 4)}, {I4M_K(4, 1, 4, 2, 8)},
+    {I4M_K(8, 1, 4, 2, 6)}, {I4M_K(8, 2, 4, 2, 4)},
 };
 #undef I4M_K
 #define I4M_N ((int)(sizeof I4M_TAB / sizeof I4M_TAB[0]))
 static unsigned g_i4m_attr[I4M_N][2];
 static int g_i4m_static[I4M_N][2];
 static size_t i4m_smem(const quant_wmeta *m, int ti) {
-    return (size_t)I4M_TAB[ti].s * i4m_stage(I4M_TAB[ti].wm, I4M_TAB[ti].wn, I4M_TAB[ti].nw, m->gchunks > 0 ? 1 : 4);
+    return (size_t)I4M_TAB[ti].s * i4m_stage(I4M_TAB[ti].wm, I4M_TAB[ti].wn, I4M_TAB[ti].nn, m->gchunks > 0 ? 1 : 4);
 }
 
 /* the opt-in dynamic shared memory limit of kernel k (the device's less k's static shared memory, read once
@@ -1475,9 +1515,9 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         if ((st = i4_attrs_once(c, k, &g_i4m_attr[ti][pc], maxdyn, "int4 tensor-core tile kernel", err))) return st;
         i4m p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, (const int32_t *)m->dev, r->xb, r->M, N, m->Np,
                  KC, r->ldx, r->kvalid, m->G, m->gchunks, cfg.ks, (int)per, accumulate, y, ws, q->counters};
-        const int bn = I4M_TAB[ti].nw * I4M_TAB[ti].wn, bm = I4M_TAB[ti].wm * 8;
+        const int bn = I4M_TAB[ti].nn * I4M_TAB[ti].wn, bm = I4M_TAB[ti].wm * 8;
         dim3 grid((unsigned)((r->M + bm - 1) / bm), (unsigned)((NT + bn - 1) / bn), (unsigned)cfg.ks);
-        I4M_TAB[ti].k[pc]<<<grid, I4M_TAB[ti].nw * 32, smem, c->stream>>>(p);
+        I4M_TAB[ti].k[pc]<<<grid, I4M_TAB[ti].nn * I4M_TAB[ti].kw * 32, smem, c->stream>>>(p);
         return cuda_check_launch(c, "int4 fused (tensor-core tiles)", err);
     }
     if (cfg.kind == 2) {
@@ -1644,7 +1684,7 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
     const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
     r->n = 0;
     for (int ti = 0; ti < I4M_N; ti++) {
-        const int wm = I4M_TAB[ti].wm, wn = I4M_TAB[ti].wn, nw = I4M_TAB[ti].nw;
+        const int wm = I4M_TAB[ti].wm, wn = I4M_TAB[ti].wn, nw = I4M_TAB[ti].nn; /* warps along N */
         if (wm > bucket || 4 * wm < bucket) continue;
         const int pc = m->gchunks > 0;
         if (i4m_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4M_TAB[ti].k[pc], &g_i4m_static[ti][pc])) continue;
@@ -1657,7 +1697,8 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
             if (b > 0 && blocks1 * KSL[b - 1] >= 4 * (int64_t)c->sm_count) break;
             if (r->n >= I4_MAX_CAND) return;
             r->cand[r->n] = (i4_cfg){7, wm, nw, ks, wn, ti};
-            snprintf(r->names[r->n], sizeof r->names[0], "m-wm%d-wn%d-nw%d-s%d-ks%d", wm, wn, nw, I4M_TAB[ti].s, ks);
+            snprintf(r->names[r->n], sizeof r->names[0], "m-wm%d-wn%d-nn%d-kw%d-s%d-ks%d", wm, wn, nw, I4M_TAB[ti].kw,
+                     I4M_TAB[ti].s, ks);
             r->name_ptr[r->n] = r->names[r->n];
             r->n++;
         }
