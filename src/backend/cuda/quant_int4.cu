@@ -993,23 +993,23 @@ __device__ __forceinline__ void i4m_plan_init(i4m_plan<WM, WN, NN, NW> &pl, cons
     pl.gq = p.gchunks > 0 ? (int)(kc0 / p.gchunks) : 0, pl.gr = p.gchunks > 0 ? (int)(kc0 % p.gchunks) : 0;
 }
 
-/* chunk i of the block's range (issued in order 0, 1, 2, ...) into the stage at shared address st (every
- * thread; one commit by the caller) */
+/* the next chunk of the block's range (chunks are issued in order) into the stage at shared address st (every
+ * thread; one commit by the caller); the plan's sources then move to the chunk after it */
 template <bool PC, int WM, int WN, int NN, int NW>
-__device__ __forceinline__ void i4m_issue(i4m_plan<WM, WN, NN, NW> &pl, const i4m &p, unsigned st, int i, int64_t kc0) {
+__device__ __forceinline__ void i4m_issue(i4m_plan<WM, WN, NN, NW> &pl, const i4m &p, unsigned st, const int32_t *kgrp) {
     constexpr int TW = NN * WN * 512, TX = WM * 8 * 128, BN = NN * WN * 16;
 #pragma unroll
     for (int t = 0; t < pl.WP; t++) {
         if (NN * WN * 32 % (NW * 32) != 0 && threadIdx.x + t * NW * 32 >= NN * WN * 32) break;
         const bool ok = t < pl.wn;
-        cp_async16(st + (threadIdx.x + t * NW * 32) * 16, ok ? (const void *)(pl.w + t * pl.wstep + i * 32) : (const void *)p.wq,
+        cp_async16(st + (threadIdx.x + t * NW * 32) * 16, ok ? (const void *)(pl.w + t * pl.wstep) : (const void *)p.wq,
                    ok ? 16 : 0);
     }
-    const bool colok = pl.xcol + i * 64 < p.kvalid; /* kvalid: a multiple of 8, so a piece is all in or all out */
+    const bool colok = pl.xcol < p.kvalid; /* kvalid: a multiple of 8, so a piece is all in or all out */
 #pragma unroll
     for (int t = 0; t < pl.XP; t++) {
         const bool ok = colok && t < pl.xn;
-        cp_async16(st + TW + pl.xdst + t * NW * 512, ok ? (const void *)(pl.x + t * pl.xstep + i * 64) : (const void *)p.x,
+        cp_async16(st + TW + pl.xdst + t * NW * 512, ok ? (const void *)(pl.x + t * pl.xstep) : (const void *)p.x,
                    ok ? 16 : 0);
     }
     int g;
@@ -1017,8 +1017,9 @@ __device__ __forceinline__ void i4m_issue(i4m_plan<WM, WN, NN, NW> &pl, const i4
         g = pl.gq < p.G - 1 ? pl.gq : p.G - 1;
         if (++pl.gr == p.gchunks) pl.gr = 0, pl.gq++;
     } else
-        g = pl.sz ? __ldg(p.kgrp + (kc0 + i) * 4 + pl.sj) : 0;
+        g = pl.sz ? __ldg(kgrp + pl.sj) : 0; /* kgrp: this chunk's four block groups */
     if (pl.sz) cp_async16(st + TW + TX + (unsigned)(pl.sj * BN) * 4 + (threadIdx.x % (BN / 4)) * 16, pl.sz + (int64_t)g * p.Np, 16);
+    pl.w += 32, pl.x += 64, pl.xcol += 64;
 }
 
 /* mma.m16n8k16 (BF16 in, FP32 accumulate) without `volatile`: a pure function of its operands, so the
@@ -1053,9 +1054,10 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
 
     i4m_plan<WM, WN, NN, NW> pl;
     i4m_plan_init(pl, p, kc0, nt0, m0, vt);
+    const int32_t *kg = p.kgrp + kc0 * 4; /* the next chunk's block groups (PC false) */
 #pragma unroll
     for (int s = 0; s < S - 1; s++) {
-        if (s < nk) i4m_issue<PC>(pl, p, sm0 + s * ST, s, kc0);
+        if (s < nk) i4m_issue<PC>(pl, p, sm0 + s * ST, kg), kg += 4;
         cp_async_commit();
     }
 
@@ -1067,19 +1069,23 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[t][mt][e] = 0.0f;
     const int q = lane & 3, r = lane >> 2;
-    /* ldmatrix: lane l gives row l % 8 of matrix l / 8 (matrices: columns 0-7, 8-15 of step 2h, then of 2h + 1) */
+    /* ldmatrix: lane l gives row l % 8 of matrix l / 8 (matrices: columns 0-7, 8-15 of step 2h, then of 2h + 1);
+     * offsets in a stage, fixed for the block's life: the tiles, the scales, the B rows of each half */
     const int lr = lane & 7, lm = lane >> 3;
+    const unsigned wof = (unsigned)((wi * WN * 32 + lane) * 16), sof = (unsigned)(TW + TX + (wi * WN * 16 + r) * 4);
+    const unsigned xof0 = (unsigned)(TW + lr * 128 + ((lm ^ lr) << 4)), xof1 = (unsigned)(TW + lr * 128 + (((4 + lm) ^ lr) << 4));
 
+    unsigned st = sm0, sti = sm0 + (S - 1) * ST; /* the stage multiplied and the stage issued next */
     for (int i = 0; i < nk; i++) {
         cp_async_wait<S - 2>(); /* chunk i has landed (this thread's copies) */
         __syncthreads();        /* everyone's; and stage (i - 1) % S is free */
-        if (i + S - 1 < nk) i4m_issue<PC>(pl, p, sm0 + ((i + S - 1) % S) * ST, i + S - 1, kc0);
+        if (i + S - 1 < nk) i4m_issue<PC>(pl, p, sti, kg), kg += 4;
         cp_async_commit();
-        const unsigned st = sm0 + (i % S) * ST;
+        sti = sti == sm0 + (S - 1) * ST ? sm0 : sti + ST;
         uint4 wv[WN];
 #pragma unroll
-        for (int t = 0; t < WN; t++) wv[t] = lds128(st + ((wi * WN + t) * 32 + lane) * 16);
-        const unsigned sc = st + TW + TX + (wi * WN * 16 + r) * 4;
+        for (int t = 0; t < WN; t++) wv[t] = lds128(st + wof + t * 512);
+        const unsigned sc = st + sof;
         uint32_t br[WN], sr[WN], br8[WN], sr8[WN];
 #pragma unroll
         for (int hh = 0; hh < 2 / KW; hh++) {
@@ -1089,7 +1095,7 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
             uint32_t b[WM][4];
 #pragma unroll
             for (int mt = 0; mt < WM; mt++)
-                ldsm_x4(st + TW + (mt * 8 + lr) * 128 + (((4 * h + lm) ^ lr) << 4), b[mt][0], b[mt][1], b[mt][2], b[mt][3]);
+                ldsm_x4(st + (h ? xof1 : xof0) + mt * 1024, b[mt][0], b[mt][1], b[mt][2], b[mt][3]);
             uint32_t a[WN][2][4];
 #pragma unroll
             for (int jj = 0; jj < 2; jj++) {
@@ -1115,6 +1121,7 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
                     mma16816f(acc[t][mt], a[t][1][0], a[t][1][1], a[t][1][2], a[t][1][3], b[mt][2], b[mt][3]);
                 }
         }
+        st = st == sm0 + (S - 1) * ST ? sm0 : st + ST;
     }
     cp_async_wait<0>();
     if (KW == 2) { /* the second warps' sums through the (now idle) stages: element e of lane l at e * NN * 32 + wi * 32 + l */
@@ -1705,15 +1712,16 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
     }
 }
 
-/* kind 7's default: WN = 2, the largest WM of the list (fewest passes over the weights), the smallest split
- * giving >= 2 blocks per multiprocessor (else the largest listed) */
+/* kind 7's default (no autotune cache), from the tuner's choices on the H200 (bench/NOTES.md, ninth session,
+ * call 4): one n-tile per warp, one warp per chunk, WM = 4 token tiles at 17-32 rows, 8 at 33-128, 16 at 129-256
+ * (so the table's S: 8, 6, 4); the smallest split giving >= 2 blocks per multiprocessor, else the largest listed */
 static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
-    int best = -1, wm = 0;
-    for (int i = 0; i < r->n; i++)
-        if (r->cand[i].u == 2 && r->cand[i].mt > wm) wm = r->cand[i].mt;
+    const int64_t bucket = (r->Mt <= 4 ? 4 : r->Mt <= 8 ? 8 : r->Mt <= 16 ? 16 : 32);
+    const int wm = bucket <= 4 ? 4 : bucket <= 16 ? 8 : 16;
+    int best = -1;
     for (int i = 0; i < r->n; i++) {
         const i4_cfg *g = &r->cand[i];
-        if (g->u != 2 || g->mt != wm) continue;
+        if (g->mt != wm || g->u != 1 || I4M_TAB[g->d].kw != 1) continue;
         best = i;
         if (i4_tiles(r, *g) >= 2 * c->sm_count) break;
     }
