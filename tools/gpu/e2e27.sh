@@ -3,7 +3,7 @@
 # time (the 64 GB disk holds one BF16 package), from the repository root with tools/gpu/build.sh's
 # binaries carried in $GPU_OUT (default .gpu). Per scheme (bf16, fp8, w4a16-gptq, w4a16-awq):
 #   - the package written by mkfixture (timed),
-#   - bench_cuda's whole forward at 3 x 128 and 8 x 512: graphs on and off, best and median of 7,
+#   - bench_cuda's whole forward at 3 x 128 and 8 x 512 (or VSR_BENCH_E2E_SHAPES=RxL,...): graphs on and off, best and median of 9,
 #     weights on the device (vllm_srun_model_memory_bytes), with --autotune-cache /tmp/vsr-tune,
 #     then one forward per shape with every op timed (the profile tables),
 #   - for bf16 with VSR_TORCH=1: the transformers peer on the same package and ids
@@ -20,7 +20,7 @@ for scheme in "$@"; do
   ( time timeout 400 $G/mkfixture /tmp/d3-27b 27b-shape "$scheme" ) > "$OUT/fixture27-$scheme.log" 2>&1
   tail -4 "$OUT/fixture27-$scheme.log"; du -sh /tmp/d3-27b
   echo "== $scheme: ours"
-  VSR_AUTOTUNE_DIR=/tmp/vsr-tune VSR_BENCH_E2E_ONLY=1 VSR_BENCH_PROFILE=${VSR_BENCH_PROFILE-1} \
+  VSR_AUTOTUNE_DIR=/tmp/vsr-tune VSR_BENCH_E2E_ONLY=1 VSR_BENCH_PROFILE=${VSR_BENCH_PROFILE-1} VSR_BENCH_E2E_SHAPES=${VSR_BENCH_E2E_SHAPES:-} \
     timeout 300 $G/bench_cuda /tmp/d3-27b > "$OUT/e2e27-$scheme.log" 2>&1
   echo "bench_cuda rc=$?"; grep -E "whole forward|^forward" "$OUT/e2e27-$scheme.log"
   if [ "$scheme" = bf16 ] && [ "${VSR_TORCH:-0}" = 1 ]; then
