@@ -988,6 +988,64 @@ TEST(fp8_kept_route) {
     free(y), free(y2), free(ylt[1]), free(ylt[2]);
 }
 
+/* Kept products at few rows (linear_swiglu's, keep_product_bf16's) on cuBLASLt's route: under --dtype auto, up to
+ * 128 rows, where cuBLASLt has outer-vector scales, the unscaled FP32 product then one pass into BF16 (the numerics
+ * of (b): one rounding of the scaled product), as the linear takes (c) there; from 129 rows, and under an
+ * explicit --dtype at every row count, (b) itself. Each against the same-quantized reference, bit-identical on a
+ * rerun, and the two ways within the bound of each other. */
+TEST(fp8_kept_small_rows) {
+    f8one f;
+    vsr_err e = {0};
+    vsr_status st;
+    if (!f8one_sm90(&f, "test.kept.small", "fp8 kept small rows", &st, &e)) return;
+    if (!cuda_quant_fp8_ovscale(GB.ctx)) {
+        printf("  (fp8 kept small rows: this cuBLASLt has no outer-vector scales)\n");
+        f8one_free(&f);
+        return;
+    }
+    static const int64_t rows[] = {1, 17, 128, 129};
+    const int64_t N = f.N, K = f.K;
+    float *y = malloc(sizeof(float) * (size_t)(f.M * N)), *y2 = malloc(sizeof(float) * (size_t)(f.M * N));
+    float *dx = dalloc(sizeof(float) * (size_t)(f.M * K));
+    uint16_t *ddst = dalloc(sizeof(uint16_t) * (size_t)(f.M * N));
+    if (!st && dx && ddst) {
+        dset(dx, f.x, sizeof(float) * (size_t)(f.M * K));
+        cuda_quant_force_fp8_route(0);
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+            for (int kind = 1; kind <= 2; kind++) {
+                const int64_t M = rows[ri];
+                CHECK_OK(kept_once(f.bw, dx, M, N, kind, ddst, y, &e), e);
+                char path[200];
+                snprintf(path, sizeof path, "%s", cuda_quant_last_path());
+                const int small = M <= 128;
+                CHECK_MSG(strstr(path, small ? "fp8:unscaled(<= 128 rows,bf16-kept," : "fp8:scaled(outer-vec,bf16-kept,") !=
+                              NULL,
+                          "kept %d M %lld: path %s", kind, (long long)M, path);
+                const double err = nerr(y, f.refq, M * N);
+                CHECK_MSG(err <= 4e-3, "kept %d M %lld %s: %.3g vs the same-quantized reference", kind, (long long)M, path,
+                          err);
+                CHECK_OK(kept_once(f.bw, dx, M, N, kind, ddst, y2, &e), e);
+                CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0, "kept %d M %lld: rerun differs", kind,
+                          (long long)M);
+                if (small) { /* an explicit --dtype keeps (b) */
+                    CHECK_OK(cuda_quant_set_options(GB.ctx, "bfloat16", NULL, &e), e);
+                    CHECK_OK(kept_once(f.bw, dx, M, N, kind, ddst, y2, &e), e);
+                    const char *pe = cuda_quant_last_path();
+                    CHECK_MSG(strstr(pe, "fp8:scaled(outer-vec,bf16-kept,") != NULL, "explicit dtype, kept %d M %lld: %s",
+                              kind, (long long)M, pe);
+                    CHECK_MSG(nerr(y2, y, M * N) <= 4e-3, "kept %d M %lld: (b) against the small-row way: %.3g", kind,
+                              (long long)M, nerr(y2, y, M * N));
+                    CHECK_OK(cuda_quant_set_options(GB.ctx, "auto", NULL, &e), e);
+                }
+                printf("  fp8 kept %d M %lld: %s err %.3g\n", kind, (long long)M, path, err);
+            }
+        cuda_quant_force_fp8_route(-1);
+    }
+    GB.ops->buf_free(GB.ctx, dx), GB.ops->buf_free(GB.ctx, ddst);
+    f8one_free(&f);
+    free(y), free(y2);
+}
+
 /* Outer-vector scales in cuBLASLt (cuda_quant_fp8_ovscale; cuda_quant_set_fp8_ovscale(0), as
  * VSR_CUDA_FP8_OVSCALE=0, turns them off): with
  * them the FP8 linear is (a), FP32 products scaled inside the GEMM (FP32 bound, no "bf16" in its path),
@@ -1223,6 +1281,7 @@ int main(int argc, char **argv) {
     RUN(fp8_wgmma_prequant);
     RUN(fp8_route);
     RUN(fp8_kept_route);
+    RUN(fp8_kept_small_rows);
     RUN(fp8_ovscale);
     RUN(fp8_refused_before_ada);
     RUN(fp8_scale_division);

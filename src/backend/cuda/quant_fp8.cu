@@ -25,7 +25,9 @@
  * neither runs. VSR_CUDA_FP8_BF16=0, and a forced scaled path, keep the order before: (a) outer-
  * vector scales into FP32, (b) from FP8_BF16_MIN_ROWS rows (every row count when forced), (c). A BF16
  * product rounds each element once more (relative 2^-9 at most); see tests/test_cuda_quant.c.
- * linear_swiglu and keep_product_bf16 read that BF16 product directly (kept_product below; the same bf16_product as the linear).
+ * linear_swiglu and keep_product_bf16 read that BF16 product directly (kept_product below; the same bf16_product as the linear);
+ * at <= FP8_UNSCALED_MAX_ROWS rows under --dtype auto, as the linear's (c), the unscaled FP32 product scaled into BF16 in one
+ * pass (kept_lt_small: (b)'s numerics without its 128-row tile).
  * Accumulation: promoted into FP32 by default; VSR_CUDA_FP8_FAST_ACCUM=1 accumulates fast
  * (CUBLASLT_MATMUL_DESC_FAST_ACCUM, as vLLM's FP8 GEMMs on Hopper; why it is not the default:
  * quant_common.cu); a plan is per setting, its path says ",fast".
@@ -283,6 +285,31 @@ __global__ void k_fp8_epilogue_bf16(const __nv_bfloat16 *t, int64_t ldt, const f
     const float v = __bfloat162float(t[m * ldt + n]) * sx[m] * sw[n];
     if (SCALE_TO_BF16) ((__nv_bfloat16 *)out)[id] = __float2bfloat16_rn(v);
     else ((float *)out)[id] = accumulate ? ((float *)out)[id] + v : v;
+}
+
+/* From the unscaled FP32 product (t [M, ldt], path (c)): o[m, n] = bf16(t * sx[m] * sw[n]), o BF16 [M, ldo]: the
+ * scaled product rounded once, as (b) writes it. 8 columns per thread when N, ldt, ldo are multiples of 8. */
+__global__ void k_fp8_f32_scaled_bf16(const float *__restrict__ t, int64_t ldt, const float *__restrict__ sx,
+                                      const float *__restrict__ sw, int64_t M, int64_t N, __nv_bfloat16 *__restrict__ o,
+                                      int64_t ldo) {
+    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (N % 8 == 0 && ldt % 8 == 0 && ldo % 8 == 0) {
+        const int64_t n8 = N / 8;
+        if (id >= M * n8) return;
+        const int64_t m = id / n8, n = (id % n8) * 8;
+        const float4 a = *(const float4 *)(t + m * ldt + n), b = *(const float4 *)(t + m * ldt + n + 4);
+        const float4 wa = *(const float4 *)(sw + n), wb = *(const float4 *)(sw + n + 4);
+        const float s = sx[m];
+        uint4 r;
+        __nv_bfloat162 *rh = (__nv_bfloat162 *)&r;
+        rh[0] = __floats2bfloat162_rn(a.x * s * wa.x, a.y * s * wa.y), rh[1] = __floats2bfloat162_rn(a.z * s * wa.z, a.w * s * wa.w);
+        rh[2] = __floats2bfloat162_rn(b.x * s * wb.x, b.y * s * wb.y), rh[3] = __floats2bfloat162_rn(b.z * s * wb.z, b.w * s * wb.w);
+        *(uint4 *)(o + m * ldo + n) = r;
+        return;
+    }
+    if (id >= M * N) return;
+    const int64_t m = id / N, n = id % N;
+    o[m * ldo + n] = __float2bfloat16_rn(t[m * ldt + n] * sx[m] * sw[n]);
 }
 
 static vsr_status fp8_epilogue_bf16(cuda_ctx *c, const __nv_bfloat16 *t, int64_t ldt, const float *sx, const float *sw,
@@ -735,6 +762,30 @@ static vsr_status route_run(cuda_ctx *c, quant_state *q, int route, const uint8_
                         &((fp8_meta *)m)->gemm, ran, err);
 }
 
+/* A kept product at few rows under --dtype auto takes what the linear takes there ((c), FP8_UNSCALED_MAX_ROWS):
+ * cuBLASLt's outer-vector kernel (b) is a 128-row tile (down at one row 64.9 us against 35.5 for (c)). */
+static int kept_small(cuda_ctx *c, quant_state *q, int64_t M) {
+    return quant_forced_fp8_path() == 0 && quant_dtype_auto(c) && M <= FP8_UNSCALED_MAX_ROWS && fp8_ovscale(c, q);
+}
+/* ... as the unscaled FP32 product (small tiles) into q->aux, then one pass applying both scales and rounding
+ * once into o [M, ldo] BF16: what (b) writes (the sum in FP32, the scales after it, one rounding) */
+static vsr_status kept_lt_small(cuda_ctx *c, quant_state *q, const uint8_t *xq, const float *sx, int64_t M,
+                                const vsr_bweight *w, __nv_bfloat16 *o, int64_t ldo, fp8_plan **pp, int *ran, vsr_err *err) {
+    const quant_wmeta *m = (const quant_wmeta *)w->q;
+    const int64_t N = w->v.N, Np = m->Np;
+    vsr_status st;
+    if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)(M * Np), "FP8 product (FP32)", err)) ||
+        (st = plan_get(c, q, M, Np, m->Kp, Np, D_F32, pp, err)) ||
+        (st = run_plan(c, *pp, w->w, xq, NULL, NULL, q->aux, 0, ran, err)) || !*ran)
+        return st;
+    const int64_t items = (N % 8 == 0 && Np % 8 == 0 && ldo % 8 == 0) ? M * (N / 8) : M * N;
+    k_fp8_f32_scaled_bf16<<<(unsigned)((items + 255) / 256), 256, 0, c->stream>>>((const float *)q->aux, Np, sx,
+                                                                                 (const float *)w->scale, M, N, o, ldo);
+    quant_set_last_path("fp8:unscaled(<= %d rows,bf16-kept,a%d,%s%s)+scaled into BF16", FP8_UNSCALED_MAX_ROWS,
+                        (*pp)->chosen, (*pp)->src, acc_tag(*pp));
+    return cuda_check_launch(c, "FP8 kept product: scales into BF16", err);
+}
+
 /* A product kept for a reader (kept_product below) on route `route`: KEPT_RAW the unscaled BF16 product
  * into out [M, Np] (linear_swiglu applies the scales), KEPT_SCALED the scaled one into out [M, N]
  * (keep_product_bf16). ROUTE_LT: cuBLASLt's BF16 product (+ the scaling pass for KEPT_SCALED where it
@@ -748,6 +799,10 @@ static vsr_status kept_run(cuda_ctx *c, quant_state *q, int route, const uint8_t
     vsr_status st;
     if (route == ROUTE_LT) {
         fp8_plan *p;
+        if (kept_small(c, q, M)) {
+            *scaled = 1;
+            return kept_lt_small(c, q, xq, sx, M, w, (__nv_bfloat16 *)out, kept == KEPT_SCALED ? N : Np, &p, ran, err);
+        }
         if ((st = bf16_product(c, q, xq, sx, M, w, 1, out, scaled, &p, ran, err)) || !*ran) return st;
         if (kept == KEPT_SCALED && !*scaled) {
             if ((st = fp8_epilogue_bf16(c, (const __nv_bfloat16 *)out, Np, sx, sw, M, N, out, 1, 0, err))) return st;
@@ -919,6 +974,15 @@ static vsr_status kept_product(cuda_ctx *c, const float *x, const uint8_t *xq, c
             }
             out = dst && m->Np == N ? (void *)dst : q->wtmp, Np = m->Np; /* not run (alignment): cuBLASLt */
         }
+    }
+    if (kept_small(c, q, M)) {
+        const int64_t ldo = dst ? N : Np;
+        __nv_bfloat16 *o = dst ? dst : (__nv_bfloat16 *)out;
+        if ((st = kept_lt_small(c, q, xq, sx, M, w, o, ldo, &p, &done, err)) || !done) return st; /* not run: FP32 linear */
+        if (d) *d = o;
+        if (ldd) *ldd = ldo;
+        *ran = 1;
+        return VSR_OK;
     }
     if ((st = bf16_product(c, q, xq, sx, M, w, bf16p, out, &scaled, &p, &done, err))) return st;
     if (!done) return VSR_OK; /* no algorithm: the caller runs the FP32 linear, which falls back as usual */
