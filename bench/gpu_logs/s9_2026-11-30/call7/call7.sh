@@ -7,7 +7,7 @@ tar xzf .gpu-pk/bins.tgz
 SECONDS=0
 ln -sfn $PWD /work/wt-me 2>/dev/null
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader
-VSR_BENCH_PROFILE= GPU_OUT=.gpu-me VSR_BENCH_E2E_SHAPES=1x100,3x128,8x512 timeout 560 bash tools/gpu/e2e27.sh fp8 bf16; echo "e2e ${SECONDS}s"
+GPU_OUT=.gpu-me VSR_BENCH_E2E_SHAPES=1x100,3x128,8x512 timeout 560 bash tools/gpu/e2e27.sh fp8 bf16; echo "e2e ${SECONDS}s"
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 for s in fp8 bf16; do echo "== $s"; grep -E "weights|best of" $OUT/e2e27-$s.log | grep -v "graphs off"; done
 grep -A40 "1 x 100" $OUT/e2e27-fp8.log | grep -E "^(linear|swiglu|fp8)" | head -10
