@@ -34,6 +34,10 @@
  * kind 5's) were measured on the H200 (2026-11-29d) slower than the best kind-5 configuration at every shape
  * (gate_up 1 row 25.9 vs 24.7 us, down 23.6 vs 21.3, q_proj 18.1 vs 15.8; 16 rows 37.6-59.7 vs 28.0-41.7) and
  * were removed (NOTES "seventh pass"); kind 6 is unused.
+ * At 17-256 rows the tensor-core tile kernel k_i4_mma (ninth pass, kind 7, "-m9" keys) replaces kinds 0 and 1:
+ * blocks of NN x WN n-tiles and WM x 8 tokens, a cp.async pipeline of packed tiles, swizzled BF16 activation rows
+ * (ldmatrix) and scale rows, each tile decoded once per chunk for all the block's tokens; VSR_CUDA_INT4_MMA=0 /
+ * cuda_quant_force_int4_mma(0) keeps kinds 0 and 1 (1.2-2.4x slower on the H200; NOTES "Ninth session").
  * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (ops.cu). */
@@ -1241,7 +1245,7 @@ __global__ void __launch_bounds__(256) k_i4_unpack16(const uint4 *__restrict__ w
  * kind 0: k_i4_fused (staged fragments, warps split K inside a block), w warps;
  * kind 1: k_i4_shared (activations shared in shared memory, one n-tile per warp), w = NW warps;
  * kind 2: k_i4_stream; kind 5: k_i4_bulk (3 and 4 were the removed fourth and fifth passes; 6 the removed seventh
- * pass's persistent configurations). */
+ * pass's persistent configurations); kind 7: k_i4_mma (mt = WM, w = NN warps along N, u = WN, d = its I4M_TAB entry). */
 
 typedef struct i4_cfg {
     int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kinds 2 and 5: n-tiles per warp (TN) */
@@ -2007,17 +2011,17 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
     return cuda_gemm_bf16(c, (const __nv_bfloat16 *)q->act, M, (const __nv_bfloat16 *)q->wtmp, N, Kp, y, accumulate, err);
 }
 
-/* FP32 activations: the streaming kernel gets them rounded to BF16 (and permuted) by one staging pass
- * (k_i4_stage_rows) and then runs exactly as from cuda_int4_linear_bf16; the other paths read FP32 as
- * before (they would otherwise widen BF16 back). */
+/* FP32 activations: the streaming and tensor-core tile kernels get them rounded to BF16 (and permuted) by one
+ * staging pass (k_i4_stage_rows) and then run exactly as from cuda_int4_linear_bf16; kinds 0 and 1 read FP32
+ * as before (they would otherwise widen BF16 back). */
 extern "C" vsr_status cuda_int4_linear(cuda_ctx *c, const float *x, int64_t M, const vsr_bweight *w, float *y,
                                        int accumulate, vsr_err *err) {
     return i4_linear_any(c, x, NULL, M, w, y, accumulate, err);
 }
 
-/* BF16 activations [M, K] (row stride K): read in place by the streaming kernel when 16-byte aligned
- * and not act-order; gathered into [M, Kp] otherwise; widened to FP32 for the previous fused kernels
- * (17-256 rows, or groups not computable per chunk); gathered to BF16 rows for the unpack path. */
+/* BF16 activations [M, K] (row stride K): read in place by the streaming and tensor-core tile kernels when
+ * 16-byte aligned and not act-order; gathered into [M, Kp] otherwise; widened to FP32 for kinds 0 and 1 (1-16
+ * rows with groups not computable per chunk, or a kernel switched off); gathered to BF16 rows for the unpack path. */
 extern "C" vsr_status cuda_int4_linear_bf16(cuda_ctx *c, const __nv_bfloat16 *xb, int64_t M, const vsr_bweight *w,
                                             float *y, int accumulate, vsr_err *err) {
     return i4_linear_any(c, NULL, xb, M, w, y, accumulate, err);
