@@ -929,9 +929,9 @@ __global__ void __launch_bounds__(NW * 32) k_i4_bulk(const i4b p) {
  * Why: above 16 rows kinds 0 and 1 ran at 70-100 TFLOP/s (sweep at 7ff43a7, gate_up: 32 rows 72.6 us against
  * 47.9 for BF16, 256 rows 445 us against 142 for unpack + cuBLASLt): each warp re-decoded its weights for
  * every 8-64 tokens, staged FP32 activations through registers, and loaded scales inside the multiply.
- * Here a block owns BN = NW * WN * 16 output rows and BM = WM * 8 tokens. Its K range (one split) streams
+ * Here a block owns BN = NN * WN * 16 output rows and BM = WM * 8 tokens. Its K range (one split) streams
  * through an S-stage cp.async pipeline of 64-column chunks, each stage holding
- *   - the packed tiles of its n-tiles (NW * WN * 512 bytes, each lane's uint4 already an A fragment),
+ *   - the packed tiles of its n-tiles (NN * WN * 512 bytes, each lane's uint4 already an A fragment),
  *   - the activations, BM BF16 rows x 128 bytes, their 16-byte units XOR-swizzled by row (unit c of row r
  *     at c ^ (r & 7)) so that each 8-row ldmatrix reads 8 distinct bank groups; rows >= M and columns
  *     >= kvalid are zero-filled by the copy itself,
@@ -960,8 +960,8 @@ static __host__ __device__ constexpr int i4m_stage(int wm, int wn, int nn, int s
 
 /* A thread's share of every stage's copies, fixed for the block's life (the SASS of the first version rebuilt
  * these 64-bit addresses, and divided by gchunks, for every chunk: ~1,000 instructions per 32 mma). Pieces
- * are 16 bytes; a source of NULL zero-fills. Chunk i of the block's range advances the tile sources by 32
- * uint4 and the activation sources by 64 columns. */
+ * are 16 bytes; a piece out of range (past the last n-tile, row >= M, column >= kvalid) is zero-filled by its
+ * copy. Each issued chunk moves the tile sources on by 32 uint4 and the activation sources by 64 columns. */
 template <int WM, int WN, int NN, int NW>
 struct i4m_plan {
     static constexpr int XP = WM * 64 / (NW * 32);                     /* activation pieces per thread, NW * 4 rows apart */
