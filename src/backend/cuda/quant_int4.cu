@@ -1427,7 +1427,11 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     return VSR_OK;
 }
 
-#define I4_MAX_CAND 64
+/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kind 7 I4M_N x 8 splits (80); a list that
+ * outgrew it would be cut short, so the check below keeps kind 7's within it */
+#define I4_MAX_CAND 96
+#define I4M_KS_N 8 /* the splits kind 7 lists (i4_candidates_mma) */
+static_assert(I4M_N * I4M_KS_N <= I4_MAX_CAND, "every kind-7 configuration fits the candidate list");
 typedef struct i4_run {
     const vsr_bweight *w;
     const quant_wmeta *m;
@@ -1690,7 +1694,7 @@ static void i4_candidates_bulk(cuda_ctx *c, i4_run *r, int64_t bucket) {
  * (WM <= bucket <= 4 WM), each with splits 1, 2, 3, 4, 6, 8, 12, 16 (no split empty, >= 2 chunks each)
  * until the grid has 4 blocks per multiprocessor. Depends on the bucket and shape only. */
 static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
-    static const int KSL[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    static const int KSL[I4M_KS_N] = {1, 2, 3, 4, 6, 8, 12, 16};
     const quant_wmeta *m = r->m;
     const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
     r->n = 0;
