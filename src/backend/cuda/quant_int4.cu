@@ -1724,8 +1724,7 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
  * call 4): one n-tile per warp, one warp per chunk, WM = 4 token tiles at 17-32 rows, 8 at 33-128, 16 at 129-256
  * (so the table's S: 8, 6, 4); the smallest split giving >= 2 blocks per multiprocessor, else the largest listed */
 static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
-    const int64_t bucket = (r->Mt <= 4 ? 4 : r->Mt <= 8 ? 8 : r->Mt <= 16 ? 16 : 32);
-    const int wm = bucket <= 4 ? 4 : bucket <= 16 ? 8 : 16;
+    const int wm = r->Mt <= 4 ? 4 : r->Mt <= 16 ? 8 : 16; /* Mt: token tiles of 8 */
     int best = -1;
     for (int i = 0; i < r->n; i++) {
         const i4_cfg *g = &r->cand[i];
