@@ -56,6 +56,8 @@ vsr_status cuda_fp8_linear_bf16_to(struct cuda_ctx *c, const float *x, const uin
 int cuda_quant_force_int4_bulk(int on);
 /* the tensor-core tile int4 kernel (17-256 rows, ninth pass), 1 on, 0 off; previous value, or -1 if unknown */
 int cuda_quant_force_int4_mma(int on);
+/* the wgmma int4 kernel (17-256 rows, capability 9.0, tenth pass; listed with the tile kernel), likewise */
+int cuda_quant_force_int4_wg(int on);
 /* from src/backend/cuda/quant_fp8.cu: fp8_scaled against x / s over n draws (counts: quotients >= 2^-12 that
  * differ, e4m3 codes that differ, draws on the multiply path) */
 vsr_status cuda_fp8_div_check(struct cuda_ctx *c, uint64_t seed, int64_t n, int64_t counts[3], vsr_err *err);
@@ -263,18 +265,21 @@ static void int4_against_reference_pass(void) {
 
 /* every configuration of the fused kernels' autotune lists (every kernel, every split) on a few shapes:
  * each against the reference, each bit-identical on a second run; then the index past the list is
- * refused with its number. Rows 17-256 walk the tensor-core tile kernel's list (kind 7) in passes 0-1 and
- * the previous kernels' (kinds 0, 1) with it switched off in pass 2. */
+ * refused with its number. Rows 17-256 walk the tensor-core tile kernel's list (kind 7, and on capability 9.0 the
+ * wgmma kernel's, kind 8, after it) in passes 0-1 and the previous kernels' (kinds 0, 1) with it switched off in
+ * pass 2. */
 TEST(int4_every_candidate) {
     static const int cases[] = {0, 1, 2, 3, 6, 7, 8}; /* GPTQ g128 (computed groups), AWQ g32 (looked-up groups),
                                                        * act-order g64, channel-wise, and the streaming cases */
     static const int64_t rows[] = {1, 5, 8, 16, 24, 33, 100, 256};
     const size_t nc = sizeof cases / sizeof cases[0];
-    int total = 0, total_stream = 0, total_bulk = 0, total_mma = 0;
+    int total = 0, total_stream = 0, total_bulk = 0, total_mma = 0, total_wg = 0;
     const int bulk_was = cuda_quant_force_int4_bulk(0), mma_was = cuda_quant_force_int4_mma(1);
     const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
     const int has_bulk = cc >= 90; /* the bulk-copy kernel needs capability 9.0+ (else the third pass's runs) */
+    const int has_wg = cc == 90;   /* the wgmma kernel: the build's sm_90a code */
+    const int wg_was = cuda_quant_force_int4_wg(1);
     for (size_t cs = 0; cs < 3 * nc; cs++) {
         /* each case three times: the bulk-copy kernel's list (<= 16 rows; forced on), the third pass's
          * streaming kernel (bulk-copy off), then the previous kernels' (streaming off) */
@@ -316,12 +321,14 @@ TEST(int4_every_candidate) {
                 char path[160];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
+                const int is_wg = strncmp(path, "int4:fused(g-", 13) == 0;
                 CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !bulk) &&
                               (strncmp(path, "int4:fused(b-", 13) == 0) == (want_stream && bulk) &&
-                              (strncmp(path, "int4:fused(m-", 13) == 0) == want_mma,
+                              (strncmp(path, "int4:fused(m-", 13) == 0 || is_wg) == want_mma && (!is_wg || has_wg),
                           "case %d M %lld stream %d bulk %d mma %d: path %s", cases[ci], (long long)M, stream, bulk,
                           want_mma, path);
-                total_stream += want_stream && !bulk, total_bulk += want_stream && bulk, total_mma += want_mma;
+                total_stream += want_stream && !bulk, total_bulk += want_stream && bulk;
+                total_mma += want_mma && !is_wg, total_wg += is_wg;
                 double eb = nerr(y, refb, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
@@ -348,9 +355,13 @@ TEST(int4_every_candidate) {
     CHECK(cuda_quant_force_int4_mma(0) == 0 && cuda_quant_force_int4_mma(mma_was) == 0 &&
           cuda_quant_force_int4_mma(mma_was) == 1); /* the default is on */
     CHECK_MSG(!has_bulk || total_bulk >= 60, "only %d bulk-copy configurations checked", total_bulk);
+    CHECK(cuda_quant_force_int4_wg(-1) == -1 && cuda_quant_force_int4_wg(2) == -1);
+    CHECK(cuda_quant_force_int4_wg(0) == 1 && cuda_quant_force_int4_wg(wg_was) == 0 &&
+          cuda_quant_force_int4_wg(wg_was) == 1); /* the default is on */
     CHECK_MSG(total_mma >= 100, "only %d tensor-core tile configurations checked", total_mma);
+    CHECK_MSG(!has_wg || total_wg >= 100, "only %d wgmma configurations checked", total_wg);
     printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's, %d of the "
-           "tensor-core tile kernel's)\n", total, total_bulk, total_stream, total_mma);
+           "tensor-core tile kernel's, %d of the wgmma kernel's)\n", total, total_bulk, total_stream, total_mma, total_wg);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or

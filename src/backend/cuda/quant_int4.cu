@@ -72,6 +72,14 @@ extern "C" int cuda_quant_force_int4_mma(int on) {
     return cuda_env_switch_set("VSR_CUDA_INT4_MMA", 1, &g_int4_mma, on, 1);
 }
 
+/* the wgmma kernel (kind 8, tenth pass, 17-256 rows, capability 9.0), listed with kind 7: on unless
+ * VSR_CUDA_INT4_WG=0 (read once) or cuda_quant_force_int4_wg(0) */
+static int g_int4_wg = -1;
+static int quant_int4_wg_on(void) { return cuda_env_switch("VSR_CUDA_INT4_WG", 1, &g_int4_wg); }
+extern "C" int cuda_quant_force_int4_wg(int on) {
+    return cuda_env_switch_set("VSR_CUDA_INT4_WG", 1, &g_int4_wg, on, 1);
+}
+
 #define I4_MAX_FUSED_ROWS 256
 #define I4_MAX_KS 16
 /* cap on split-K partial sums: S * M * N floats */
@@ -1177,6 +1185,202 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
                p.counters + tile);
 }
 
+/* ---- the wgmma kernel (tenth pass, kind 8, 17-256 rows; compute capability 9.0, sm_90a code) ----
+ * Why: kind 7 multiplies with mma.sync, each warp reading every token's B fragments from shared memory by
+ * ldmatrix, with the decode in the same dependent chain; at 64-256 rows it reached 220-245 TFLOP/s (ninth
+ * session's ncu: math-pipe throttle and fixed-latency waits) where cuBLASLt's BF16 runs wgmma, so int4 was slower
+ * than BF16 from 64 rows. Here the multiply runs on wgmma, with the weights as its A and the tokens as its N:
+ *   - a warpgroup owns 64 output rows, its warp w the n-tile nt0 + 4 wg + w; the warp decodes its packed tile
+ *     (each lane's words are the A fragments of mma.m16n8k16, as the upload repacked them; exact subtraction, one
+ *     BF16 rounding, as every int4 kernel here) and writes the fragments with stmatrix into the warpgroup's A
+ *     buffer, 64 rows x 128 bytes in wgmma's 128-byte swizzle (16-byte unit c of row n at c ^ (n & 7));
+ *   - B is the stage's activation rows, BT = 32..256 tokens x 128 bytes (64 columns) in the same swizzle, which
+ *     the copy already writes; one wgmma m64nBTk16 per 16 columns, four a chunk;
+ *   - NWG warpgroups share a block's activation stages (BN = 64 NWG rows a block).
+ * Register A fragments (wgmma's RS form) would save the stores, but ptxas serialises every wgmma of a loop that
+ * writes them while an earlier wgmma is in flight (C7513), so A goes through shared memory, double-buffered.
+ * Pipeline: S stages of cp.async (activation rows: the block's threads; each warp's packed tile and its scale rows:
+ * the warp itself, so its decode needs only its own wait), S - 2 chunks ahead. Step i: wait for chunk i, decode it
+ * into A buffer i & 1 (chunk i - 2's, whose wgmma finished), fence and barrier (the activations and every warp's
+ * A rows visible to wgmma; every warpgroup past chunk i - 2, so its stage is free), copy chunk i + S - 2 into that
+ * stage, issue chunk i's four wgmma, then wait for chunk i - 1's: the decode of chunk i + 1 runs under chunk i's
+ * products. Split K deterministic as kind 7. The sm_80 build compiles the body out; the host lists kind 8 only on
+ * devices of capability 9.0 (the build's sm_90a code). */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define I4G_ON 1
+#endif
+
+/* shared memory of one stage (1024-aligned: the activation rows come first and are wgmma's operand): activation
+ * rows, packed tiles, scale rows */
+static __host__ __device__ constexpr int i4g_stage(int bt, int nwg, int srows) {
+    return (bt * 128 + nwg * 2048 + srows * nwg * 64 * 4 + 1023) / 1024 * 1024;
+}
+/* the whole dynamic shared memory: S stages, two 8 KB A buffers a warpgroup, 1024 to align */
+static __host__ __device__ constexpr int i4g_smem_bytes(int bt, int nwg, int s, int srows) {
+    return s * i4g_stage(bt, nwg, srows) + nwg * 2 * 8192 + 1024;
+}
+
+#ifdef I4G_ON
+/* D (64 x BT, FP32) += A (64 x 16, K-major in shared memory) . B (16 x BT tokens, K-major in shared memory) */
+template <int BT> __device__ __forceinline__ void i4g_mma(float (&d)[BT / 2], uint64_t da, uint64_t db) {
+    if constexpr (BT == 32)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" WG_R0 "}, %16, %17, 1, 1, 1, 0, 0;\n"
+                     : WG_OUT16(d, 0)
+                     : "l"(da), "l"(db)
+                     : "memory");
+    else if constexpr (BT == 64)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_REGS32 ", %32, %33, 1, 1, 1, 0, 0;\n"
+                     : WG_OUT32(d)
+                     : "l"(da), "l"(db)
+                     : "memory");
+    else if constexpr (BT == 128)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_REGS64 ", %64, %65, 1, 1, 1, 0, 0;\n"
+                     : WG_OUT64(d)
+                     : "l"(da), "l"(db)
+                     : "memory");
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WG_REGS128
+                     ", %128, %129, 1, 1, 1, 0, 0;\n"
+                     : WG_OUT128(d)
+                     : "l"(da), "l"(db)
+                     : "memory");
+}
+__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+#endif
+
+/* BT tokens, NWG warpgroups (64 output rows each), S stages; PC: the group computable per chunk (one scale row a
+ * stage), else looked up per 16 columns (four) */
+template <int BT, int NWG, int S, bool PC>
+__global__ void __launch_bounds__(NWG * 128, 1) k_i4_wg(const i4m p) {
+#ifdef I4G_ON
+    constexpr int NTH = NWG * 128, BN = NWG * 64, XB = BT * 128, WB = NWG * 2048;
+    constexpr int ST = i4g_stage(BT, NWG, PC ? 1 : 4), XP = BT * 8 / NTH, RSTEP = NTH / 8;
+    static_assert(S >= 3 && BT * 8 % NTH == 0 && RSTEP % 8 == 0, "stage plan");
+    extern __shared__ __align__(1024) unsigned char i4g_sm[];
+    const uint32_t sm0 = (smem_u32(i4g_sm) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, wg = wi >> 2;
+    const int64_t NT = p.Np / 16, m0 = (int64_t)blockIdx.x * BT, nt0 = (int64_t)blockIdx.y * (NWG * 4);
+    const int z = blockIdx.z;
+    const int64_t kc0 = (int64_t)z * p.per < p.KC ? (int64_t)z * p.per : p.KC;
+    const int64_t kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
+    const int nk = (int)(kc1 - kc0);
+    const int vt = (int)(p.M - m0 < BT ? p.M - m0 : BT);
+
+    /* this thread's copies, fixed for the block's life; sources move on by one chunk per issue */
+    const bool wok = nt0 + wi < NT; /* the warp's n-tile exists (its scales too: Np = 16 NT) */
+    const uint4 *wsrc = p.wq + ((nt0 + wi) * p.KC + kc0) * 32 + lane;
+    const int xrow = tid >> 3, xc = tid & 7;
+    const int xn = xrow < vt ? (vt - 1 - xrow) / RSTEP + 1 : 0; /* pieces on rows < M */
+    const __nv_bfloat16 *xsrc = p.x + (m0 + xrow) * p.ldx + kc0 * 64 + xc * 8;
+    const int64_t xstep = (int64_t)RSTEP * p.ldx;
+    int xcol = (int)(kc0 * 64) + xc * 8;
+    const uint32_t xdst = (uint32_t)(xrow * 128 + ((xc ^ (xrow & 7)) << 4)); /* + t RSTEP rows keeps row & 7 */
+    /* scale pieces (16 bytes = 4 rows): lanes 0-3 (PC) or 0-15 (row j = lane / 4) of each warp, its own rows */
+    const int sj = PC ? 0 : lane >> 2, sq = lane & 3;
+    const bool shas = lane < (PC ? 4 : 16);
+    const uint32_t *ssrc = p.sz + (wok ? (nt0 + wi) * 16 + sq * 4 : 0);
+    const uint32_t sdst = XB + WB + (uint32_t)(sj * BN + wi * 16 + sq * 4) * 4;
+    int gq = p.gchunks > 0 ? (int)(kc0 / p.gchunks) : 0, gr = p.gchunks > 0 ? (int)(kc0 % p.gchunks) : 0;
+    const int32_t *kg = p.kgrp + kc0 * 4;
+    auto issue = [&](uint32_t st) {
+        cp_async16(st + XB + tid * 16, wok ? (const void *)wsrc : (const void *)p.wq, wok ? 16 : 0);
+        const bool colok = xcol < p.kvalid; /* kvalid: a multiple of 8 */
+#pragma unroll
+        for (int t = 0; t < XP; t++) {
+            const bool ok = colok && t < xn;
+            cp_async16(st + xdst + t * RSTEP * 128, ok ? (const void *)(xsrc + t * xstep) : (const void *)p.x, ok ? 16 : 0);
+        }
+        if (shas) {
+            int g;
+            if (PC) g = gq < p.G - 1 ? gq : p.G - 1;
+            else g = wok ? __ldg(kg + sj) : 0;
+            cp_async16(st + sdst, ssrc + (int64_t)g * p.Np, wok ? 16 : 0);
+        }
+        if (PC && ++gr == p.gchunks) gr = 0, gq++;
+        wsrc += 32, xsrc += 64, xcol += 64, kg += 4;
+    };
+
+#pragma unroll
+    for (int s = 0; s < S - 2; s++) {
+        if (s < nk) issue(sm0 + s * ST);
+        cp_async_commit();
+    }
+
+    float acc[BT / 2];
+#pragma unroll
+    for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
+    const int r = lane >> 2;
+    const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + r) * 4;
+    /* A buffers: warpgroup wg's at ab0 + wg * 16 KB (+ 8 KB for odd chunks); stmatrix: lane l gives row l % 8 of
+     * matrix l / 8 (a0: rows 0-7 of the fragment's 16 columns' first 8, a1: rows 8-15, a2 / a3: the next 8) */
+    const uint32_t ab0 = sm0 + S * ST + (uint32_t)wg * 16384;
+    const int mrow = (wi & 3) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), mcol = lane >> 4;
+    const uint32_t aof = (uint32_t)mrow * 128;
+    const uint64_t xd0 = wg_desc_k128(sm0), ad0 = wg_desc_k128(ab0);
+    uint32_t st = sm0, sti = sm0 + (S - 2) * ST; /* the stage multiplied and the stage issued next */
+    for (int i = 0; i < nk; i++) {
+        cp_async_wait<S - 3>(); /* chunk i has landed (this thread's copies) */
+        __syncwarp();           /* the warp's tile and scale rows (its own lanes' copies) */
+        const uint32_t ab = ab0 + (uint32_t)(i & 1) * 8192;
+        {
+            const uint4 wv = lds128(st + wof);
+            uint32_t br = 0, sr = 0, br8 = 0, sr8 = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (j == 0 || !PC) {
+                    const uint32_t srow = st + sof + (uint32_t)((PC ? 0 : j) * BN) * 4;
+                    const uint32_t s0 = lds32(srow), s8 = lds32(srow + 32);
+                    br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232), br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
+                }
+                const uint32_t wd = j == 0 ? wv.x : j == 1 ? wv.y : j == 2 ? wv.z : wv.w;
+                stsm_x4(ab + aof + (uint32_t)(((2 * j + mcol) ^ (lane & 7)) << 4), dq2s(wd, 0, br, sr),
+                        dq2s(wd, 1, br8, sr8), dq2s(wd, 2, br, sr), dq2s(wd, 3, br8, sr8));
+            }
+        }
+        fence_proxy_async(); /* the A rows and the activations, visible to wgmma */
+        __syncthreads();     /* everyone's; every warpgroup has finished chunk i - 2: its stage is free */
+        if (i + S - 2 < nk) issue(sti);
+        cp_async_commit();
+        sti = sti == sm0 + (S - 1) * ST ? sm0 : sti + ST;
+        const uint64_t xd = xd0 + ((st - sm0) >> 4), ad = ad0 + (uint64_t)((i & 1) * 8192 >> 4);
+        wg_fence();
+#pragma unroll
+        for (int j = 0; j < 4; j++) i4g_mma<BT>(acc, ad + 2 * j, xd + 2 * j);
+        wg_commit();
+        wg_wait<1>(); /* chunk i - 1's products are done: its A buffer and (after the next barrier) its stage */
+        st = st == sm0 + (S - 1) * ST ? sm0 : st + ST;
+    }
+    wg_wait<0>();
+    reg_fence<BT / 2>(acc);
+    cp_async_wait<0>();
+
+    const int t4 = lane & 3;
+    const int64_t nt = nt0 + wi;
+    if (nt < NT) {
+#pragma unroll
+        for (int j = 0; j < BT / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
+                if (n >= p.N || m >= p.M) continue;
+                if (p.KS == 1)
+                    p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[4 * j + e] : acc[4 * j + e];
+                else
+                    p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[4 * j + e];
+            }
+    }
+    if (p.KS == 1) return;
+    const int64_t tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
+    if (!splitk_last_block(p.counters + tile, p.KS)) return;
+    splitk_sum(p.ws + m0 * p.N, p.y + m0 * p.N, p.M, p.N, p.KS, p.accumulate, nt0 * 16, BN, vt, NTH, p.counters + tile);
+#endif
+}
+
 /* bf16 x [M, K] -> bf16 [M, Kp] (permuted, zero padded): act-order or unaligned input for the
  * streaming kernel, and the unpack path's rows when the caller gives BF16 */
 __global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M, int64_t K,
@@ -1387,6 +1591,24 @@ static size_t i4m_smem(const quant_wmeta *m, int ti) {
     return (size_t)I4M_TAB[ti].s * i4m_stage(I4M_TAB[ti].wm, I4M_TAB[ti].wn, I4M_TAB[ti].nn, m->gchunks > 0 ? 1 : 4);
 }
 
+/* kind 8, the wgmma kernel (17-256 rows, capability 9.0): BT tokens, NWG warpgroups of 64 output rows, S stages
+ * (shared memory i4g_smem_bytes: 75-161 KB; all but the last three leave room for two blocks a multiprocessor) */
+#define I4G_K(bt, nwg, s) bt, nwg, s, {k_i4_wg<bt, nwg, s, false>, k_i4_wg<bt, nwg, s, true>}
+static const struct {
+    int bt, nwg, s;
+    i4m_kern k[2]; /* [gchunks > 0] */
+} I4G_TAB[] = {
+    {I4G_K(32, 1, 8)},  {I4G_K(32, 2, 6)},  {I4G_K(64, 1, 8)},  {I4G_K(64, 2, 5)},  {I4G_K(128, 1, 4)},
+    {I4G_K(128, 2, 3)}, {I4G_K(128, 2, 4)}, {I4G_K(256, 1, 4)}, {I4G_K(256, 2, 3)},
+};
+#undef I4G_K
+#define I4G_N ((int)(sizeof I4G_TAB / sizeof I4G_TAB[0]))
+static unsigned g_i4g_attr[I4G_N][2];
+static int g_i4g_static[I4G_N][2];
+static size_t i4g_smem(const quant_wmeta *m, int ti) {
+    return (size_t)i4g_smem_bytes(I4G_TAB[ti].bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s, m->gchunks > 0 ? 1 : 4);
+}
+
 /* the opt-in dynamic shared memory limit of kernel k (the device's less k's static shared memory, read once
  * into *stat as bytes + 1) */
 static size_t i4_kern_maxdyn(cuda_ctx *c, const void *k, int *stat) {
@@ -1427,11 +1649,11 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     return VSR_OK;
 }
 
-/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kind 7 I4M_N x 8 splits (80); a list that
- * outgrew it would be cut short, so the check below keeps kind 7's within it */
-#define I4_MAX_CAND 96
-#define I4M_KS_N 8 /* the splits kind 7 lists (i4_candidates_mma) */
-static_assert(I4M_N * I4M_KS_N <= I4_MAX_CAND, "every kind-7 configuration fits the candidate list");
+/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (144);
+ * a list that outgrew it would be cut short, so the check below keeps theirs within it */
+#define I4_MAX_CAND 160
+#define I4M_KS_N 8 /* the splits kinds 7 and 8 list (i4_candidates_mma) */
+static_assert((I4M_N + I4G_N) * I4M_KS_N <= I4_MAX_CAND, "every kind-7 and kind-8 configuration fits the candidate list");
 typedef struct i4_run {
     const vsr_bweight *w;
     const quant_wmeta *m;
@@ -1449,7 +1671,8 @@ typedef struct i4_run {
 static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
     if (cfg.kind == 2 || cfg.kind == 5) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
-    if (cfg.kind == 7) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * ((r->M + cfg.mt * 8 - 1) / (cfg.mt * 8)) * cfg.ks;
+    if (cfg.kind == 7 || cfg.kind == 8)
+        return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * ((r->M + cfg.mt * 8 - 1) / (cfg.mt * 8)) * cfg.ks;
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
 }
 
@@ -1534,6 +1757,27 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         dim3 grid((unsigned)((r->M + bm - 1) / bm), (unsigned)((NT + bn - 1) / bn), (unsigned)cfg.ks);
         I4M_TAB[ti].k[pc]<<<grid, I4M_TAB[ti].nn * I4M_TAB[ti].kw * 32, smem, c->stream>>>(p);
         return cuda_check_launch(c, "int4 fused (tensor-core tiles)", err);
+    }
+    if (cfg.kind == 8) {
+        const int ti = cfg.d;
+        const int64_t per = (KC + cfg.ks - 1) / cfg.ks;
+        if (ti < 0 || ti >= I4G_N || I4G_TAB[ti].bt != cfg.mt * 8 || r->M > I4_MAX_FUSED_ROWS || !r->xb ||
+            ((uintptr_t)r->xb & 15) || (r->ldx & 7) || (cfg.ks - 1) * per >= KC || c->cc_major != 9 || c->cc_minor != 0)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: no wgmma kernel for entry %d mt=%d ks=%d (M %lld, capability "
+                               "%d.%d)", ti, cfg.mt, cfg.ks, (long long)r->M, c->cc_major, c->cc_minor);
+        const int pc = m->gchunks > 0;
+        const void *k = (const void *)I4G_TAB[ti].k[pc];
+        const size_t smem = i4g_smem(m, ti), maxdyn = i4_kern_maxdyn(c, k, &g_i4g_static[ti][pc]);
+        if (smem > maxdyn)
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: wgmma kernel needs %zu bytes of shared memory (at most %zu)",
+                               smem, maxdyn);
+        if ((st = i4_attrs_once(c, k, &g_i4g_attr[ti][pc], maxdyn, "int4 wgmma kernel", err))) return st;
+        i4m p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, (const int32_t *)m->dev, r->xb, r->M, N, m->Np,
+                 KC, r->ldx, r->kvalid, m->G, m->gchunks, cfg.ks, (int)per, accumulate, y, ws, q->counters};
+        const int bn = I4G_TAB[ti].nwg * 4, bt = I4G_TAB[ti].bt;
+        dim3 grid((unsigned)((r->M + bt - 1) / bt), (unsigned)((NT + bn - 1) / bn), (unsigned)cfg.ks);
+        I4G_TAB[ti].k[pc]<<<grid, I4G_TAB[ti].nwg * 128, smem, c->stream>>>(p);
+        return cuda_check_launch(c, "int4 fused (wgmma)", err);
     }
     if (cfg.kind == 2) {
         const int ti = i4t_index(cfg.mt, cfg.w, cfg.u, cfg.d);
@@ -1718,6 +1962,28 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
             r->n++;
         }
     }
+    /* kind 8 (capability 9.0: the build's sm_90a code), by the same rules: BT / 8 token tiles for WM */
+    if (c->cc_major != 9 || c->cc_minor != 0 || !quant_int4_wg_on()) return;
+    for (int ti = 0; ti < I4G_N; ti++) {
+        const int mt = I4G_TAB[ti].bt / 8, nb = I4G_TAB[ti].nwg * 4; /* token tiles, n-tiles a block */
+        if (mt > bucket || 4 * mt < bucket) continue;
+        const int pc = m->gchunks > 0;
+        if (i4g_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4G_TAB[ti].k[pc], &g_i4g_static[ti][pc])) continue;
+        const int64_t blocks1 = (NT + nb - 1) / nb * ((bucket + mt - 1) / mt);
+        for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
+            const int ks = KSL[b];
+            const int64_t per = (KC + ks - 1) / ks;
+            if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break;
+            if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
+            if (b > 0 && blocks1 * KSL[b - 1] >= 4 * (int64_t)c->sm_count) break;
+            if (r->n >= I4_MAX_CAND) return;
+            r->cand[r->n] = (i4_cfg){8, mt, nb, ks, 1, ti};
+            snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d-ks%d", I4G_TAB[ti].bt, I4G_TAB[ti].nwg,
+                     I4G_TAB[ti].s, ks);
+            r->name_ptr[r->n] = r->names[r->n];
+            r->n++;
+        }
+    }
 }
 
 /* kind 7's default (no autotune cache), from the tuner's choices on the H200 (bench/NOTES.md, ninth session,
@@ -1728,7 +1994,7 @@ static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
     int best = -1;
     for (int i = 0; i < r->n; i++) {
         const i4_cfg *g = &r->cand[i];
-        if (g->mt != wm || g->u != 1 || I4M_TAB[g->d].kw != 1) continue;
+        if (g->kind != 7 || g->mt != wm || g->u != 1 || I4M_TAB[g->d].kw != 1) continue;
         best = i;
         if (i4_tiles(r, *g) >= 2 * c->sm_count) break;
     }
@@ -1967,9 +2233,10 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                 return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no %s int4 configuration fits (N %lld K %lld)",
                                    c->device, w->name, mma ? "tensor-core tile" : "streaming", (long long)N, (long long)K);
             /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's; "-m9":
-             * the tensor-core tile kernel's (the removed kernels' "-v4" and "-p5" entries are never asked for) */
+             * the tensor-core tile kernel's, "-m10" with the wgmma kernel's listed after it (the removed kernels' "-v4" and "-p5" entries are never asked for) */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket, mma ? "m9" : bulk ? "b6" : "v3s");
+                     (long long)bucket, mma ? (c->cc_major == 9 && c->cc_minor == 0 && quant_int4_wg_on() ? "m10" : "m9")
+                     : bulk ? "b6" : "v3s");
         } else {
             i4_candidates(c, &r, bucket);
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
