@@ -1199,13 +1199,17 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
  *   - NWG warpgroups share a block's activation stages (BN = 64 NWG rows a block).
  * Register A fragments (wgmma's RS form) would save the stores, but ptxas serialises every wgmma of a loop that
  * writes them while an earlier wgmma is in flight (C7513), so A goes through shared memory, double-buffered.
- * Pipeline: S stages of cp.async (activation rows: the block's threads; each warp's packed tile and its scale rows:
- * the warp itself, so its decode needs only its own wait), S - 2 chunks ahead. Step i: wait for chunk i, decode it
- * into A buffer i & 1 (chunk i - 2's, whose wgmma finished), fence and barrier (the activations and every warp's
- * A rows visible to wgmma; every warpgroup past chunk i - 2, so its stage is free), copy chunk i + S - 2 into that
- * stage, issue chunk i's four wgmma, then wait for chunk i - 1's: the decode of chunk i + 1 runs under chunk i's
- * products. Split K deterministic as kind 7. The sm_80 build compiles the body out; the host lists kind 8 only on
- * devices of capability 9.0 (the build's sm_90a code). */
+ * Pipeline: a producer warp fills S stages by cp.async (the block's packed tiles, activation rows and scale rows),
+ * each stage's full mbarrier completing when its copies land (cp.async.mbarrier.arrive.noinc), and refills a stage
+ * when the consumers' empty mbarrier says its products are done. The consumer warpgroups hold no copies of their
+ * own in flight: the first version had every thread copy, and the proxy fence each step needs (generic-proxy
+ * writes, the copies and the A rows, before wgmma's async-proxy reads) waited for all of the thread's copies in
+ * flight, so every step paid a memory round trip whatever S was (H200, call 1: ~1 us a chunk at every shape).
+ * Step i of a warpgroup: wait for chunk i, decode it into A buffer i & 1 (chunk i - 2's, whose wgmma finished),
+ * fence, a warpgroup barrier (its four warps' A rows), issue chunk i's four wgmma, wait for chunk i - 1's and
+ * release its stage: the decode of chunk i + 1 runs under chunk i's products. Split K deterministic as kind 7.
+ * The sm_80 build compiles the body out; the host lists kind 8 only on devices of capability 9.0 (the build's
+ * sm_90a code). */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define I4G_ON 1
 #endif
@@ -1215,9 +1219,9 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
 static __host__ __device__ constexpr int i4g_stage(int bt, int nwg, int srows) {
     return (bt * 128 + nwg * 2048 + srows * nwg * 64 * 4 + 1023) / 1024 * 1024;
 }
-/* the whole dynamic shared memory: S stages, two 8 KB A buffers a warpgroup, 1024 to align */
+/* the whole dynamic shared memory: S stages, two 8 KB A buffers a warpgroup, two mbarriers a stage, 1024 to align */
 static __host__ __device__ constexpr int i4g_smem_bytes(int bt, int nwg, int s, int srows) {
-    return s * i4g_stage(bt, nwg, srows) + nwg * 2 * 8192 + 1024;
+    return s * i4g_stage(bt, nwg, srows) + nwg * 2 * 8192 + s * 16 + 1024;
 }
 
 #ifdef I4G_ON
@@ -1252,16 +1256,18 @@ __device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1,
 }
 #endif
 
-/* BT tokens, NWG warpgroups (64 output rows each), S stages; PC: the group computable per chunk (one scale row a
- * stage), else looked up per 16 columns (four) */
+/* BT tokens, NWG consumer warpgroups (64 output rows each) and one producer warp, S stages; PC: the group
+ * computable per chunk (one scale row a stage), else looked up per 16 columns (four) */
 template <int BT, int NWG, int S, bool PC>
-__global__ void __launch_bounds__(NWG * 128, 1) k_i4_wg(const i4m p) {
+__global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p) {
 #ifdef I4G_ON
-    constexpr int NTH = NWG * 128, BN = NWG * 64, XB = BT * 128, WB = NWG * 2048;
-    constexpr int ST = i4g_stage(BT, NWG, PC ? 1 : 4), XP = BT * 8 / NTH, RSTEP = NTH / 8;
-    static_assert(S >= 3 && BT * 8 % NTH == 0 && RSTEP % 8 == 0, "stage plan");
+    constexpr int NC = NWG * 128, BN = NWG * 64, XB = BT * 128, WB = NWG * 2048;
+    constexpr int ST = i4g_stage(BT, NWG, PC ? 1 : 4), XP = BT / 4, WP = NWG * 4;
+    constexpr int SP = (PC ? 1 : 4) * NWG * 16, SPL = (SP + 31) / 32; /* 16-byte scale pieces a stage, a lane */
+    static_assert(S >= 2, "stages");
     extern __shared__ __align__(1024) unsigned char i4g_sm[];
     const uint32_t sm0 = (smem_u32(i4g_sm) + 1023u) & ~1023u;
+    const uint32_t full0 = sm0 + S * ST + NWG * 16384, empty0 = full0 + S * 8; /* mbarriers, stage s at + 8 s */
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, wg = wi >> 2;
     const int64_t NT = p.Np / 16, m0 = (int64_t)blockIdx.x * BT, nt0 = (int64_t)blockIdx.y * (NWG * 4);
     const int z = blockIdx.z;
@@ -1269,64 +1275,72 @@ __global__ void __launch_bounds__(NWG * 128, 1) k_i4_wg(const i4m p) {
     const int64_t kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
     const int nk = (int)(kc1 - kc0);
     const int vt = (int)(p.M - m0 < BT ? p.M - m0 : BT);
-
-    /* this thread's copies, fixed for the block's life; sources move on by one chunk per issue */
-    const bool wok = nt0 + wi < NT; /* the warp's n-tile exists (its scales too: Np = 16 NT) */
-    const uint4 *wsrc = p.wq + ((nt0 + wi) * p.KC + kc0) * 32 + lane;
-    const int xrow = tid >> 3, xc = tid & 7;
-    const int xn = xrow < vt ? (vt - 1 - xrow) / RSTEP + 1 : 0; /* pieces on rows < M */
-    const __nv_bfloat16 *xsrc = p.x + (m0 + xrow) * p.ldx + kc0 * 64 + xc * 8;
-    const int64_t xstep = (int64_t)RSTEP * p.ldx;
-    int xcol = (int)(kc0 * 64) + xc * 8;
-    const uint32_t xdst = (uint32_t)(xrow * 128 + ((xc ^ (xrow & 7)) << 4)); /* + t RSTEP rows keeps row & 7 */
-    /* scale pieces (16 bytes = 4 rows): lanes 0-3 (PC) or 0-15 (row j = lane / 4) of each warp, its own rows */
-    const int sj = PC ? 0 : lane >> 2, sq = lane & 3;
-    const bool shas = lane < (PC ? 4 : 16);
-    const uint32_t *ssrc = p.sz + (wok ? (nt0 + wi) * 16 + sq * 4 : 0);
-    const uint32_t sdst = XB + WB + (uint32_t)(sj * BN + wi * 16 + sq * 4) * 4;
-    int gq = p.gchunks > 0 ? (int)(kc0 / p.gchunks) : 0, gr = p.gchunks > 0 ? (int)(kc0 % p.gchunks) : 0;
-    const int32_t *kg = p.kgrp + kc0 * 4;
-    auto issue = [&](uint32_t st) {
-        cp_async16(st + XB + tid * 16, wok ? (const void *)wsrc : (const void *)p.wq, wok ? 16 : 0);
-        const bool colok = xcol < p.kvalid; /* kvalid: a multiple of 8 */
-#pragma unroll
-        for (int t = 0; t < XP; t++) {
-            const bool ok = colok && t < xn;
-            cp_async16(st + xdst + t * RSTEP * 128, ok ? (const void *)(xsrc + t * xstep) : (const void *)p.x, ok ? 16 : 0);
-        }
-        if (shas) {
-            int g;
-            if (PC) g = gq < p.G - 1 ? gq : p.G - 1;
-            else g = wok ? __ldg(kg + sj) : 0;
-            cp_async16(st + sdst, ssrc + (int64_t)g * p.Np, wok ? 16 : 0);
-        }
-        if (PC && ++gr == p.gchunks) gr = 0, gq++;
-        wsrc += 32, xsrc += 64, xcol += 64, kg += 4;
-    };
-
-#pragma unroll
-    for (int s = 0; s < S - 2; s++) {
-        if (s < nk) issue(sm0 + s * ST);
-        cp_async_commit();
-    }
+    if (tid == 0)
+        for (int s = 0; s < S; s++) mbar_init(full0 + 8 * s, 32), mbar_init(empty0 + 8 * s, NWG * 4);
+    __syncthreads();
 
     float acc[BT / 2];
 #pragma unroll
     for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
-    const int r = lane >> 2;
-    const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + r) * 4;
-    /* A buffers: warpgroup wg's at ab0 + wg * 16 KB (+ 8 KB for odd chunks); stmatrix: lane l gives row l % 8 of
-     * matrix l / 8 (a0: rows 0-7 of the fragment's 16 columns' first 8, a1: rows 8-15, a2 / a3: the next 8) */
-    const uint32_t ab0 = sm0 + S * ST + (uint32_t)wg * 16384;
-    const int mrow = (wi & 3) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), mcol = lane >> 4;
-    const uint32_t aof = (uint32_t)mrow * 128;
-    const uint64_t xd0 = wg_desc_k128(sm0), ad0 = wg_desc_k128(ab0);
-    uint32_t st = sm0, sti = sm0 + (S - 2) * ST; /* the stage multiplied and the stage issued next */
-    for (int i = 0; i < nk; i++) {
-        cp_async_wait<S - 3>(); /* chunk i has landed (this thread's copies) */
-        __syncwarp();           /* the warp's tile and scale rows (its own lanes' copies) */
-        const uint32_t ab = ab0 + (uint32_t)(i & 1) * 8192;
-        {
+    if (wi == NWG * 4) {
+        /* the producer warp: chunk i into stage i % S once the consumers have released chunk i - S; the stage's full
+         * barrier completes when all 32 lanes' copies have landed (cp.async.mbarrier.arrive.noinc) */
+        const uint4 *wsrc = p.wq + (nt0 * p.KC + kc0) * 32 + lane; /* tile t: + t KC 32 */
+        const int nwt = NT - nt0 < WP ? (int)(NT - nt0) : WP;       /* tiles of the block that exist */
+        const int xr = lane >> 3, xc = lane & 7;                     /* activation piece t: row xr + 4 t */
+        const __nv_bfloat16 *xsrc = p.x + (m0 + xr) * p.ldx + kc0 * 64 + xc * 8;
+        int xcol = (int)(kc0 * 64) + xc * 8;
+        int gq = p.gchunks > 0 ? (int)(kc0 / p.gchunks) : 0, gr = p.gchunks > 0 ? (int)(kc0 % p.gchunks) : 0;
+        const int32_t *kg = p.kgrp + kc0 * 4;
+        for (int i = 0; i < nk; i++) {
+            const int s = i % S;
+            if (i >= S) mbar_wait(empty0 + 8 * s, (unsigned)((i / S - 1) & 1));
+            const uint32_t st = sm0 + s * ST;
+#pragma unroll
+            for (int t = 0; t < WP; t++) {
+                const bool ok = t < nwt;
+                cp_async16(st + XB + (t * 32 + lane) * 16, ok ? (const void *)(wsrc + (int64_t)t * p.KC * 32) : (const void *)p.wq,
+                           ok ? 16 : 0);
+            }
+            const bool colok = xcol < p.kvalid; /* kvalid: a multiple of 8 */
+#pragma unroll
+            for (int t = 0; t < XP; t++) {
+                const int row = xr + 4 * t;
+                const bool ok = colok && row < vt;
+                cp_async16(st + row * 128 + ((xc ^ (row & 7)) << 4),
+                           ok ? (const void *)(xsrc + (int64_t)4 * t * p.ldx) : (const void *)p.x, ok ? 16 : 0);
+            }
+#pragma unroll
+            for (int u = 0; u < SPL; u++) {
+                const int pc = lane + 32 * u; /* piece: row j = pc / (NWG 16), 4 output rows at 4 (pc % (NWG 16)) */
+                if (SP % 32 != 0 && pc >= SP) break;
+                const int j = pc / (NWG * 16), q4 = pc % (NWG * 16);
+                const int64_t n = nt0 * 16 + q4 * 4;
+                const bool ok = n < p.Np;
+                int g;
+                if (PC) g = gq < p.G - 1 ? gq : p.G - 1;
+                else g = ok ? __ldg(kg + j) : 0;
+                cp_async16(st + XB + WB + (uint32_t)(j * BN + q4 * 4) * 4, p.sz + (ok ? (int64_t)g * p.Np + n : 0),
+                           ok ? 16 : 0);
+            }
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full0 + 8 * s) : "memory");
+            if (PC && ++gr == p.gchunks) gr = 0, gq++;
+            wsrc += 32, xsrc += 64, xcol += 64, kg += 4;
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+    } else {
+        const int r = lane >> 2;
+        const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + r) * 4;
+        /* A buffers: warpgroup wg's at ab0 (+ 8 KB for odd chunks); stmatrix: lane l gives row l % 8 of matrix l / 8
+         * (a0: rows 0-7 of the fragment's first 8 columns, a1: rows 8-15, a2 / a3: the next 8 columns) */
+        const uint32_t ab0 = sm0 + S * ST + (uint32_t)wg * 16384;
+        const int mrow = (wi & 3) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), mcol = lane >> 4;
+        const uint32_t aof = (uint32_t)mrow * 128;
+        const uint64_t xd0 = wg_desc_k128(sm0), ad0 = wg_desc_k128(ab0);
+        for (int i = 0; i < nk; i++) {
+            const int s = i % S;
+            const uint32_t st = sm0 + s * ST, ab = ab0 + (uint32_t)(i & 1) * 8192;
+            mbar_wait(full0 + 8 * s, (unsigned)((i / S) & 1)); /* chunk i has landed */
             const uint4 wv = lds128(st + wof);
             uint32_t br = 0, sr = 0, br8 = 0, sr8 = 0;
 #pragma unroll
@@ -1340,44 +1354,41 @@ __global__ void __launch_bounds__(NWG * 128, 1) k_i4_wg(const i4m p) {
                 stsm_x4(ab + aof + (uint32_t)(((2 * j + mcol) ^ (lane & 7)) << 4), dq2s(wd, 0, br, sr),
                         dq2s(wd, 1, br8, sr8), dq2s(wd, 2, br, sr), dq2s(wd, 3, br8, sr8));
             }
+            fence_proxy_async(); /* the A rows, and the stage's copies this thread has seen land, visible to wgmma */
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); /* the warpgroup's four warps' A rows */
+            const uint64_t xd = xd0 + (uint64_t)((s * ST) >> 4), ad = ad0 + (uint64_t)(((i & 1) * 8192) >> 4);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < 4; j++) i4g_mma<BT>(acc, ad + 2 * j, xd + 2 * j);
+            wg_commit();
+            wg_wait<1>(); /* chunk i - 1's products are done: its A buffer, and its stage for the producer */
+            if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % S));
         }
-        fence_proxy_async(); /* the A rows and the activations, visible to wgmma */
-        __syncthreads();     /* everyone's; every warpgroup has finished chunk i - 2: its stage is free */
-        if (i + S - 2 < nk) issue(sti);
-        cp_async_commit();
-        sti = sti == sm0 + (S - 1) * ST ? sm0 : sti + ST;
-        const uint64_t xd = xd0 + ((st - sm0) >> 4), ad = ad0 + (uint64_t)((i & 1) * 8192 >> 4);
-        wg_fence();
-#pragma unroll
-        for (int j = 0; j < 4; j++) i4g_mma<BT>(acc, ad + 2 * j, xd + 2 * j);
-        wg_commit();
-        wg_wait<1>(); /* chunk i - 1's products are done: its A buffer and (after the next barrier) its stage */
-        st = st == sm0 + (S - 1) * ST ? sm0 : st + ST;
-    }
-    wg_wait<0>();
-    reg_fence<BT / 2>(acc);
-    cp_async_wait<0>();
+        wg_wait<0>();
+        reg_fence<BT / 2>(acc);
 
-    const int t4 = lane & 3;
-    const int64_t nt = nt0 + wi;
-    if (nt < NT) {
+        const int t4 = lane & 3;
+        const int64_t nt = nt0 + wi;
+        if (nt < NT) {
 #pragma unroll
-        for (int j = 0; j < BT / 8; j++)
+            for (int j = 0; j < BT / 8; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
-                const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
-                if (n >= p.N || m >= p.M) continue;
-                if (p.KS == 1)
-                    p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[4 * j + e] : acc[4 * j + e];
-                else
-                    p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[4 * j + e];
-            }
+                for (int e = 0; e < 4; e++) {
+                    const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                    const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
+                    if (n >= p.N || m >= p.M) continue;
+                    if (p.KS == 1)
+                        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[4 * j + e] : acc[4 * j + e];
+                    else
+                        p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[4 * j + e];
+                }
+        }
     }
     if (p.KS == 1) return;
     const int64_t tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
     if (!splitk_last_block(p.counters + tile, p.KS)) return;
-    splitk_sum(p.ws + m0 * p.N, p.y + m0 * p.N, p.M, p.N, p.KS, p.accumulate, nt0 * 16, BN, vt, NTH, p.counters + tile);
+    splitk_sum(p.ws + m0 * p.N, p.y + m0 * p.N, p.M, p.N, p.KS, p.accumulate, nt0 * 16, BN, vt, NC + 32,
+               p.counters + tile);
 #endif
 }
 
@@ -1776,7 +1787,7 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
                  KC, r->ldx, r->kvalid, m->G, m->gchunks, cfg.ks, (int)per, accumulate, y, ws, q->counters};
         const int bn = I4G_TAB[ti].nwg * 4, bt = I4G_TAB[ti].bt;
         dim3 grid((unsigned)((r->M + bt - 1) / bt), (unsigned)((NT + bn - 1) / bn), (unsigned)cfg.ks);
-        I4G_TAB[ti].k[pc]<<<grid, I4G_TAB[ti].nwg * 128, smem, c->stream>>>(p);
+        I4G_TAB[ti].k[pc]<<<grid, I4G_TAB[ti].nwg * 128 + 32, smem, c->stream>>>(p);
         return cuda_check_launch(c, "int4 fused (wgmma)", err);
     }
     if (cfg.kind == 2) {
