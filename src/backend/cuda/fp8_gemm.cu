@@ -61,11 +61,6 @@
 #endif
 
 #ifdef FG_DEVICE
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
-                 : "memory");
-}
 __device__ __forceinline__ void wgmma_n64(float *d, uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " WG_REGS32 ", %32, %33, p, 1, 1;\n}\n"
@@ -353,14 +348,21 @@ static void encode_init(void) {
         cudaGetLastError();
 }
 
-/* 2-D e4m3 tensor [rows, cols] (row stride cols bytes), box [box_rows, 128 bytes], 128-byte swizzle,
- * out-of-bounds elements read as zero */
+/* 2-D tensor [rows, cols] of 1- or 2-byte elements (row stride row_bytes), box [box_rows, 128 bytes], 128-byte
+ * swizzle, out-of-bounds elements read as zero; 0 where the driver has no encoder or refuses the layout */
+extern "C" int tma_encode_2d_sw128(void *map, int elem_bytes, const void *p, int64_t rows, int64_t cols,
+                                   int64_t row_bytes, int box_rows) {
+    pthread_once(&g_encode_once, encode_init);
+    if (!g_encode || (elem_bytes != 1 && elem_bytes != 2)) return 0;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)row_bytes};
+    cuuint32_t box[2] = {(cuuint32_t)(128 / elem_bytes), (cuuint32_t)box_rows}, es[2] = {1, 1};
+    return g_encode((CUtensorMap *)map, elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                    2, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+/* e4m3 [rows, cols] (row stride cols bytes), box [box_rows, 128 bytes] */
 static int encode_map(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int box_rows) {
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols};
-    cuuint32_t box[2] = {FG_BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
-    return g_encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return tma_encode_2d_sw128(m, 1, p, rows, cols, cols, box_rows);
 }
 
 extern "C" int fp8_gemm_usable(cuda_ctx *c) {

@@ -3,6 +3,7 @@
  * and wgmma sections. Device code only; include from .cu files.
  *   smem_u32          a generic pointer to shared memory as the 32-bit shared address PTX takes
  *   cp_async_*        commit / wait for cp.async groups (sm_80+)
+ *   tma_load_2d       a TMA box of a 2-D tensor map into shared memory, onto an mbarrier (sm_90+)
  *   mbar_*            mbarrier init / arrive / arrive with an expected byte count / wait on a phase
  *                     parity (sm_90+: the sm_80 builds of kernels that reference them compile the
  *                     bodies out and never launch those kernels)
@@ -42,6 +43,16 @@ __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(addr));
+}
+
+/* TMA: the box of a 2-D tensor map (a __grid_constant__ kernel parameter's address) at coordinates (c0 inner, c1
+ * outer) into shared memory at dst, completing its bytes on the mbarrier bar (sm_90+) */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, uint32_t bar, int c0, int c1) {
+#if VSR_PTX_SM90
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+#endif
 }
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {

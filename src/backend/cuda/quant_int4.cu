@@ -45,9 +45,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h> /* CUtensorMap (the wgmma kernel's TMA descriptor) only: no libcuda link */
 #include <cuda_bf16.h>
 
 #define VSR_QUANT_INTERNAL_CUDA 1
+#include "backend/cuda/fp8_gemm.h" /* tma_encode_2d_sw128 */
 #include "backend/cuda/quant_internal.h"
 #include "backend/cuda/ptx.cuh"
 
@@ -1199,12 +1201,13 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
  *   - NWG warpgroups share a block's activation stages (BN = 64 NWG rows a block).
  * Register A fragments (wgmma's RS form) would save the stores, but ptxas serialises every wgmma of a loop that
  * writes them while an earlier wgmma is in flight (C7513), so A goes through shared memory, double-buffered.
- * Pipeline: a producer warp fills S stages by cp.async (the block's packed tiles, activation rows and scale rows),
- * each stage's full mbarrier completing when its copies land (cp.async.mbarrier.arrive.noinc), and refills a stage
- * when the consumers' empty mbarrier says its products are done. The consumer warpgroups hold no copies of their
- * own in flight: the first version had every thread copy, and the proxy fence each step needs (generic-proxy
- * writes, the copies and the A rows, before wgmma's async-proxy reads) waited for all of the thread's copies in
- * flight, so every step paid a memory round trip whatever S was (H200, call 1: ~1 us a chunk at every shape).
+ * Pipeline: one producer thread fills S stages by TMA (the activation box, which the copy swizzles; the packed tiles
+ * and scale rows by bulk copies), each stage's full mbarrier completing with its bytes, and refills a stage when
+ * the consumers' empty mbarrier says its products are done. Measured on the H200 before this form (calls 1-3):
+ * with every thread copying by cp.async, each step's proxy fence (generic-proxy writes before wgmma's async-proxy
+ * reads) waited for the thread's copies still in flight, ~1 us a chunk at every shape; with one producer warp of
+ * cp.async it issued ~350 instructions a chunk and the consumers waited for it (ncu: 18 % of their samples on the
+ * full barrier, 21 % at the warpgroup barrier behind them). Now the consumers' fence covers only their A rows.
  * Step i of a warpgroup: wait for chunk i, decode it into A buffer i & 1 (chunk i - 2's, whose wgmma finished),
  * fence, a warpgroup barrier (its four warps' A rows), issue chunk i's four wgmma, wait for chunk i - 1's and
  * release its stage: the decode of chunk i + 1 runs under chunk i's products. Split K deterministic as kind 7.
@@ -1259,11 +1262,10 @@ __device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1,
 /* BT tokens, NWG consumer warpgroups (64 output rows each) and one producer warp, S stages; PC: the group
  * computable per chunk (one scale row a stage), else looked up per 16 columns (four) */
 template <int BT, int NWG, int S, bool PC>
-__global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p) {
+__global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const __grid_constant__ CUtensorMap xm) {
 #ifdef I4G_ON
     constexpr int NC = NWG * 128, BN = NWG * 64, XB = BT * 128, WB = NWG * 2048;
-    constexpr int ST = i4g_stage(BT, NWG, PC ? 1 : 4), XP = BT / 4, WP = NWG * 4;
-    constexpr int SP = (PC ? 1 : 4) * NWG * 16, SPL = (SP + 31) / 32; /* 16-byte scale pieces a stage, a lane */
+    constexpr int ST = i4g_stage(BT, NWG, PC ? 1 : 4), WP = NWG * 4;
     static_assert(S >= 2, "stages");
     extern __shared__ __align__(1024) unsigned char i4g_sm[];
     const uint32_t sm0 = (smem_u32(i4g_sm) + 1023u) & ~1023u;
@@ -1276,58 +1278,43 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p) {
     const int nk = (int)(kc1 - kc0);
     const int vt = (int)(p.M - m0 < BT ? p.M - m0 : BT);
     if (tid == 0)
-        for (int s = 0; s < S; s++) mbar_init(full0 + 8 * s, 32), mbar_init(empty0 + 8 * s, NWG * 4);
+        for (int s = 0; s < S; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, NWG * 4);
     __syncthreads();
 
     float acc[BT / 2];
 #pragma unroll
     for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
     if (wi == NWG * 4) {
-        /* the producer warp: chunk i into stage i % S once the consumers have released chunk i - S; the stage's full
-         * barrier completes when all 32 lanes' copies have landed (cp.async.mbarrier.arrive.noinc) */
-        const uint4 *wsrc = p.wq + (nt0 * p.KC + kc0) * 32 + lane; /* tile t: + t KC 32 */
-        const int nwt = NT - nt0 < WP ? (int)(NT - nt0) : WP;       /* tiles of the block that exist */
-        const int xr = lane >> 3, xc = lane & 7;                     /* activation piece t: row xr + 4 t */
-        const __nv_bfloat16 *xsrc = p.x + (m0 + xr) * p.ldx + kc0 * 64 + xc * 8;
-        int xcol = (int)(kc0 * 64) + xc * 8;
-        int gq = p.gchunks > 0 ? (int)(kc0 / p.gchunks) : 0, gr = p.gchunks > 0 ? (int)(kc0 % p.gchunks) : 0;
-        const int32_t *kg = p.kgrp + kc0 * 4;
-        for (int i = 0; i < nk; i++) {
-            const int s = i % S;
-            if (i >= S) mbar_wait(empty0 + 8 * s, (unsigned)((i / S - 1) & 1));
-            const uint32_t st = sm0 + s * ST;
+        /* the producer (one thread): chunk i into stage i % S once the consumers have released chunk i - S, all by
+         * TMA onto the stage's full mbarrier: the activation box (BT rows x 64 columns, swizzled by the copy; rows
+         * >= M and columns >= kvalid zero), the block's packed tiles (512 bytes each) and its scale rows */
+        if (lane == 0) {
+            const int nwt = NT - nt0 < WP ? (int)(NT - nt0) : WP; /* tiles of the block that exist */
+            const uint32_t sbytes = (uint32_t)(p.Np - nt0 * 16 < BN ? p.Np - nt0 * 16 : BN) * 4;
+            const uint32_t tx = (uint32_t)XB + (uint32_t)nwt * 512 + (PC ? 1 : 4) * sbytes;
+            int gq = p.gchunks > 0 ? (int)(kc0 / p.gchunks) : 0, gr = p.gchunks > 0 ? (int)(kc0 % p.gchunks) : 0;
+            const int32_t *kg = p.kgrp + kc0 * 4;
+            for (int i = 0; i < nk; i++) {
+                const int s = i % S;
+                if (i >= S) mbar_wait(empty0 + 8 * s, (unsigned)((i / S - 1) & 1));
+                const uint32_t st = sm0 + s * ST, bar = full0 + 8 * s;
+                const int64_t kc = kc0 + i;
+                mbar_expect_tx(bar, tx);
+                tma_load_2d(st, &xm, bar, (int)(kc * 64), (int)m0);
+                for (int t = 0; t < nwt; t++) bulk_g2s(st + XB + t * 512, p.wq + ((nt0 + t) * p.KC + kc) * 32, 512, bar);
+                if (PC) {
+                    const int g = gq < p.G - 1 ? gq : p.G - 1;
+                    bulk_g2s(st + XB + WB, p.sz + (int64_t)g * p.Np + nt0 * 16, sbytes, bar);
+                    if (++gr == p.gchunks) gr = 0, gq++;
+                } else {
 #pragma unroll
-            for (int t = 0; t < WP; t++) {
-                const bool ok = t < nwt;
-                cp_async16(st + XB + (t * 32 + lane) * 16, ok ? (const void *)(wsrc + (int64_t)t * p.KC * 32) : (const void *)p.wq,
-                           ok ? 16 : 0);
+                    for (int j = 0; j < 4; j++)
+                        bulk_g2s(st + XB + WB + (uint32_t)(j * BN) * 4, p.sz + (int64_t)__ldg(kg + j) * p.Np + nt0 * 16,
+                                 sbytes, bar);
+                    kg += 4;
+                }
             }
-            const bool colok = xcol < p.kvalid; /* kvalid: a multiple of 8 */
-#pragma unroll
-            for (int t = 0; t < XP; t++) {
-                const int row = xr + 4 * t;
-                const bool ok = colok && row < vt;
-                cp_async16(st + row * 128 + ((xc ^ (row & 7)) << 4),
-                           ok ? (const void *)(xsrc + (int64_t)4 * t * p.ldx) : (const void *)p.x, ok ? 16 : 0);
-            }
-#pragma unroll
-            for (int u = 0; u < SPL; u++) {
-                const int pc = lane + 32 * u; /* piece: row j = pc / (NWG 16), 4 output rows at 4 (pc % (NWG 16)) */
-                if (SP % 32 != 0 && pc >= SP) break;
-                const int j = pc / (NWG * 16), q4 = pc % (NWG * 16);
-                const int64_t n = nt0 * 16 + q4 * 4;
-                const bool ok = n < p.Np;
-                int g;
-                if (PC) g = gq < p.G - 1 ? gq : p.G - 1;
-                else g = ok ? __ldg(kg + j) : 0;
-                cp_async16(st + XB + WB + (uint32_t)(j * BN + q4 * 4) * 4, p.sz + (ok ? (int64_t)g * p.Np + n : 0),
-                           ok ? 16 : 0);
-            }
-            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full0 + 8 * s) : "memory");
-            if (PC && ++gr == p.gchunks) gr = 0, gq++;
-            wsrc += 32, xsrc += 64, xcol += 64, kg += 4;
         }
-        asm volatile("cp.async.wait_all;" ::: "memory");
     } else {
         const int r = lane >> 2;
         const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + r) * 4;
@@ -1354,7 +1341,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p) {
                 stsm_x4(ab + aof + (uint32_t)(((2 * j + mcol) ^ (lane & 7)) << 4), dq2s(wd, 0, br, sr),
                         dq2s(wd, 1, br8, sr8), dq2s(wd, 2, br, sr), dq2s(wd, 3, br8, sr8));
             }
-            fence_proxy_async(); /* the A rows, and the stage's copies this thread has seen land, visible to wgmma */
+            fence_proxy_async(); /* the A rows (written through the generic proxy), visible to wgmma */
             asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); /* the warpgroup's four warps' A rows */
             const uint64_t xd = xd0 + (uint64_t)((s * ST) >> 4), ad = ad0 + (uint64_t)(((i & 1) * 8192) >> 4);
             wg_fence();
@@ -1585,6 +1572,7 @@ static int i4b_occupancy(cuda_ctx *c, int ti, size_t smem) { /* resident blocks 
 /* kind 7, the tensor-core tile kernel (17-256 rows): WM token tiles of 8, WN n-tiles per warp, NW warps, S
  * pipeline stages (shared memory S * i4m_stage: 34-100 KB) */
 typedef void (*i4m_kern)(const i4m);
+typedef void (*i4g_kern)(const i4m, const CUtensorMap);
 #define I4M_K(wm, wn, nn, kw, s) wm, wn, nn, kw, s, {k_i4_mma<wm, wn, nn, kw, s, false>, k_i4_mma<wm, wn, nn, kw, s, true>}
 static const struct {
     int wm, wn, nn, kw, s; /* NN warps along N, KW per chunk: NN * KW warps */
@@ -1607,7 +1595,7 @@ static size_t i4m_smem(const quant_wmeta *m, int ti) {
 #define I4G_K(bt, nwg, s) bt, nwg, s, {k_i4_wg<bt, nwg, s, false>, k_i4_wg<bt, nwg, s, true>}
 static const struct {
     int bt, nwg, s;
-    i4m_kern k[2]; /* [gchunks > 0] */
+    i4g_kern k[2]; /* [gchunks > 0] */
 } I4G_TAB[] = {
     {I4G_K(32, 1, 8)},  {I4G_K(32, 2, 6)},  {I4G_K(64, 1, 8)},  {I4G_K(64, 2, 5)},  {I4G_K(128, 1, 4)},
     {I4G_K(128, 2, 3)}, {I4G_K(128, 2, 4)}, {I4G_K(256, 1, 4)}, {I4G_K(256, 2, 3)},
@@ -1786,8 +1774,12 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         i4m p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, (const int32_t *)m->dev, r->xb, r->M, N, m->Np,
                  KC, r->ldx, r->kvalid, m->G, m->gchunks, cfg.ks, (int)per, accumulate, y, ws, q->counters};
         const int bn = I4G_TAB[ti].nwg * 4, bt = I4G_TAB[ti].bt;
+        alignas(64) CUtensorMap xm;
+        if (!tma_encode_2d_sw128(&xm, 2, r->xb, r->M, r->kvalid, r->ldx * 2, bt))
+            return vsr_err_set(err, VSR_E_INTERNAL, "int4: wgmma kernel: the driver refused the activations' TMA "
+                               "descriptor (M %lld, row stride %lld)", (long long)r->M, (long long)r->ldx);
         dim3 grid((unsigned)((r->M + bt - 1) / bt), (unsigned)((NT + bn - 1) / bn), (unsigned)cfg.ks);
-        I4G_TAB[ti].k[pc]<<<grid, I4G_TAB[ti].nwg * 128 + 32, smem, c->stream>>>(p);
+        I4G_TAB[ti].k[pc]<<<grid, I4G_TAB[ti].nwg * 128 + 32, smem, c->stream>>>(p, xm);
         return cuda_check_launch(c, "int4 fused (wgmma)", err);
     }
     if (cfg.kind == 2) {
@@ -1945,6 +1937,10 @@ static void i4_candidates_bulk(cuda_ctx *c, i4_run *r, int64_t bucket) {
     }
 }
 
+/* kind 8 is listed (after kind 7): capability 9.0 (the build's sm_90a code), the driver's TMA encoder (which
+ * fp8_gemm_usable also needs), not switched off */
+static int i4_wg_listed(cuda_ctx *c) { return c->cc_major == 9 && c->cc_minor == 0 && quant_int4_wg_on() && fp8_gemm_usable(c); }
+
 /* kind 7's list for buckets 4-32 (17-256 rows): the table's entries of 1-4 token blocks at the bucket's rows
  * (WM <= bucket <= 4 WM), each with splits 1, 2, 3, 4, 6, 8, 12, 16 (no split empty, >= 2 chunks each)
  * until the grid has 4 blocks per multiprocessor. Depends on the bucket and shape only. */
@@ -1974,7 +1970,7 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
         }
     }
     /* kind 8 (capability 9.0: the build's sm_90a code), by the same rules: BT / 8 token tiles for WM */
-    if (c->cc_major != 9 || c->cc_minor != 0 || !quant_int4_wg_on()) return;
+    if (!i4_wg_listed(c)) return;
     for (int ti = 0; ti < I4G_N; ti++) {
         const int mt = I4G_TAB[ti].bt / 8, nb = I4G_TAB[ti].nwg * 4; /* token tiles, n-tiles a block */
         if (mt > bucket || 4 * mt < bucket) continue;
@@ -2246,7 +2242,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
             /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's; "-m9":
              * the tensor-core tile kernel's, "-m10" with the wgmma kernel's listed after it (the removed kernels' "-v4" and "-p5" entries are never asked for) */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket, mma ? (c->cc_major == 9 && c->cc_minor == 0 && quant_int4_wg_on() ? "m10" : "m9")
+                     (long long)bucket, mma ? (i4_wg_listed(c) ? "m10" : "m9")
                      : bulk ? "b6" : "v3s");
         } else {
             i4_candidates(c, &r, bucket);
