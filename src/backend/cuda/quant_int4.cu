@@ -1591,14 +1591,15 @@ static size_t i4m_smem(const quant_wmeta *m, int ti) {
 }
 
 /* kind 8, the wgmma kernel (17-256 rows, capability 9.0): BT tokens, NWG warpgroups of 64 output rows, S stages
- * (shared memory i4g_smem_bytes: 75-161 KB; all but the last three leave room for two blocks a multiprocessor) */
+ * (shared memory i4g_smem_bytes: 75-197 KB; the deeper-staged entries take a multiprocessor alone) */
 #define I4G_K(bt, nwg, s) bt, nwg, s, {k_i4_wg<bt, nwg, s, false>, k_i4_wg<bt, nwg, s, true>}
 static const struct {
     int bt, nwg, s;
     i4g_kern k[2]; /* [gchunks > 0] */
 } I4G_TAB[] = {
-    {I4G_K(32, 1, 8)},  {I4G_K(32, 2, 6)},  {I4G_K(64, 1, 8)},  {I4G_K(64, 2, 5)},  {I4G_K(128, 1, 4)},
-    {I4G_K(128, 2, 3)}, {I4G_K(128, 2, 4)}, {I4G_K(256, 1, 4)}, {I4G_K(256, 2, 3)},
+    {I4G_K(32, 1, 8)},  {I4G_K(32, 2, 6)},  {I4G_K(64, 1, 8)},  {I4G_K(64, 2, 5)},  {I4G_K(64, 2, 8)},
+    {I4G_K(128, 1, 4)}, {I4G_K(128, 1, 6)}, {I4G_K(128, 2, 3)}, {I4G_K(128, 2, 4)}, {I4G_K(128, 2, 6)},
+    {I4G_K(256, 1, 4)}, {I4G_K(256, 1, 5)}, {I4G_K(256, 2, 3)},
 };
 #undef I4G_K
 #define I4G_N ((int)(sizeof I4G_TAB / sizeof I4G_TAB[0]))
@@ -1648,9 +1649,9 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     return VSR_OK;
 }
 
-/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (144);
+/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (184);
  * a list that outgrew it would be cut short, so the check below keeps theirs within it */
-#define I4_MAX_CAND 160
+#define I4_MAX_CAND 192
 #define I4M_KS_N 8 /* the splits kinds 7 and 8 list (i4_candidates_mma) */
 static_assert((I4M_N + I4G_N) * I4M_KS_N <= I4_MAX_CAND, "every kind-7 and kind-8 configuration fits the candidate list");
 typedef struct i4_run {
