@@ -1222,9 +1222,10 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
 static __host__ __device__ constexpr int i4g_stage(int bt, int nwg, int srows) {
     return (bt * 128 + nwg * 2048 + srows * nwg * 64 * 4 + 1023) / 1024 * 1024;
 }
-/* the whole dynamic shared memory: S stages, two 8 KB A buffers a warpgroup, two mbarriers a stage, 1024 to align */
-static __host__ __device__ constexpr int i4g_smem_bytes(int bt, int nwg, int s, int srows) {
-    return s * i4g_stage(bt, nwg, srows) + nwg * 2 * 8192 + s * 16 + 1024;
+/* the whole dynamic shared memory: S stages, two 8 KB A buffers a warpgroup (none when A is in registers), two
+ * mbarriers a stage, 1024 to align */
+static __host__ __device__ constexpr int i4g_smem_bytes(int bt, int nwg, int s, int srows, bool rs) {
+    return s * i4g_stage(bt, nwg, srows) + (rs ? 0 : nwg * 2 * 8192) + s * 16 + 1024;
 }
 
 #ifdef I4G_ON
@@ -1257,11 +1258,60 @@ __device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1,
                  "r"(r2), "r"(r3)
                  : "memory");
 }
+/* D (64 x BT, FP32) += A (64 x 16, BF16 fragments in registers: a warp's 16 rows as mma.m16n8k16's A) . B (16 x BT
+ * tokens, K-major in shared memory) */
+template <int BT>
+__device__ __forceinline__ void i4g_mma_rs(float (&d)[BT / 2], const uint32_t (&a)[4], uint64_t db) {
+    if constexpr (BT == 32)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" WG_R0 "}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
+                     : WG_OUT16(d, 0)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                     : "memory");
+    else if constexpr (BT == 64)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_REGS32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+                     : WG_OUT32(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                     : "memory");
+    else if constexpr (BT == 128)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_REGS64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+                     : WG_OUT64(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                     : "memory");
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WG_REGS128
+                     ", {%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
+                     : WG_OUT128(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                     : "memory");
+}
+#endif
+
+/* a consumer warp's accumulators (wgmma's D layout: element e of 8-token block j is row 16 w + lane / 4 + 8 (e >> 1) of
+ * the warpgroup's 64, i.e. row lane / 4 + 8 (e >> 1) of the warp's n-tile nt, token 8 j + 2 (lane % 4) + (e & 1)) into
+ * y (KS 1: stored, or added when accumulating) or split z's partials; nothing past N, M or the last n-tile */
+#ifdef I4G_ON
+template <int BT>
+__device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 2], int64_t nt, int64_t m0, int z, int lane) {
+    if (nt >= p.Np / 16) return;
+    const int r = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int j = 0; j < BT / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+            const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
+            if (n >= p.N || m >= p.M) continue;
+            if (p.KS == 1)
+                p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[4 * j + e] : acc[4 * j + e];
+            else
+                p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[4 * j + e];
+        }
+}
 #endif
 
 /* BT tokens, NWG consumer warpgroups (64 output rows each) and one producer warp, S stages; PC: the group
- * computable per chunk (one scale row a stage), else looked up per 16 columns (four) */
-template <int BT, int NWG, int S, bool PC>
+ * computable per chunk (one scale row a stage), else looked up per 16 columns (four); RS: A in registers (below) */
+template <int BT, int NWG, int S, bool PC, bool RS>
 __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const __grid_constant__ CUtensorMap xm) {
 #ifdef I4G_ON
     constexpr int NC = NWG * 128, BN = NWG * 64, XB = BT * 128, WB = NWG * 2048;
@@ -1269,7 +1319,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
     static_assert(S >= 2, "stages");
     extern __shared__ __align__(1024) unsigned char i4g_sm[];
     const uint32_t sm0 = (smem_u32(i4g_sm) + 1023u) & ~1023u;
-    const uint32_t full0 = sm0 + S * ST + NWG * 16384, empty0 = full0 + S * 8; /* mbarriers, stage s at + 8 s */
+    const uint32_t full0 = sm0 + S * ST + (RS ? 0 : NWG * 16384), empty0 = full0 + S * 8; /* mbarriers: + 8 s */
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, wg = wi >> 2;
     const int64_t NT = p.Np / 16, m0 = (int64_t)blockIdx.x * BT, nt0 = (int64_t)blockIdx.y * (NWG * 4);
     const int z = blockIdx.z;
@@ -1315,6 +1365,46 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
                 }
             }
         }
+    } else if (RS) {
+        /* A in registers (wgmma's RS form): each warp's decoded fragments feed the warpgroup's wgmma directly, with
+         * no A buffer, proxy fence or warpgroup barrier; the products are waited for before the next decode writes
+         * those registers (ptxas serialises wgmma otherwise, C7513), so a block's decode and products alternate and
+         * other blocks on the multiprocessor fill the gaps (the stages are small: 2-4 blocks a multiprocessor) */
+        const int r = lane >> 2;
+        const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + r) * 4;
+        const uint64_t xd0 = wg_desc_k128(sm0);
+        for (int i = 0; i < nk; i++) {
+            const int s = i % S;
+            const uint32_t st = sm0 + s * ST;
+            mbar_wait(full0 + 8 * s, (unsigned)((i / S) & 1)); /* chunk i has landed */
+            const uint4 wv = lds128(st + wof);
+            uint32_t br = 0, sr = 0, br8 = 0, sr8 = 0;
+            uint32_t a[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (j == 0 || !PC) {
+                    const uint32_t srow = st + sof + (uint32_t)((PC ? 0 : j) * BN) * 4;
+                    const uint32_t s0 = lds32(srow), s8 = lds32(srow + 32);
+                    br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232), br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
+                }
+                const uint32_t wd = j == 0 ? wv.x : j == 1 ? wv.y : j == 2 ? wv.z : wv.w;
+                a[j][0] = dq2s(wd, 0, br, sr), a[j][1] = dq2s(wd, 1, br8, sr8);
+                a[j][2] = dq2s(wd, 2, br, sr), a[j][3] = dq2s(wd, 3, br8, sr8);
+            }
+            const uint64_t xd = xd0 + (uint64_t)((s * ST) >> 4);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < 4; j++) i4g_mma_rs<BT>(acc, a[j], xd + 2 * j);
+            wg_commit();
+            wg_wait<0>(); /* chunk i's products are done: its A registers, and its stage for the producer */
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) reg_fence(a[j][e]);
+            if (lane == 0) mbar_arrive(empty0 + 8 * s);
+        }
+        reg_fence<BT / 2>(acc);
+        i4g_store<BT>(p, acc, nt0 + wi, m0, z, lane);
     } else {
         const int r = lane >> 2;
         const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + r) * 4;
@@ -1353,23 +1443,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
         }
         wg_wait<0>();
         reg_fence<BT / 2>(acc);
-
-        const int t4 = lane & 3;
-        const int64_t nt = nt0 + wi;
-        if (nt < NT) {
-#pragma unroll
-            for (int j = 0; j < BT / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
-                    const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
-                    if (n >= p.N || m >= p.M) continue;
-                    if (p.KS == 1)
-                        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[4 * j + e] : acc[4 * j + e];
-                    else
-                        p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[4 * j + e];
-                }
-        }
+        i4g_store<BT>(p, acc, nt0 + wi, m0, z, lane);
     }
     if (p.KS == 1) return;
     const int64_t tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
@@ -1591,22 +1665,22 @@ static size_t i4m_smem(const quant_wmeta *m, int ti) {
 }
 
 /* kind 8, the wgmma kernel (17-256 rows, capability 9.0): BT tokens, NWG warpgroups of 64 output rows, S stages
- * (shared memory i4g_smem_bytes: 75-197 KB; the deeper-staged entries take a multiprocessor alone) */
-#define I4G_K(bt, nwg, s) bt, nwg, s, {k_i4_wg<bt, nwg, s, false>, k_i4_wg<bt, nwg, s, true>}
+ * (shared memory i4g_smem_bytes: 43-161 KB); rs: A in registers (RS form), no A buffers, so 2-4 blocks a multiprocessor */
+#define I4G_K(bt, nwg, s, rs) bt, nwg, s, rs, {k_i4_wg<bt, nwg, s, false, rs>, k_i4_wg<bt, nwg, s, true, rs>}
 static const struct {
-    int bt, nwg, s;
-    i4g_kern k[2]; /* [gchunks > 0] */
+    int bt, nwg, s, rs; /* rs: A in registers */
+    i4g_kern k[2];      /* [gchunks > 0] */
 } I4G_TAB[] = {
-    {I4G_K(32, 1, 8)},  {I4G_K(32, 2, 6)},  {I4G_K(64, 1, 8)},  {I4G_K(64, 2, 5)},  {I4G_K(64, 2, 8)},
-    {I4G_K(128, 1, 4)}, {I4G_K(128, 1, 6)}, {I4G_K(128, 2, 3)}, {I4G_K(128, 2, 4)}, {I4G_K(128, 2, 6)},
-    {I4G_K(256, 1, 4)}, {I4G_K(256, 1, 5)}, {I4G_K(256, 2, 3)},
+    {I4G_K(32, 1, 8, 0)},  {I4G_K(64, 1, 8, 0)},  {I4G_K(64, 2, 5, 0)},  {I4G_K(128, 1, 4, 0)}, {I4G_K(128, 2, 4, 0)},
+    {I4G_K(256, 1, 4, 0)}, {I4G_K(256, 2, 3, 0)}, {I4G_K(32, 1, 6, 1)},  {I4G_K(64, 1, 4, 1)},  {I4G_K(64, 2, 4, 1)},
+    {I4G_K(128, 1, 3, 1)}, {I4G_K(128, 1, 4, 1)}, {I4G_K(128, 2, 3, 1)}, {I4G_K(256, 1, 3, 1)},
 };
 #undef I4G_K
 #define I4G_N ((int)(sizeof I4G_TAB / sizeof I4G_TAB[0]))
 static unsigned g_i4g_attr[I4G_N][2];
 static int g_i4g_static[I4G_N][2];
 static size_t i4g_smem(const quant_wmeta *m, int ti) {
-    return (size_t)i4g_smem_bytes(I4G_TAB[ti].bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s, m->gchunks > 0 ? 1 : 4);
+    return (size_t)i4g_smem_bytes(I4G_TAB[ti].bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s, m->gchunks > 0 ? 1 : 4, I4G_TAB[ti].rs);
 }
 
 /* the opt-in dynamic shared memory limit of kernel k (the device's less k's static shared memory, read once
@@ -1986,8 +2060,8 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
             if (b > 0 && blocks1 * KSL[b - 1] >= 4 * (int64_t)c->sm_count) break;
             if (r->n >= I4_MAX_CAND) return;
             r->cand[r->n] = (i4_cfg){8, mt, nb, ks, 1, ti};
-            snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d-ks%d", I4G_TAB[ti].bt, I4G_TAB[ti].nwg,
-                     I4G_TAB[ti].s, ks);
+            snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-ks%d", I4G_TAB[ti].bt, I4G_TAB[ti].nwg,
+                     I4G_TAB[ti].s, I4G_TAB[ti].rs ? "r" : "", ks);
             r->name_ptr[r->n] = r->names[r->n];
             r->n++;
         }
