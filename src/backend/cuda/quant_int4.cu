@@ -1673,7 +1673,8 @@ static const struct {
 } I4G_TAB[] = {
     {I4G_K(32, 1, 8, 0)},  {I4G_K(64, 1, 8, 0)},  {I4G_K(64, 2, 5, 0)},  {I4G_K(128, 1, 4, 0)}, {I4G_K(128, 2, 4, 0)},
     {I4G_K(256, 1, 4, 0)}, {I4G_K(256, 2, 3, 0)}, {I4G_K(32, 1, 6, 1)},  {I4G_K(64, 1, 4, 1)},  {I4G_K(64, 2, 4, 1)},
-    {I4G_K(128, 1, 3, 1)}, {I4G_K(128, 1, 4, 1)}, {I4G_K(128, 2, 3, 1)}, {I4G_K(256, 1, 3, 1)},
+    {I4G_K(128, 1, 3, 1)}, {I4G_K(128, 1, 4, 1)}, {I4G_K(128, 2, 3, 1)}, {I4G_K(256, 1, 3, 1)}, {I4G_K(64, 1, 3, 1)},
+    {I4G_K(128, 1, 2, 1)}, {I4G_K(256, 1, 2, 1)},
 };
 #undef I4G_K
 #define I4G_N ((int)(sizeof I4G_TAB / sizeof I4G_TAB[0]))
@@ -1723,9 +1724,9 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     return VSR_OK;
 }
 
-/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (184);
+/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (216);
  * a list that outgrew it would be cut short, so the check below keeps theirs within it */
-#define I4_MAX_CAND 192
+#define I4_MAX_CAND 224
 #define I4M_KS_N 8 /* the splits kinds 7 and 8 list (i4_candidates_mma) */
 static_assert((I4M_N + I4G_N) * I4M_KS_N <= I4_MAX_CAND, "every kind-7 and kind-8 configuration fits the candidate list");
 typedef struct i4_run {
