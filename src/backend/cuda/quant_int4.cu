@@ -38,6 +38,10 @@
  * blocks of NN x WN n-tiles and WM x 8 tokens, a cp.async pipeline of packed tiles, swizzled BF16 activation rows
  * (ldmatrix) and scale rows, each tile decoded once per chunk for all the block's tokens; VSR_CUDA_INT4_MMA=0 /
  * cuda_quant_force_int4_mma(0) keeps kinds 0 and 1 (1.2-2.4x slower on the H200; NOTES "Ninth session").
+ * On capability 9.0 the wgmma kernel k_i4_wg (tenth pass, kind 8, "g-" names, listed after kind 7 under "-m10" keys)
+ * multiplies on wgmma with the decoded weights as A and the tokens as N, fed by TMA from one producer thread; its
+ * RS form is the default at 33-256 rows (gate_up 128 rows: 62.6 us against kind 7's 101.3); VSR_CUDA_INT4_WG=0 /
+ * cuda_quant_force_int4_wg(0) lists kind 7 alone (NOTES "Tenth session").
  * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (ops.cu). */
@@ -2069,12 +2073,27 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
     }
 }
 
-/* kind 7's default (no autotune cache), from the tuner's choices on the H200 (bench/NOTES.md, ninth session,
- * call 4): one n-tile per warp, one warp per chunk, WM = 4 token tiles at 17-32 rows, 8 at 33-128, 16 at 129-256
- * (so the table's S: 8, 6, 4); the smallest split giving >= 2 blocks per multiprocessor, else the largest listed */
+/* the default at 17-256 rows (no autotune cache), from the tuner's choices on the H200 (bench/NOTES.md):
+ *   - 33-256 rows where kind 8 is listed (tenth session, calls 6-7): its RS form, one warpgroup, BT 64 with 4 stages
+ *     at 33-64 rows, BT 128 with 3 stages at 65-256;
+ *   - else kind 7 (ninth session, call 4): one n-tile per warp, one warp per chunk, WM = 4 token tiles at 17-32
+ *     rows, 8 at 33-128, 16 at 129-256 (so the table's S: 8, 6, 4);
+ * each with the smallest split giving >= 2 blocks per multiprocessor, else the largest listed */
 static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
-    const int wm = r->Mt <= 4 ? 4 : r->Mt <= 16 ? 8 : 16; /* Mt: token tiles of 8 */
     int best = -1;
+    if (r->Mt > 4) {
+        const int bt = r->Mt <= 8 ? 64 : 128, s = bt == 64 ? 4 : 3;
+        for (int i = 0; i < r->n; i++) {
+            const i4_cfg *g = &r->cand[i];
+            if (g->kind != 8 || I4G_TAB[g->d].bt != bt || I4G_TAB[g->d].s != s || !I4G_TAB[g->d].rs ||
+                I4G_TAB[g->d].nwg != 1)
+                continue;
+            best = i;
+            if (i4_tiles(r, *g) >= 2 * c->sm_count) break;
+        }
+        if (best >= 0) return best;
+    }
+    const int wm = r->Mt <= 4 ? 4 : r->Mt <= 16 ? 8 : 16; /* Mt: token tiles of 8 */
     for (int i = 0; i < r->n; i++) {
         const i4_cfg *g = &r->cand[i];
         if (g->kind != 7 || g->mt != wm || g->u != 1 || I4M_TAB[g->d].kw != 1) continue;
