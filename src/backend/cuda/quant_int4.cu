@@ -1290,6 +1290,27 @@ __device__ __forceinline__ void i4g_mma_rs(float (&d)[BT / 2], const uint32_t (&
 }
 #endif
 
+/* a consumer warp's A fragments of one chunk, from its packed tile's 16 bytes at w and its scale rows at s (this lane's
+ * rows r, r + 8 of the n-tile; one row, or four when the group is looked up per 16 columns: BN entries apart): a[j] are
+ * 16-column step j's four registers in mma.m16n8k16's A layout (exact subtraction, one rounding) */
+#ifdef I4G_ON
+template <int BN, bool PC> __device__ __forceinline__ void i4g_decode(uint32_t w, uint32_t s, uint32_t (&a)[4][4]) {
+    const uint4 wv = lds128(w);
+    uint32_t br = 0, sr = 0, br8 = 0, sr8 = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (j == 0 || !PC) {
+            const uint32_t srow = s + (uint32_t)((PC ? 0 : j) * BN) * 4;
+            const uint32_t s0 = lds32(srow), s8 = lds32(srow + 32);
+            br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232), br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
+        }
+        const uint32_t wd = j == 0 ? wv.x : j == 1 ? wv.y : j == 2 ? wv.z : wv.w;
+        a[j][0] = dq2s(wd, 0, br, sr), a[j][1] = dq2s(wd, 1, br8, sr8);
+        a[j][2] = dq2s(wd, 2, br, sr), a[j][3] = dq2s(wd, 3, br8, sr8);
+    }
+}
+#endif
+
 /* a consumer warp's accumulators (wgmma's D layout: element e of 8-token block j is row 16 w + lane / 4 + 8 (e >> 1) of
  * the warpgroup's 64, i.e. row lane / 4 + 8 (e >> 1) of the warp's n-tile nt, token 8 j + 2 (lane % 4) + (e & 1)) into
  * y (KS 1: stored, or added when accumulating) or split z's partials; nothing past N, M or the last n-tile */
@@ -1381,20 +1402,8 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
             const int s = i % S;
             const uint32_t st = sm0 + s * ST;
             mbar_wait(full0 + 8 * s, (unsigned)((i / S) & 1)); /* chunk i has landed */
-            const uint4 wv = lds128(st + wof);
-            uint32_t br = 0, sr = 0, br8 = 0, sr8 = 0;
             uint32_t a[4][4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (j == 0 || !PC) {
-                    const uint32_t srow = st + sof + (uint32_t)((PC ? 0 : j) * BN) * 4;
-                    const uint32_t s0 = lds32(srow), s8 = lds32(srow + 32);
-                    br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232), br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
-                }
-                const uint32_t wd = j == 0 ? wv.x : j == 1 ? wv.y : j == 2 ? wv.z : wv.w;
-                a[j][0] = dq2s(wd, 0, br, sr), a[j][1] = dq2s(wd, 1, br8, sr8);
-                a[j][2] = dq2s(wd, 2, br, sr), a[j][3] = dq2s(wd, 3, br8, sr8);
-            }
+            i4g_decode<BN, PC>(st + wof, st + sof, a);
             const uint64_t xd = xd0 + (uint64_t)((s * ST) >> 4);
             wg_fence();
 #pragma unroll
@@ -1422,19 +1431,11 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
             const int s = i % S;
             const uint32_t st = sm0 + s * ST, ab = ab0 + (uint32_t)(i & 1) * 8192;
             mbar_wait(full0 + 8 * s, (unsigned)((i / S) & 1)); /* chunk i has landed */
-            const uint4 wv = lds128(st + wof);
-            uint32_t br = 0, sr = 0, br8 = 0, sr8 = 0;
+            uint32_t a[4][4];
+            i4g_decode<BN, PC>(st + wof, st + sof, a);
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (j == 0 || !PC) {
-                    const uint32_t srow = st + sof + (uint32_t)((PC ? 0 : j) * BN) * 4;
-                    const uint32_t s0 = lds32(srow), s8 = lds32(srow + 32);
-                    br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232), br8 = prmt(s8, 0x1010), sr8 = prmt(s8, 0x3232);
-                }
-                const uint32_t wd = j == 0 ? wv.x : j == 1 ? wv.y : j == 2 ? wv.z : wv.w;
-                stsm_x4(ab + aof + (uint32_t)(((2 * j + mcol) ^ (lane & 7)) << 4), dq2s(wd, 0, br, sr),
-                        dq2s(wd, 1, br8, sr8), dq2s(wd, 2, br, sr), dq2s(wd, 3, br8, sr8));
-            }
+            for (int j = 0; j < 4; j++)
+                stsm_x4(ab + aof + (uint32_t)(((2 * j + mcol) ^ (lane & 7)) << 4), a[j][0], a[j][1], a[j][2], a[j][3]);
             fence_proxy_async(); /* the A rows (written through the generic proxy), visible to wgmma */
             asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); /* the warpgroup's four warps' A rows */
             const uint64_t xd = xd0 + (uint64_t)((s * ST) >> 4), ad = ad0 + (uint64_t)(((i & 1) * 8192) >> 4);
