@@ -22,7 +22,8 @@
  * VSR_QUANT_TESTS=int4 runs only the int4 tests (int4_against_reference, int4_every_candidate,
  * int4_bf16_entry, int4_refusals): the quick GPU check of an int4 kernel change; VSR_QUANT_TESTS=fp8 skips
  * fp8_against_reference (the slowest FP8 test; the own kernel's and the routes' tests run); VSR_QUANT_TESTS=noint4
- * runs every test but the int4 ones (after a VSR_QUANT_TESTS=int4 run); unset, every test runs.
+ * runs every test but the int4 ones (after a VSR_QUANT_TESTS=int4 run); VSR_QUANT_TESTS=autotune runs
+ * autotune_two_processes alone; unset, every test runs.
  * Without CUDA in the build or without a device, prints "SKIP: no CUDA device (...)". */
 #include <math.h>
 #include <stdint.h>
@@ -1278,6 +1279,11 @@ int main(int argc, char **argv) {
         return test_summary();
     }
     const char *only = getenv("VSR_QUANT_TESTS");
+    if (only && strcmp(only, "autotune") == 0) { /* the two-process autotune test alone */
+        RUN(autotune_two_processes);
+        vsr_backend_destroy(&GB);
+        return test_summary();
+    }
     if (!(only && strcmp(only, "noint4") == 0)) {
         RUN(int4_against_reference);
         RUN(int4_every_candidate);

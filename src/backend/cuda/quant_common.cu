@@ -132,6 +132,7 @@ extern "C" void cuda_quant_ctx_free(cuda_ctx *c) {
     cudaFree(q->route_out);
     fp8_plans_free(q);
     autotune_free(q);
+    free(q->i4memo);
     free(q);
     c->quant_state = NULL;
 }

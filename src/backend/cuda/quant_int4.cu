@@ -2267,6 +2267,37 @@ extern "C" vsr_status cuda_int4_upload(cuda_ctx *c, const vsr_weight_view *v, vs
     return VSR_OK;
 }
 
+/* The configuration each key resolved to in this ctx (the key names the kernel family, shape and token bucket: all
+ * its candidate list depends on), so that later calls skip rebuilding the list. At 17-256 rows the list holds up to
+ * ~200 named configurations, tens of microseconds of host time a call: more than a small linear's kernel (kv_proj at
+ * 64 rows, ~15 us), whose launches it then paced outside CUDA graphs. src: "timed", "cache" or "default" (static). */
+struct i4_memo {
+    char key[96];
+    int pc; /* and whether the weight's group is computable per chunk (the lists' shared memory differs) */
+    i4_cfg cfg;
+    char name[32];
+    const char *src;
+};
+static const i4_memo *i4_memo_find(const quant_state *q, const char *key, int pc) {
+    for (int i = 0; i < q->n_i4memo; i++)
+        if (q->i4memo[i].pc == pc && strcmp(q->i4memo[i].key, key) == 0) return &q->i4memo[i];
+    return NULL;
+}
+static vsr_status i4_memo_add(cuda_ctx *c, quant_state *q, const char *key, int pc, i4_cfg cfg, const char *name,
+                              const char *src, vsr_err *err) {
+    if (q->n_i4memo == q->cap_i4memo) {
+        const int cap = q->cap_i4memo ? 2 * q->cap_i4memo : 32;
+        i4_memo *t = (i4_memo *)realloc(q->i4memo, sizeof *t * (size_t)cap);
+        if (!t) return vsr_err_set(err, VSR_E_NOMEM, "cuda:%d: out of memory (int4 configurations)", c->device);
+        q->i4memo = t, q->cap_i4memo = cap;
+    }
+    i4_memo *e = &q->i4memo[q->n_i4memo++];
+    snprintf(e->key, sizeof e->key, "%s", key);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->pc = pc, e->cfg = cfg, e->src = src;
+    return VSR_OK;
+}
+
 /* y (+)= x W^T from FP32 x (xb NULL) or BF16 xb (x NULL), both [M, K] on the device. */
 static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16 *xb, int64_t M, const vsr_bweight *w,
                                 float *y, int accumulate, vsr_err *err) {
@@ -2326,29 +2357,37 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                 if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
                 r.xb = (const __nv_bfloat16 *)q->act, r.ldx = Kp, r.kvalid = Kp;
             }
-            if (mma)
-                i4_candidates_mma(c, &r, bucket);
-            else if (bulk)
-                i4_candidates_bulk(c, &r, bucket);
-            else
-                i4_candidates_stream(c, &r, bucket);
-            if (r.n == 0)
-                return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no %s int4 configuration fits (N %lld K %lld)",
-                                   c->device, w->name, mma ? "tensor-core tile" : "streaming", (long long)N, (long long)K);
             /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's; "-m9":
-             * the tensor-core tile kernel's, "-m10" with the wgmma kernel's listed after it (the removed kernels' "-v4" and "-p5" entries are never asked for) */
+             * the tensor-core tile kernel's, "-m10" with the wgmma kernel's listed after it (the removed kernels'
+             * "-v4" and "-p5" entries are never asked for) */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
                      (long long)bucket, mma ? (i4_wg_listed(c) ? "m10" : "m9")
                      : bulk ? "b6" : "v3s");
         } else {
-            i4_candidates(c, &r, bucket);
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v2", (long long)N, (long long)K, w->v.group,
                      (long long)bucket);
         }
+        int fc = quant_forced_int4_cfg();
+        const i4_memo *mo = fc < 0 ? i4_memo_find(q, key, m->gchunks > 0) : NULL;
+        if (mo) { /* this key resolved before in this ctx: no list to build */
+            quant_set_last_path("int4:fused(%s,src=%s)", mo->name, mo->src);
+            return i4_launch(c, &r, mo->cfg, y, accumulate, err);
+        }
+        if (!(stream || mma))
+            i4_candidates(c, &r, bucket);
+        else if (mma)
+            i4_candidates_mma(c, &r, bucket);
+        else if (bulk)
+            i4_candidates_bulk(c, &r, bucket);
+        else
+            i4_candidates_stream(c, &r, bucket);
+        if (r.n == 0)
+            return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no %s int4 configuration fits (N %lld K %lld)",
+                               c->device, w->name, mma ? "tensor-core tile" : stream ? "streaming" : "fused",
+                               (long long)N, (long long)K);
         int choice = 0;
         const char *src = "default";
-        int fc = quant_forced_int4_cfg();
         if (fc >= 0) {
             if (fc >= r.n)
                 return vsr_err_set(err, VSR_E_INVALID, "cuda:%d: %s: no int4 fused candidate %d (the list for %s has %d)",
@@ -2364,6 +2403,10 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
             return st;
         i4_cfg cfg = r.cand[choice];
         quant_set_last_path("int4:fused(%s,src=%s)", r.names[choice], src);
+        /* remembered as the autotune remembers it: not a forced choice, nor one made inside a graph capture */
+        if (fc < 0 && strcmp(src, "default(capturing)") != 0 &&
+            (st = i4_memo_add(c, q, key, m->gchunks > 0, cfg, r.names[choice], src, err)))
+            return st;
         return i4_launch(c, &r, cfg, y, accumulate, err);
     }
     /* unpack once per call, then BF16 cuBLASLt */

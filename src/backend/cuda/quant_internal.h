@@ -107,6 +107,8 @@ typedef struct quant_state {
     int fp8_ov; /* outer-vector-scaled FP8 algorithms in cuBLASLt: 0 not probed yet, 1 none, 2 offered */
     struct tune_entry *tune; /* autotune choices known to this ctx (autotune.cu) */
     int n_tune, cap_tune;
+    struct i4_memo *i4memo; /* the int4 fused configuration each key resolved to (quant_int4.cu) */
+    int n_i4memo, cap_i4memo;
 } quant_state;
 
 /* What a quant upload keeps beside vsr_bweight's device pointers (vsr_bweight.q; host memory).
