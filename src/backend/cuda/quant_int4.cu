@@ -1198,25 +1198,27 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
  * than BF16 from 64 rows. Here the multiply runs on wgmma, with the weights as its A and the tokens as its N:
  *   - a warpgroup owns 64 output rows, its warp w the n-tile nt0 + 4 wg + w; the warp decodes its packed tile
  *     (each lane's words are the A fragments of mma.m16n8k16, as the upload repacked them; exact subtraction, one
- *     BF16 rounding, as every int4 kernel here) and writes the fragments with stmatrix into the warpgroup's A
- *     buffer, 64 rows x 128 bytes in wgmma's 128-byte swizzle (16-byte unit c of row n at c ^ (n & 7));
- *   - B is the stage's activation rows, BT = 32..256 tokens x 128 bytes (64 columns) in the same swizzle, which
- *     the copy already writes; one wgmma m64nBTk16 per 16 columns, four a chunk;
+ *     BF16 rounding, as every int4 kernel here);
+ *   - B is the stage's activation rows, BT = 32..256 tokens x 128 bytes (64 columns) in wgmma's 128-byte swizzle
+ *     (16-byte unit c of row r at c ^ (r & 7)), which the TMA copy writes; one wgmma m64nBTk16 per 16 columns, four
+ *     a chunk;
  *   - NWG warpgroups share a block's activation stages (BN = 64 NWG rows a block).
- * Register A fragments (wgmma's RS form) would save the stores, but ptxas serialises every wgmma of a loop that
- * writes them while an earlier wgmma is in flight (C7513), so A goes through shared memory, double-buffered.
- * Pipeline: one producer thread fills S stages by TMA (the activation box, which the copy swizzles; the packed tiles
- * and scale rows by bulk copies), each stage's full mbarrier completing with its bytes, and refills a stage when
- * the consumers' empty mbarrier says its products are done. Measured on the H200 before this form (calls 1-3):
- * with every thread copying by cp.async, each step's proxy fence (generic-proxy writes before wgmma's async-proxy
- * reads) waited for the thread's copies still in flight, ~1 us a chunk at every shape; with one producer warp of
- * cp.async it issued ~350 instructions a chunk and the consumers waited for it (ncu: 18 % of their samples on the
- * full barrier, 21 % at the warpgroup barrier behind them). Now the consumers' fence covers only their A rows.
- * Step i of a warpgroup: wait for chunk i, decode it into A buffer i & 1 (chunk i - 2's, whose wgmma finished),
- * fence, a warpgroup barrier (its four warps' A rows), issue chunk i's four wgmma, wait for chunk i - 1's and
- * release its stage: the decode of chunk i + 1 runs under chunk i's products. Split K deterministic as kind 7.
- * The sm_80 build compiles the body out; the host lists kind 8 only on devices of capability 9.0 (the build's
- * sm_90a code). */
+ * Pipeline: one producer thread fills S stages by TMA (the activation box; the packed tiles and scale rows by bulk
+ * copies), each stage's full mbarrier completing with its bytes, and refills a stage when the consumers' empty
+ * mbarrier says its products are done. Two consumer forms:
+ *   - SS (RS false): the warp writes its fragments with stmatrix into the warpgroup's A buffer (64 rows x 128 bytes,
+ *     the same swizzle, double-buffered), then a proxy fence (generic-proxy stores before wgmma's async-proxy
+ *     reads) and a warpgroup barrier; step i issues chunk i's wgmma and waits for chunk i - 1's, so the decode of
+ *     chunk i + 1 runs under chunk i's products;
+ *   - RS: the fragments feed wgmma from registers; ptxas serialises every wgmma of a loop that writes registers
+ *     an in-flight wgmma reads (C7513), so each chunk's products are waited for before the next decode, and the
+ *     small stages (no A buffer) let 2-3 blocks share a multiprocessor and fill each other's gaps. The faster on
+ *     the H200 (tenth session, call 6: gate_up 128 rows 62.6 us against the SS form's 95.3), and the default.
+ * Measured on the H200 before the TMA producer (calls 1-3): with every thread copying by cp.async, each step's
+ * proxy fence waited for the thread's copies still in flight, ~1 us a chunk at every shape; with one producer warp
+ * of cp.async it issued ~350 instructions a chunk and the consumers waited for it (ncu: 18 % of their samples on the
+ * full barrier, 21 % at the warpgroup barrier behind them). Split K deterministic as kind 7. The sm_80 build
+ * compiles the body out; the host lists kind 8 only on devices of capability 9.0 (the build's sm_90a code). */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define I4G_ON 1
 #endif
