@@ -1740,8 +1740,7 @@ typedef struct i4_run {
     const vsr_bweight *w;
     const quant_wmeta *m;
     const float *x;   /* the caller's FP32 activations (kind 1 reads them directly) */
-    const uint4 *xf;  /* staged fragments (kind 0), filled by i4_launch */
-    const __nv_bfloat16 *xb; /* kinds 2, 5: bf16 [M, ldx] in permuted order, columns >= kvalid read as zero */
+    const __nv_bfloat16 *xb; /* kinds 2, 5, 7, 8: bf16 [M, ldx] in permuted order, columns >= kvalid read as zero */
     int64_t ldx, kvalid;
     int64_t M, Mt;
     i4_cfg cand[I4_MAX_CAND];
@@ -2335,9 +2334,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
     }
     if (fused) {
         int64_t Mt = (M + 7) / 8;
-        i4_run r;
-        memset(&r, 0, sizeof r);
-        r.w = w, r.m = m, r.x = x, r.M = M, r.Mt = Mt;
+        i4_run r; /* the candidate arrays (~16 KB) are written by the list builders only when a list is built */
+        r.w = w, r.m = m, r.x = x, r.xb = NULL, r.ldx = 0, r.kvalid = 0, r.M = M, r.Mt = Mt, r.n = 0;
         int64_t bucket = 1;
         while (bucket < Mt) bucket *= 2;
         char key[96];
