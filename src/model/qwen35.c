@@ -39,6 +39,7 @@ typedef struct layer {
     float *in_norm, *post_norm;                  /* [D] */
     vsr_bweight *qkv, *z, *b, *a, *out;           /* linear_attn */
     vsr_bweight *in_all;                          /* qkv|z|b|a stacked [C + Vd + 2Hv, D] (then those are NULL) */
+    vsr_bweight *in_qz, *in_ba;                   /* else qkv|z [C + Vd, D] and b|a [2Hv, D] stacked apart */
     float *conv_w, *A_log, *dt_bias, *gnorm;      /* [C*Kc], [Hv], [Hv], [dv] */
     vsr_bweight *q, *k, *v, *o;                   /* self_attn */
     float *q_norm, *k_norm;                       /* [d] */
@@ -66,6 +67,8 @@ struct vsr_model {
     uint64_t weight_bytes;
     int mlp_stacked; /* some layer has gate|up stacked: the arena's mg holds [chunk, 2I] */
     int in_stacked;  /* some DeltaNet layer has qkv|z|b|a stacked: the arena's t0 holds [T, C + Vd + 2Hv] */
+    int qz_stacked;  /* some DeltaNet layer has qkv|z stacked: t0 holds [T, C + Vd] */
+    int ba_stacked;  /* some DeltaNet layer has b|a stacked: tb holds [T, 2Hv] */
     /* rotary tables [max_pos, rot/2] */
     float *cos_t, *sin_t;
     int64_t max_pos;
@@ -328,7 +331,10 @@ static vsr_status load_dn_in(vsr_model *m, layer *L, int l, vsr_err *err) {
         if ((st = linear_view(m, mod, Ns[i], m->D, &parts[i], err))) return st;
     }
     vsr_bweight **sep[4] = {&L->qkv, &L->z, &L->b, &L->a};
-    return load_stacked(m, parts, 4, &L->in_all, sep, err);
+    if (parts[0].kind == parts[2].kind) return load_stacked(m, parts, 4, &L->in_all, sep, err);
+    /* parts of two kinds (W4A16 keeps in_proj_b, in_proj_a in BF16): qkv|z and b|a, each stacked where it can be */
+    if ((st = load_stacked(m, parts, 2, &L->in_qz, sep, err))) return st;
+    return load_stacked(m, parts + 2, 2, &L->in_ba, sep + 2, err);
 }
 
 /* ---- rotary tables ---- */
@@ -374,8 +380,9 @@ out:
 
 /* Buffers carved from one allocation, for T packed tokens and R rows:
  *   x [T, D] residual            h [T, D] normed input
- *   t0 [T, max(C, 2Hd, Vd)]      t1 [T, max(C, Hd)]     t2, t3 [T, max(Vd, Hkv d)]
- *   t4 [T, Hd]                   tb, ta [T, Hv]
+ *   t0 [T, max(C, 2Hd, Vd)] (or the stacked input projections' width)  t1 [T, max(C, Hd)]
+ *   t2, t3 [T, max(Vd, Hkv d)]
+ *   t4 [T, Hd]                   tb, ta [T, Hv] (tb [T, 2Hv] when b|a are stacked)
  *   mg, mu [min(T, MLP_CHUNK), I]  MLP intermediates
  *   xl, cl [R, max(D, Vd, Hd, 255)] last-token rows of the final layer; logits
  *   st [R, Hv, dk, dv]           per-row DeltaNet state */
@@ -390,9 +397,10 @@ static int64_t mlp_chunk(const vsr_model *m) { return m->be.ops->mlp_rows > 0 ? 
 static size_t arena_layout(const vsr_model *m, int64_t T, int64_t R, arena *a, float *base) {
     int64_t w0 = max3(m->C, 2LL * m->H * m->hd, m->Vd), w1 = max3(m->C, (int64_t)m->H * m->hd, 0);
     if (m->in_stacked && w0 < m->C + m->Vd + 2LL * m->Hv) w0 = m->C + m->Vd + 2LL * m->Hv;
+    if (m->qz_stacked && w0 < m->C + m->Vd) w0 = m->C + m->Vd;
     int64_t w2 = max3(m->Vd, (int64_t)m->Hkv * m->hd, 0), w4 = (int64_t)m->H * m->hd;
     int64_t wl = max3(max3(m->D, m->Vd, w4), VSR_D3_CODES, 0), ch = T < mlp_chunk(m) ? T : mlp_chunk(m);
-    int64_t sizes[] = {T * m->D, T * m->D, T * w0, T * w1, T * w2, T * w2, T * w4, T * m->Hv, T * m->Hv,
+    int64_t sizes[] = {T * m->D, T * m->D, T * w0, T * w1, T * w2, T * w2, T * w4, T * m->Hv * (m->ba_stacked ? 2 : 1), T * m->Hv,
                        ch * m->I * (m->mlp_stacked ? 2 : 1), ch * m->I, R * wl, R * wl, R * m->Hv * m->dk * m->dv};
     float **slots[] = {&a->x, &a->h, &a->t0, &a->t1, &a->t2, &a->t3, &a->t4, &a->tb, &a->ta,
                        &a->mg, &a->mu, &a->xl, &a->cl, &a->st};
@@ -473,6 +481,8 @@ static vsr_status load_layer(vsr_model *m, int l, vsr_err *err) {
         return st;
     if (L->gate_up) m->mlp_stacked = 1;
     if (L->in_all) m->in_stacked = 1;
+    if (L->in_qz) m->qz_stacked = 1;
+    if (L->in_ba) m->ba_stacked = 1;
 #undef P
     return VSR_OK;
 }
@@ -614,8 +624,9 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
                                  int last, float **core, vsr_err *err) {
     vsr_status st;
     /* The input projections: one stacked GEMM into t0 [T, C + Vd + 2Hv] (qkv | z | b | a per row),
-     * or four apart (qkv into t0, z into t2, b and a into tb, ta). The ops after read their slices
-     * at a row stride either way; the gated norm writes wherever z is not. */
+     * or qkv (with z stacked: t0 [T, C + Vd]; else apart: qkv into t0, z into t2) and b, a (stacked:
+     * tb [T, 2Hv]; else apart: into tb, ta). The ops after read their slices at a row stride either
+     * way; the gated norm writes wherever z is not. */
     const float *z, *bb, *aa;
     int64_t qs, zs, bs;
     float *out;
@@ -625,11 +636,24 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
         if (B->keep_product_bf16) B->keep_product_bf16(X, a->t0, T, qs); /* read by conv, deltanet, gated norm only */
         if ((st = B->linear(X, a->h, T, L->in_all, a->t0, 0, err))) return st;
     } else {
-        qs = m->C, zs = m->Vd, bs = m->Hv;
-        z = a->t2, bb = a->tb, aa = a->ta, out = a->t0; /* qkv in t0 is dead once the conv has run */
-        if ((st = B->linear(X, a->h, T, L->qkv, a->t0, 0, err)) || (st = B->linear(X, a->h, T, L->z, a->t2, 0, err)) ||
-            (st = B->linear(X, a->h, T, L->b, a->tb, 0, err)) || (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)))
-            return st;
+        if (L->in_qz) {
+            qs = zs = m->C + m->Vd;
+            z = a->t0 + m->C, out = a->t2;
+            if ((st = B->linear(X, a->h, T, L->in_qz, a->t0, 0, err))) return st;
+        } else {
+            qs = m->C, zs = m->Vd;
+            z = a->t2, out = a->t0; /* qkv in t0 is dead once the conv has run */
+            if ((st = B->linear(X, a->h, T, L->qkv, a->t0, 0, err)) || (st = B->linear(X, a->h, T, L->z, a->t2, 0, err)))
+                return st;
+        }
+        if (L->in_ba) {
+            bs = 2LL * m->Hv, bb = a->tb, aa = a->tb + m->Hv;
+            if ((st = B->linear(X, a->h, T, L->in_ba, a->tb, 0, err))) return st;
+        } else {
+            bs = m->Hv, bb = a->tb, aa = a->ta;
+            if ((st = B->linear(X, a->h, T, L->b, a->tb, 0, err)) || (st = B->linear(X, a->h, T, L->a, a->ta, 0, err)))
+                return st;
+        }
     }
     if ((st = B->conv1d_silu(X, a->t0, qs, sg, m->C, L->conv_w, m->Kc, a->t1, err)) ||
         (st = B->deltanet(X, a->t1, m->C, bb, aa, bs, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv, a->st,
@@ -711,9 +735,13 @@ static vsr_status run_ops(vsr_model *m, const arena *a, int R, int64_t T, const 
     for (int l = 0; l < nl; l++) {
         const layer *L = &m->layers[l];
         float *core;
-        if (L->type == VSR_LAYER_LINEAR_ATTENTION && L->in_all) feed(m, a->h, T, m->D, L->in_all, NULL, NULL, NULL);
-        else if (L->type == VSR_LAYER_LINEAR_ATTENTION) feed(m, a->h, T, m->D, L->qkv, L->z, L->b, L->a);
-        else feed(m, a->h, T, m->D, L->q, L->k, L->v, NULL);
+        if (L->type == VSR_LAYER_LINEAR_ATTENTION) { /* the input projections, stacked or apart: at most four */
+            const vsr_bweight *in[7] = {L->in_all, L->in_qz, L->qkv, L->z, L->in_ba, L->b, L->a}, *rd[4] = {0};
+            for (int i = 0, n = 0; i < 7; i++)
+                if (in[i] && n < 4) rd[n++] = in[i];
+            feed(m, a->h, T, m->D, rd[0], rd[1], rd[2], rd[3]);
+        } else
+            feed(m, a->h, T, m->D, L->q, L->k, L->v, NULL);
         if ((st = B->rmsnorm(X, a->x, m->D, T, m->D, L->in_norm, 1.0f, m->eps, a->h, m->D, err))) return st;
         /* the last layer gathers its core rows in FP32: their linear is not the only reader */
         st = L->type == VSR_LAYER_LINEAR_ATTENTION ? deltanet_layer(m, L, a, T, sg, l + 1 == nl, &core, err)

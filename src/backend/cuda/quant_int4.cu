@@ -1223,6 +1223,10 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
 #define I4G_ON 1
 #endif
 
+/* where kind 8's A operand comes from: SS, a shared-memory buffer written by stmatrix; RS, registers, each chunk's
+ * products waited for before the next decode; RS2, registers, two sets (the next chunk decoded while one runs) */
+enum { I4G_SS = 0, I4G_RS = 1, I4G_RS2 = 2 };
+
 /* shared memory of one stage (1024-aligned: the activation rows come first and are wgmma's operand): activation
  * rows, packed tiles, scale rows */
 static __host__ __device__ constexpr int i4g_stage(int bt, int nwg, int srows) {
@@ -1336,11 +1340,43 @@ __device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 
 }
 #endif
 
+/* one step of the double-buffered RS form: chunk i's fragments are in cur; issue its products, wait for chunk i - 1's
+ * (the group before: its registers nxt and its stage are free again), then decode chunk i + 1 into nxt while chunk i's
+ * products run. The fences keep each register set live (not reused by the compiler) until the wait after the next
+ * commit, so no instruction writes registers an in-flight wgmma reads (ptxas would serialise them otherwise, C7513);
+ * the accumulators are only read by the products until the final wait. */
+#ifdef I4G_ON
+template <int BT, int BN, int S, int ST, bool PC>
+__device__ __forceinline__ void i4g_rs2_step(float (&acc)[BT / 2], uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4], int i,
+                                             int nk, uint32_t sm0, uint32_t full0, uint32_t empty0, uint32_t wof,
+                                             uint32_t sof, uint64_t xd0, int lane) {
+    const int s = i % S;
+    wg_fence();
+#pragma unroll
+    for (int j = 0; j < 4; j++) i4g_mma_rs<BT>(acc, cur[j], xd0 + (uint64_t)((s * ST) >> 4) + 2 * j);
+    wg_commit();
+    wg_wait<1>(); /* chunk i - 1's products are done: nxt, and its stage for the producer */
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) reg_fence(nxt[j][e]);
+    if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % S));
+    if (i + 1 < nk) {
+        const int s1 = (i + 1) % S;
+        const uint32_t st = sm0 + s1 * ST;
+        mbar_wait(full0 + 8 * s1, (unsigned)(((i + 1) / S) & 1)); /* chunk i + 1 has landed */
+        i4g_decode<BN, PC>(st + wof, st + sof, nxt);
+    }
+}
+#endif
+
 /* BT tokens, NWG consumer warpgroups (64 output rows each) and one producer warp, S stages; PC: the group
- * computable per chunk (one scale row a stage), else looked up per 16 columns (four); RS: A in registers (below) */
-template <int BT, int NWG, int S, bool PC, bool RS>
+ * computable per chunk (one scale row a stage), else looked up per 16 columns (four); AF: where A comes from (I4G_SS,
+ * I4G_RS, I4G_RS2: below) */
+template <int BT, int NWG, int S, bool PC, int AF>
 __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const __grid_constant__ CUtensorMap xm) {
 #ifdef I4G_ON
+    constexpr bool RS = AF != I4G_SS;
     constexpr int NC = NWG * 128, BN = NWG * 64, XB = BT * 128, WB = NWG * 2048;
     constexpr int ST = i4g_stage(BT, NWG, PC ? 1 : 4), WP = NWG * 4;
     static_assert(S >= 2, "stages");
@@ -1392,7 +1428,28 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
                 }
             }
         }
-    } else if (RS) {
+    } else if (AF == I4G_RS2) {
+        /* A in registers, double-buffered: chunk i + 1 is decoded into the other register set while chunk i's products
+         * run, so one block keeps the tensor pipe busy (i4g_rs2_step) */
+        const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + (lane >> 2)) * 4;
+        const uint64_t xd0 = wg_desc_k128(sm0);
+        uint32_t a[4][4], b[4][4] = {};
+        if (nk > 0) {
+            mbar_wait(full0, 0u);
+            i4g_decode<BN, PC>(sm0 + wof, sm0 + sof, a);
+        }
+        for (int i = 0; i < nk; i += 2) {
+            i4g_rs2_step<BT, BN, S, ST, PC>(acc, a, b, i, nk, sm0, full0, empty0, wof, sof, xd0, lane);
+            if (i + 1 < nk) i4g_rs2_step<BT, BN, S, ST, PC>(acc, b, a, i + 1, nk, sm0, full0, empty0, wof, sof, xd0, lane);
+        }
+        wg_wait<0>();
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) reg_fence(a[j][e]), reg_fence(b[j][e]); /* the last products' A, live to here */
+        reg_fence<BT / 2>(acc);
+        i4g_store<BT>(p, acc, nt0 + wi, m0, z, lane);
+    } else if (AF == I4G_RS) {
         /* A in registers (wgmma's RS form): each warp's decoded fragments feed the warpgroup's wgmma directly, with
          * no A buffer, proxy fence or warpgroup barrier; the products are waited for before the next decode writes
          * those registers (ptxas serialises wgmma otherwise, C7513), so a block's decode and products alternate and
@@ -1672,23 +1729,25 @@ static size_t i4m_smem(const quant_wmeta *m, int ti) {
 }
 
 /* kind 8, the wgmma kernel (17-256 rows, capability 9.0): BT tokens, NWG warpgroups of 64 output rows, S stages
- * (shared memory i4g_smem_bytes: 43-161 KB); rs: A in registers (RS form), no A buffers, so 2-4 blocks a multiprocessor */
-#define I4G_K(bt, nwg, s, rs) bt, nwg, s, rs, {k_i4_wg<bt, nwg, s, false, rs>, k_i4_wg<bt, nwg, s, true, rs>}
+ * (shared memory i4g_smem_bytes: 43-161 KB); af: I4G_SS, or A in registers (I4G_RS, I4G_RS2: no A buffers, so 2-4
+ * blocks a multiprocessor) */
+#define I4G_K(bt, nwg, s, af) bt, nwg, s, af, {k_i4_wg<bt, nwg, s, false, af>, k_i4_wg<bt, nwg, s, true, af>}
 static const struct {
-    int bt, nwg, s, rs; /* rs: A in registers */
+    int bt, nwg, s, af; /* af: I4G_SS, I4G_RS or I4G_RS2 */
     i4g_kern k[2];      /* [gchunks > 0] */
 } I4G_TAB[] = {
     {I4G_K(32, 1, 8, 0)},  {I4G_K(64, 1, 8, 0)},  {I4G_K(64, 2, 5, 0)},  {I4G_K(128, 1, 4, 0)}, {I4G_K(128, 2, 4, 0)},
     {I4G_K(256, 1, 4, 0)}, {I4G_K(256, 2, 3, 0)}, {I4G_K(32, 1, 6, 1)},  {I4G_K(64, 1, 4, 1)},  {I4G_K(64, 2, 4, 1)},
     {I4G_K(128, 1, 3, 1)}, {I4G_K(128, 1, 4, 1)}, {I4G_K(128, 2, 3, 1)}, {I4G_K(256, 1, 3, 1)}, {I4G_K(64, 1, 3, 1)},
-    {I4G_K(128, 1, 2, 1)}, {I4G_K(256, 1, 2, 1)},
+    {I4G_K(128, 1, 2, 1)}, {I4G_K(256, 1, 2, 1)}, {I4G_K(64, 1, 4, 2)},  {I4G_K(128, 1, 3, 2)}, {I4G_K(128, 1, 4, 2)},
+    {I4G_K(128, 2, 3, 2)}, {I4G_K(256, 1, 3, 2)},
 };
 #undef I4G_K
 #define I4G_N ((int)(sizeof I4G_TAB / sizeof I4G_TAB[0]))
 static unsigned g_i4g_attr[I4G_N][2];
 static int g_i4g_static[I4G_N][2];
 static size_t i4g_smem(const quant_wmeta *m, int ti) {
-    return (size_t)i4g_smem_bytes(I4G_TAB[ti].bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s, m->gchunks > 0 ? 1 : 4, I4G_TAB[ti].rs);
+    return (size_t)i4g_smem_bytes(I4G_TAB[ti].bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s, m->gchunks > 0 ? 1 : 4, I4G_TAB[ti].af != I4G_SS);
 }
 
 /* the opt-in dynamic shared memory limit of kernel k (the device's less k's static shared memory, read once
@@ -1731,9 +1790,9 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     return VSR_OK;
 }
 
-/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (216);
+/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (256);
  * a list that outgrew it would be cut short, so the check below keeps theirs within it */
-#define I4_MAX_CAND 224
+#define I4_MAX_CAND 256
 #define I4M_KS_N 8 /* the splits kinds 7 and 8 list (i4_candidates_mma) */
 static_assert((I4M_N + I4G_N) * I4M_KS_N <= I4_MAX_CAND, "every kind-7 and kind-8 configuration fits the candidate list");
 typedef struct i4_run {
@@ -2068,7 +2127,7 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
             if (r->n >= I4_MAX_CAND) return;
             r->cand[r->n] = (i4_cfg){8, mt, nb, ks, 1, ti};
             snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-ks%d", I4G_TAB[ti].bt, I4G_TAB[ti].nwg,
-                     I4G_TAB[ti].s, I4G_TAB[ti].rs ? "r" : "", ks);
+                     I4G_TAB[ti].s, I4G_TAB[ti].af == I4G_RS2 ? "d" : I4G_TAB[ti].af == I4G_RS ? "r" : "", ks);
             r->name_ptr[r->n] = r->names[r->n];
             r->n++;
         }
@@ -2087,7 +2146,7 @@ static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
         const int bt = r->Mt <= 8 ? 64 : 128, s = bt == 64 ? 4 : 3;
         for (int i = 0; i < r->n; i++) {
             const i4_cfg *g = &r->cand[i];
-            if (g->kind != 8 || I4G_TAB[g->d].bt != bt || I4G_TAB[g->d].s != s || !I4G_TAB[g->d].rs ||
+            if (g->kind != 8 || I4G_TAB[g->d].bt != bt || I4G_TAB[g->d].s != s || I4G_TAB[g->d].af != I4G_RS ||
                 I4G_TAB[g->d].nwg != 1)
                 continue;
             best = i;
