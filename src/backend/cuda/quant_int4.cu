@@ -114,12 +114,25 @@ __device__ __forceinline__ bool splitk_last_block(unsigned *counter, int KS) {
  * for the next launch (stream-ordered). */
 __device__ __forceinline__ void splitk_sum(const float *ws, float *y, int64_t M, int64_t N, int KS, int accumulate,
                                            int64_t n0, int64_t ncols, int vt, int nthr, unsigned *counter) {
-    for (int64_t idx = threadIdx.x; idx < ncols * vt; idx += nthr) {
-        const int64_t n = n0 + idx % ncols, m = idx / ncols;
-        if (n >= N) continue;
-        float s = 0.0f;
-        for (int zz = 0; zz < KS; zz++) s += __ldcg(ws + ((int64_t)zz * M + m) * N + n);
-        y[m * N + n] = accumulate ? y[m * N + n] + s : s;
+    /* SB elements a thread at a time, every load (partials, and y when accumulating) issued before any store: the
+     * compiler keeps a load of y after an earlier store to y (they may alias), so one at a time each waited out
+     * a round trip to L2 */
+    constexpr int SB = 4;
+    for (int64_t i0 = threadIdx.x; i0 < ncols * vt; i0 += (int64_t)SB * nthr) {
+        float s[SB];
+#pragma unroll
+        for (int u = 0; u < SB; u++) {
+            const int64_t idx = i0 + (int64_t)u * nthr, n = n0 + idx % ncols, m = idx / ncols;
+            s[u] = 0.0f;
+            if (idx >= ncols * vt || n >= N) continue;
+            for (int zz = 0; zz < KS; zz++) s[u] += __ldcg(ws + ((int64_t)zz * M + m) * N + n);
+            if (accumulate) s[u] = y[m * N + n] + s[u];
+        }
+#pragma unroll
+        for (int u = 0; u < SB; u++) {
+            const int64_t idx = i0 + (int64_t)u * nthr, n = n0 + idx % ncols, m = idx / ncols;
+            if (idx < ncols * vt && n < N) y[m * N + n] = s[u];
+        }
     }
     if (threadIdx.x == 0) *counter = 0;
 }
@@ -131,6 +144,20 @@ __device__ __forceinline__ void splitk_sum(const float *ws, float *y, int64_t M,
 template <int TN, int MT, typename I>
 __device__ __forceinline__ void i4_store_frags(const float (&acc)[TN][MT][4], bool active, I tile0, I NT, int r, int q,
                                                I M, I N, int KS, int z, int accumulate, float *y, float *ws) {
+    /* accumulating, every y this lane adds to is loaded before any store (see splitk_sum) */
+    float v[TN][MT][4];
+#pragma unroll
+    for (int t = 0; t < TN; t++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const I n = (tile0 + t) * 16 + r + ((e & 2) ? 8 : 0);
+                const I m = mt * 8 + q * 2 + (e & 1);
+                v[t][mt][e] = acc[t][mt][e];
+                if (active && tile0 + t < NT && n < N && m < M && KS == 1 && accumulate)
+                    v[t][mt][e] = y[(size_t)m * N + n] + v[t][mt][e];
+            }
 #pragma unroll
     for (int t = 0; t < TN; t++)
 #pragma unroll
@@ -141,7 +168,7 @@ __device__ __forceinline__ void i4_store_frags(const float (&acc)[TN][MT][4], bo
                 const I m = mt * 8 + q * 2 + (e & 1);
                 if (!active || tile0 + t >= NT || n >= N || m >= M) continue;
                 if (KS == 1)
-                    y[(size_t)m * N + n] = accumulate ? y[(size_t)m * N + n] + acc[t][mt][e] : acc[t][mt][e];
+                    y[(size_t)m * N + n] = v[t][mt][e];
                 else
                     ws[((size_t)z * M + m) * N + n] = acc[t][mt][e];
             }
@@ -1169,18 +1196,32 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
         for (int t = 0; t < WN; t++) {
             const int64_t nt = nt0 + wi * WN + t;
             if (nt >= NT) continue;
+            /* four token tiles at a time, their y loaded before any store when accumulating (see splitk_sum) */
 #pragma unroll
-            for (int mt = 0; mt < WM; mt++)
+            for (int g = 0; g < WM; g += 4) {
+                float v[4][4];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
-                    const int64_t m = m0 + mt * 8 + q * 2 + (e & 1);
-                    if (n >= p.N || m >= p.M) continue;
-                    if (p.KS == 1)
-                        p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[t][mt][e] : acc[t][mt][e];
-                    else
-                        p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
-                }
+                for (int mt = g; mt < g + 4 && mt < WM; mt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                        const int64_t m = m0 + mt * 8 + q * 2 + (e & 1);
+                        v[mt - g][e] = acc[t][mt][e];
+                        if (n < p.N && m < p.M && p.KS == 1 && p.accumulate) v[mt - g][e] = p.y[m * p.N + n] + v[mt - g][e];
+                    }
+#pragma unroll
+                for (int mt = g; mt < g + 4 && mt < WM; mt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                        const int64_t m = m0 + mt * 8 + q * 2 + (e & 1);
+                        if (n >= p.N || m >= p.M) continue;
+                        if (p.KS == 1)
+                            p.y[m * p.N + n] = v[mt - g][e];
+                        else
+                            p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[t][mt][e];
+                    }
+            }
         }
     }
     if (p.KS == 1) return;
@@ -1325,18 +1366,32 @@ template <int BT>
 __device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 2], int64_t nt, int64_t m0, int z, int lane) {
     if (nt >= p.Np / 16) return;
     const int r = lane >> 2, t4 = lane & 3;
+    /* four 8-token blocks at a time, their y loaded before any store when accumulating (see splitk_sum) */
 #pragma unroll
-    for (int j = 0; j < BT / 8; j++)
+    for (int g = 0; g < BT / 8; g += 4) {
+        float v[4][4];
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
-            const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
-            if (n >= p.N || m >= p.M) continue;
-            if (p.KS == 1)
-                p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + acc[4 * j + e] : acc[4 * j + e];
-            else
-                p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[4 * j + e];
-        }
+        for (int j = g; j < g + 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
+                v[j - g][e] = acc[4 * j + e];
+                if (n < p.N && m < p.M && p.KS == 1 && p.accumulate) v[j - g][e] = p.y[m * p.N + n] + v[j - g][e];
+            }
+#pragma unroll
+        for (int j = g; j < g + 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
+                const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
+                if (n >= p.N || m >= p.M) continue;
+                if (p.KS == 1)
+                    p.y[m * p.N + n] = v[j - g][e];
+                else
+                    p.ws[((int64_t)z * p.M + m) * p.N + n] = acc[4 * j + e];
+            }
+    }
 }
 #endif
 
@@ -1560,15 +1615,30 @@ __device__ __forceinline__ void i4k_finish(const i4m &p, const float (&acc)[BT /
      * from ws, so that no second set of accumulators is live */
     if (nt < p.Np / 16) {
         const int r = lane >> 2, t4 = lane & 3;
+        constexpr int EB = 16; /* elements at a time: every load issued before any store (see splitk_sum) */
 #pragma unroll 1
-        for (int e = 0; e < BT / 2; e++) {
-            float v = 0.0f;
+        for (int e0 = 0; e0 < BT / 2; e0 += EB) {
+            float v[EB];
             for (int64_t cc = c0; cc <= c1; cc++) {
-                const float w = __ldcg(p.ws + ((cc * 2 + (cc * I / G >= tb ? 0 : 1)) * (BT / 2) + e) * NC + tid);
-                v = cc == c0 ? w : v + w;
+                const float *src = p.ws + ((cc * 2 + (cc * I / G >= tb ? 0 : 1)) * (BT / 2) + e0) * NC + tid;
+#pragma unroll
+                for (int i = 0; i < EB; i++) {
+                    const float w = __ldcg(src + i * NC);
+                    v[i] = cc == c0 ? w : v[i] + w;
+                }
             }
-            const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0), m = m0 + (e >> 2) * 8 + t4 * 2 + (e & 1);
-            if (n < p.N && m < p.M) p.y[m * p.N + n] = p.accumulate ? p.y[m * p.N + n] + v : v;
+#pragma unroll
+            for (int i = 0; i < EB; i++) {
+                const int e = e0 + i;
+                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0), m = m0 + (e >> 2) * 8 + t4 * 2 + (e & 1);
+                if (n < p.N && m < p.M && p.accumulate) v[i] = p.y[m * p.N + n] + v[i];
+            }
+#pragma unroll
+            for (int i = 0; i < EB; i++) {
+                const int e = e0 + i;
+                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0), m = m0 + (e >> 2) * 8 + t4 * 2 + (e & 1);
+                if (n < p.N && m < p.M) p.y[m * p.N + n] = v[i];
+            }
         }
     }
     if (tid == 0) p.counters[t] = 0; /* for the next launch (stream-ordered) */
