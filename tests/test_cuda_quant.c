@@ -274,7 +274,7 @@ TEST(int4_every_candidate) {
                                                        * act-order g64, channel-wise, and the streaming cases */
     static const int64_t rows[] = {1, 5, 8, 16, 24, 33, 100, 256};
     const size_t nc = sizeof cases / sizeof cases[0];
-    int total = 0, total_stream = 0, total_bulk = 0, total_mma = 0, total_wg = 0, total_sk = 0;
+    int total = 0, total_stream = 0, total_bulk = 0, total_mma = 0, total_wg = 0;
     const int bulk_was = cuda_quant_force_int4_bulk(0), mma_was = cuda_quant_force_int4_mma(1);
     const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
@@ -339,23 +339,6 @@ TEST(int4_every_candidate) {
                 for (int64_t i = 0; i < M * N; i++) y[i] = refb[i] + y0[i];
                 CHECK_MSG(nerr(y2, y, M * N) <= 1e-5, "case %d M %lld %s accumulate: %.3g", cases[ci], (long long)M, path,
                           nerr(y2, y, M * N));
-                if (strstr(path, "-sk,") || strstr(path, "-sk)")) {
-                    /* the persistent form again on two CTAs: each walks many tiles and pieces (a tile's pieces added
-                     * in K order through ws): within the bound, the same run to run, accumulating */
-                    const int cap_was = cuda_quant_test_int4_sk_grid(2);
-                    CHECK_OK(gpu_linear(bw, x, M, K, N, NULL, y2, &e), e);
-                    CHECK_MSG(nerr(y2, refb, M * N) <= 1e-5, "case %d M %lld %s on 2 CTAs: %.3g", cases[ci], (long long)M,
-                              path, nerr(y2, refb, M * N));
-                    float *y3 = malloc(sizeof(float) * (size_t)(M * N));
-                    CHECK(gpu_linear(bw, x, M, K, N, NULL, y3, &e) == VSR_OK &&
-                          memcmp(y2, y3, sizeof(float) * (size_t)(M * N)) == 0);
-                    CHECK_OK(gpu_linear(bw, x, M, K, N, y0, y3, &e), e);
-                    CHECK_MSG(nerr(y3, y, M * N) <= 1e-5, "case %d M %lld %s on 2 CTAs accumulate: %.3g", cases[ci],
-                              (long long)M, path, nerr(y3, y, M * N));
-                    free(y3);
-                    cuda_quant_test_int4_sk_grid(cap_was);
-                    total_sk++;
-                }
                 total++;
             }
             CHECK_MSG(idx >= 2, "case %d M %lld: only %d candidates", cases[ci], (long long)M, idx);
@@ -378,10 +361,8 @@ TEST(int4_every_candidate) {
           cuda_quant_force_int4_wg(wg_was) == 1); /* the default is on */
     CHECK_MSG(total_mma >= 100, "only %d tensor-core tile configurations checked", total_mma);
     CHECK_MSG(!has_wg || total_wg >= 100, "only %d wgmma configurations checked", total_wg);
-    CHECK_MSG(!has_wg || total_sk >= 20, "only %d persistent wgmma configurations checked", total_sk);
     printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's, %d of the "
-           "tensor-core tile kernel's, %d of the wgmma kernel's, %d of them persistent)\n", total, total_bulk, total_stream, total_mma,
-           total_wg, total_sk);
+           "tensor-core tile kernel's, %d of the wgmma kernel's)\n", total, total_bulk, total_stream, total_mma, total_wg);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or

@@ -1265,8 +1265,10 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
 #endif
 
 /* where kind 8's A operand comes from: SS, a shared-memory buffer written by stmatrix; RS, registers, each chunk's
- * products waited for before the next decode; RS2, registers, two sets (the next chunk decoded while one runs) */
-enum { I4G_SS = 0, I4G_RS = 1, I4G_RS2 = 2 };
+ * products waited for before the next decode. (The eleventh session measured two more forms on the H200 and removed
+ * them, slower at every shape: RS with two register sets, the next chunk decoded while one runs; and a persistent
+ * stream-K grid; bench/NOTES.md "Eleventh session".) */
+enum { I4G_SS = 0, I4G_RS = 1 };
 
 /* shared memory of one stage (1024-aligned: the activation rows come first and are wgmma's operand): activation
  * rows, packed tiles, scale rows */
@@ -1395,39 +1397,9 @@ __device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 
 }
 #endif
 
-/* one step of the double-buffered RS form: chunk i's fragments are in cur; issue its products, wait for chunk i - 1's
- * (the group before: its registers nxt and its stage are free again), then decode chunk i + 1 into nxt while chunk i's
- * products run. The fences keep each register set live (not reused by the compiler) until the wait after the next
- * commit, so no instruction writes registers an in-flight wgmma reads (ptxas would serialise them otherwise, C7513);
- * the accumulators are only read by the products until the final wait. */
-#ifdef I4G_ON
-template <int BT, int BN, int S, int ST, bool PC>
-__device__ __forceinline__ void i4g_rs2_step(float (&acc)[BT / 2], uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4], int i,
-                                             int nk, uint32_t sm0, uint32_t full0, uint32_t empty0, uint32_t wof,
-                                             uint32_t sof, uint64_t xd0, int lane) {
-    const int s = i % S;
-    wg_fence();
-#pragma unroll
-    for (int j = 0; j < 4; j++) i4g_mma_rs<BT>(acc, cur[j], xd0 + (uint64_t)((s * ST) >> 4) + 2 * j);
-    wg_commit();
-    wg_wait<1>(); /* chunk i - 1's products are done: nxt, and its stage for the producer */
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) reg_fence(nxt[j][e]);
-    if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % S));
-    if (i + 1 < nk) {
-        const int s1 = (i + 1) % S;
-        const uint32_t st = sm0 + s1 * ST;
-        mbar_wait(full0 + 8 * s1, (unsigned)(((i + 1) / S) & 1)); /* chunk i + 1 has landed */
-        i4g_decode<BN, PC>(st + wof, st + sof, nxt);
-    }
-}
-#endif
-
 /* BT tokens, NWG consumer warpgroups (64 output rows each) and one producer warp, S stages; PC: the group
  * computable per chunk (one scale row a stage), else looked up per 16 columns (four); AF: where A comes from (I4G_SS,
- * I4G_RS, I4G_RS2: below) */
+ * I4G_RS: below) */
 template <int BT, int NWG, int S, bool PC, int AF>
 __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const __grid_constant__ CUtensorMap xm) {
 #ifdef I4G_ON
@@ -1483,27 +1455,6 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
                 }
             }
         }
-    } else if (AF == I4G_RS2) {
-        /* A in registers, double-buffered: chunk i + 1 is decoded into the other register set while chunk i's products
-         * run, so one block keeps the tensor pipe busy (i4g_rs2_step) */
-        const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + (lane >> 2)) * 4;
-        const uint64_t xd0 = wg_desc_k128(sm0);
-        uint32_t a[4][4], b[4][4] = {};
-        if (nk > 0) {
-            mbar_wait(full0, 0u);
-            i4g_decode<BN, PC>(sm0 + wof, sm0 + sof, a);
-        }
-        for (int i = 0; i < nk; i += 2) {
-            i4g_rs2_step<BT, BN, S, ST, PC>(acc, a, b, i, nk, sm0, full0, empty0, wof, sof, xd0, lane);
-            if (i + 1 < nk) i4g_rs2_step<BT, BN, S, ST, PC>(acc, b, a, i + 1, nk, sm0, full0, empty0, wof, sof, xd0, lane);
-        }
-        wg_wait<0>();
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) reg_fence(a[j][e]), reg_fence(b[j][e]); /* the last products' A, live to here */
-        reg_fence<BT / 2>(acc);
-        i4g_store<BT>(p, acc, nt0 + wi, m0, z, lane);
     } else if (AF == I4G_RS) {
         /* A in registers (wgmma's RS form): each warp's decoded fragments feed the warpgroup's wgmma directly, with
          * no A buffer, proxy fence or warpgroup barrier; the products are waited for before the next decode writes
@@ -1569,197 +1520,6 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
     if (!splitk_last_block(p.counters + tile, p.KS)) return;
     splitk_sum(p.ws + m0 * p.N, p.y + m0 * p.N, p.M, p.N, p.KS, p.accumulate, nt0 * 16, BN, vt, NC + 32,
                p.counters + tile);
-#endif
-}
-
-/* ---- kind 8, persistent and stream-K (eleventh session; names ending "-sk") ----
- * Why: the grids of the kernel above are whole tiles (and uniform splits), and the 27B shapes divide badly into the
- * H200's 132 multiprocessors: gate|up stacked (34,816 rows) is 544 blocks of 64 rows on 396 slots (1.37 rounds),
- * gate (17,408) 272 (0.69), and two warpgroups a block (128 rows) 136 blocks on 132 multiprocessors, 4 of them a
- * second round. Here gridDim.x CTAs (as many as fit at once) split the flattened (tile, chunk) iteration space
- * I = tiles x KC evenly: CTA c takes iterations [c I / G, (c + 1) I / G), tiles (token tile fastest) in K order, so
- * every CTA does the same number of chunks to within one. A tile covered by one CTA is stored (or added) as in the
- * kernel above; a tile split between CTAs (at most the first and last of each CTA's range) has each piece's
- * accumulators written to the CTA's slot in ws ([G][2][BT / 2][NC]: slot 0 the piece holding the range's first
- * iteration, 1 the one holding its last), and the last piece to arrive (the tile's counter) adds the pieces in K
- * order, its own from registers: deterministic (the same pieces and order for a given grid), no spinning. The
- * producer thread walks the same iterations into the same S-stage ring as above; the consumers are the RS or RS2
- * forms, finishing a piece at its last chunk (the products waited out first). */
-#ifdef I4G_ON
-/* CTA owning iteration i of I split over G CTAs ([c I / G, (c + 1) I / G)) */
-__device__ __forceinline__ int64_t i4k_owner(int64_t i, int64_t I, int64_t G) { return ((i + 1) * G + I - 1) / I - 1; }
-
-/* the piece of tile t that ends at this CTA's iteration `it`: stored whole, or through ws and the tile's counter */
-template <int BT, int NWG>
-__device__ __forceinline__ void i4k_finish(const i4m &p, const float (&acc)[BT / 2], int64_t it, int64_t a, int64_t b,
-                                           int64_t I, int64_t tiles_m, int *last_flag) {
-    constexpr int NC = NWG * 128, WP = NWG * 4;
-    const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
-    const int64_t KC = p.KC, G = gridDim.x, c = blockIdx.x;
-    const int64_t t = it / KC, tb = t * KC, te = tb + KC, m0 = (t % tiles_m) * BT, nt = (t / tiles_m) * WP + wi;
-    if (a <= tb && b >= te) { /* the whole tile */
-        i4g_store<BT>(p, acc, nt, m0, 0, lane);
-        return;
-    }
-    float *slot = p.ws + ((c * 2 + (a >= tb ? 0 : 1)) * (BT / 2)) * NC + tid;
-#pragma unroll
-    for (int e = 0; e < BT / 2; e++) __stcg(slot + e * NC, acc[e]);
-    __threadfence();
-    asm volatile("bar.sync 8, %0;" ::"n"(NC) : "memory");
-    const int64_t c0 = i4k_owner(tb, I, G), c1 = i4k_owner(te - 1, I, G);
-    if (tid == 0) *last_flag = atomicAdd(p.counters + t, 1u) == (unsigned)(c1 - c0);
-    asm volatile("bar.sync 8, %0;" ::"n"(NC) : "memory");
-    if (!*last_flag) return;
-    __threadfence();
-    /* the last piece to arrive: every piece (its own too, as written) added in K order and stored as i4g_store does,
-     * from ws, so that no second set of accumulators is live */
-    if (nt < p.Np / 16) {
-        const int r = lane >> 2, t4 = lane & 3;
-        constexpr int EB = 16; /* elements at a time: every load issued before any store (see splitk_sum) */
-#pragma unroll 1
-        for (int e0 = 0; e0 < BT / 2; e0 += EB) {
-            float v[EB];
-            for (int64_t cc = c0; cc <= c1; cc++) {
-                const float *src = p.ws + ((cc * 2 + (cc * I / G >= tb ? 0 : 1)) * (BT / 2) + e0) * NC + tid;
-#pragma unroll
-                for (int i = 0; i < EB; i++) {
-                    const float w = __ldcg(src + i * NC);
-                    v[i] = cc == c0 ? w : v[i] + w;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < EB; i++) {
-                const int e = e0 + i;
-                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0), m = m0 + (e >> 2) * 8 + t4 * 2 + (e & 1);
-                if (n < p.N && m < p.M && p.accumulate) v[i] = p.y[m * p.N + n] + v[i];
-            }
-#pragma unroll
-            for (int i = 0; i < EB; i++) {
-                const int e = e0 + i;
-                const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0), m = m0 + (e >> 2) * 8 + t4 * 2 + (e & 1);
-                if (n < p.N && m < p.M) p.y[m * p.N + n] = v[i];
-            }
-        }
-    }
-    if (tid == 0) p.counters[t] = 0; /* for the next launch (stream-ordered) */
-}
-#endif
-
-template <int BT, int NWG, int S, bool PC, int AF>
-__global__ void __launch_bounds__(NWG * 128 + 32, NWG == 1 && BT <= 128 ? 3 : 1) k_i4_wgk( /* 3 a multiprocessor */const i4m p, const __grid_constant__ CUtensorMap xm) {
-#ifdef I4G_ON
-    static_assert(AF == I4G_RS || AF == I4G_RS2, "the persistent form has A in registers");
-    constexpr int BN = NWG * 64, XB = BT * 128, WB = NWG * 2048;
-    constexpr int ST = i4g_stage(BT, NWG, PC ? 1 : 4), WP = NWG * 4;
-    static_assert(S >= 2, "stages");
-    extern __shared__ __align__(1024) unsigned char i4g_sm[];
-    __shared__ int last_flag;
-    const uint32_t sm0 = (smem_u32(i4g_sm) + 1023u) & ~1023u;
-    const uint32_t full0 = sm0 + S * ST, empty0 = full0 + S * 8; /* mbarriers: + 8 s */
-    const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
-    const int64_t NT = p.Np / 16, KC = p.KC;
-    const int64_t tiles_m = (p.M + BT - 1) / BT, tiles_n = (NT + WP - 1) / WP, I = tiles_m * tiles_n * KC;
-    const int64_t a = (int64_t)blockIdx.x * I / gridDim.x, b = ((int64_t)blockIdx.x + 1) * I / gridDim.x;
-    if (tid == 0)
-        for (int s = 0; s < S; s++) mbar_init(full0 + 8 * s, 1), mbar_init(empty0 + 8 * s, NWG * 4);
-    __syncthreads();
-    if (wi == NWG * 4) {
-        /* the producer (one thread): iteration a + j into stage j % S, as the kernel above; the tile, chunk, group and
-         * stage are carried from one iteration to the next (no 64-bit division in the loop) */
-        if (lane == 0) {
-            int64_t t = a / KC, tm = t % tiles_m, tn = t / tiles_m;
-            int kc = (int)(a - t * KC), s = 0, r = 0;
-            int gq = p.gchunks > 0 ? kc / p.gchunks : 0, gr = p.gchunks > 0 ? kc % p.gchunks : 0;
-            for (int64_t j = 0; j < b - a; j++) {
-                if (r > 0) mbar_wait(empty0 + 8 * s, (unsigned)((r - 1) & 1));
-                const int64_t nt0 = tn * WP, m0 = tm * BT;
-                const int nwt = NT - nt0 < WP ? (int)(NT - nt0) : WP;
-                const uint32_t sbytes = (uint32_t)(p.Np - nt0 * 16 < BN ? p.Np - nt0 * 16 : BN) * 4;
-                const uint32_t st = sm0 + s * ST, bar = full0 + 8 * s;
-                mbar_expect_tx(bar, (uint32_t)XB + (uint32_t)nwt * 512 + (PC ? 1 : 4) * sbytes);
-                tma_load_2d(st, &xm, bar, kc * 64, (int)m0);
-                for (int q = 0; q < nwt; q++) bulk_g2s(st + XB + q * 512, p.wq + ((nt0 + q) * KC + kc) * 32, 512, bar);
-                if (PC) {
-                    bulk_g2s(st + XB + WB, p.sz + (int64_t)(gq < p.G - 1 ? gq : p.G - 1) * p.Np + nt0 * 16, sbytes, bar);
-                } else {
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-                        bulk_g2s(st + XB + WB + (uint32_t)(q * BN) * 4,
-                                 p.sz + (int64_t)__ldg(p.kgrp + (int64_t)kc * 4 + q) * p.Np + nt0 * 16, sbytes, bar);
-                }
-                if (++gr == p.gchunks) gr = 0, gq++;
-                if (++kc == KC) {
-                    kc = 0, gq = 0, gr = 0;
-                    if (++tm == tiles_m) tm = 0, tn++;
-                }
-                if (++s == S) s = 0, r++;
-            }
-        }
-        return;
-    }
-    float acc[BT / 2];
-#pragma unroll
-    for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
-    const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + (lane >> 2)) * 4;
-    const uint64_t xd0 = wg_desc_k128(sm0);
-    if constexpr (AF == I4G_RS2) {
-        /* piece by piece (a tile's chunks in this CTA's range), each an i4g_rs2_step loop with the products of its last
-         * chunk waited out after the loop (no wait under a branch: ptxas serialises every wgmma otherwise, C7518); the
-         * step decodes across the piece's end, so the next piece's first chunk is in fb after an odd piece (moved) */
-        uint32_t fa[4][4], fb[4][4] = {};
-        mbar_wait(full0, 0u); /* b > a: the host launches at most I CTAs */
-        i4g_decode<BN, PC>(sm0 + wof, sm0 + sof, fa);
-        for (int64_t it0 = a; it0 < b;) {
-            const int64_t t = it0 / KC, it1 = (t + 1) * KC < b ? (t + 1) * KC : b;
-            const int n = (int)(it1 - it0), j0 = (int)(it0 - a), nk = (int)(b - a);
-            for (int i = 0; i < n; i += 2) {
-                i4g_rs2_step<BT, BN, S, ST, PC>(acc, fa, fb, j0 + i, nk, sm0, full0, empty0, wof, sof, xd0, lane);
-                if (i + 1 < n)
-                    i4g_rs2_step<BT, BN, S, ST, PC>(acc, fb, fa, j0 + i + 1, nk, sm0, full0, empty0, wof, sof, xd0, lane);
-            }
-            wg_wait<0>();
-            reg_fence<BT / 2>(acc);
-            i4k_finish<BT, NWG>(p, acc, it1 - 1, a, b, I, tiles_m, &last_flag);
-#pragma unroll
-            for (int e = 0; e < BT / 2; e++) acc[e] = 0.0f;
-            if (n & 1) /* the next piece's first chunk was decoded into fb; every product is done */
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) fa[q][e] = fb[q][e];
-            it0 = it1;
-        }
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) reg_fence(fa[q][e]), reg_fence(fb[q][e]);
-    } else {
-        int kc = (int)(a % KC), s = 0, r = 0; /* carried, as the producer's */
-        for (int64_t it = a; it < b; it++) {
-            const uint32_t st = sm0 + s * ST;
-            mbar_wait(full0 + 8 * s, (unsigned)(r & 1));
-            uint32_t f[4][4];
-            i4g_decode<BN, PC>(st + wof, st + sof, f);
-            wg_fence();
-#pragma unroll
-            for (int q = 0; q < 4; q++) i4g_mma_rs<BT>(acc, f[q], xd0 + (uint64_t)((s * ST) >> 4) + 2 * q);
-            wg_commit();
-            wg_wait<0>();
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) reg_fence(f[q][e]);
-            if (lane == 0) mbar_arrive(empty0 + 8 * s);
-            if (kc == KC - 1 || it == b - 1) {
-                reg_fence<BT / 2>(acc);
-                i4k_finish<BT, NWG>(p, acc, it, a, b, I, tiles_m, &last_flag);
-#pragma unroll
-                for (int e = 0; e < BT / 2; e++) acc[e] = 0.0f;
-            }
-            if (++kc == KC) kc = 0;
-            if (++s == S) s = 0, r++;
-        }
-    }
 #endif
 }
 
@@ -1975,37 +1735,24 @@ static size_t i4m_smem(const quant_wmeta *m, int ti) {
 }
 
 /* kind 8, the wgmma kernel (17-256 rows, capability 9.0): BT tokens, NWG warpgroups of 64 output rows, S stages
- * (shared memory i4g_smem_bytes: 43-161 KB); af: I4G_SS, or A in registers (I4G_RS, I4G_RS2: no A buffers, so 2-4
+ * (shared memory i4g_smem_bytes: 43-161 KB); af: I4G_SS, or A in registers (I4G_RS: no A buffers, so 2-4
  * blocks a multiprocessor) */
-#define I4G_K(bt, nwg, s, af) bt, nwg, s, af, 0, {k_i4_wg<bt, nwg, s, false, af>, k_i4_wg<bt, nwg, s, true, af>}
-#define I4G_KP(bt, nwg, s, af) bt, nwg, s, af, 1, {k_i4_wgk<bt, nwg, s, false, af>, k_i4_wgk<bt, nwg, s, true, af>}
+#define I4G_K(bt, nwg, s, af) bt, nwg, s, af, {k_i4_wg<bt, nwg, s, false, af>, k_i4_wg<bt, nwg, s, true, af>}
 static const struct {
-    int bt, nwg, s, af; /* af: I4G_SS, I4G_RS or I4G_RS2 */
-    int sk;             /* the persistent stream-K form (k_i4_wgk) */
+    int bt, nwg, s, af; /* af: I4G_SS or I4G_RS */
     i4g_kern k[2];      /* [gchunks > 0] */
 } I4G_TAB[] = {
     {I4G_K(32, 1, 8, 0)},  {I4G_K(64, 1, 8, 0)},  {I4G_K(64, 2, 5, 0)},  {I4G_K(128, 1, 4, 0)}, {I4G_K(128, 2, 4, 0)},
     {I4G_K(256, 1, 4, 0)}, {I4G_K(256, 2, 3, 0)}, {I4G_K(32, 1, 6, 1)},  {I4G_K(64, 1, 4, 1)},  {I4G_K(64, 2, 4, 1)},
     {I4G_K(128, 1, 3, 1)}, {I4G_K(128, 1, 4, 1)}, {I4G_K(128, 2, 3, 1)}, {I4G_K(256, 1, 3, 1)}, {I4G_K(64, 1, 3, 1)},
-    {I4G_K(128, 1, 2, 1)}, {I4G_K(256, 1, 2, 1)}, {I4G_K(64, 1, 4, 2)},  {I4G_K(128, 1, 3, 2)}, {I4G_K(128, 1, 4, 2)},
-    {I4G_K(128, 2, 3, 2)}, {I4G_K(256, 1, 3, 2)},
-    {I4G_KP(64, 1, 4, 1)}, {I4G_KP(64, 1, 4, 2)}, {I4G_KP(128, 1, 3, 2)}, {I4G_KP(128, 2, 4, 2)},
-    {I4G_KP(128, 2, 6, 2)}, {I4G_KP(64, 2, 6, 2)},
+    {I4G_K(128, 1, 2, 1)}, {I4G_K(256, 1, 2, 1)},
 };
 #undef I4G_K
-#undef I4G_KP
 #define I4G_N ((int)(sizeof I4G_TAB / sizeof I4G_TAB[0]))
 static unsigned g_i4g_attr[I4G_N][2];
 static int g_i4g_static[I4G_N][2];
 static size_t i4g_smem(const quant_wmeta *m, int ti) {
     return (size_t)i4g_smem_bytes(I4G_TAB[ti].bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s, m->gchunks > 0 ? 1 : 4, I4G_TAB[ti].af != I4G_SS);
-}
-static int g_i4g_occ[I4G_N][2]; /* blocks a multiprocessor of the persistent entries, once known */
-static int g_i4k_grid_cap;      /* the tests' cap on the persistent grid (0: none) */
-extern "C" int cuda_quant_test_int4_sk_grid(int cap) {
-    const int old = g_i4k_grid_cap;
-    g_i4k_grid_cap = cap > 0 ? cap : 0;
-    return old;
 }
 
 /* the opt-in dynamic shared memory limit of kernel k (the device's less k's static shared memory, read once
@@ -2048,10 +1795,9 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     return VSR_OK;
 }
 
-/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (the
- * persistent kind-8 entries list one each); a list that outgrew it would be cut short, so the check below keeps
- * theirs within it */
-#define I4_MAX_CAND 320
+/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (216);
+ * a list that outgrew it would be cut short, so the check below keeps theirs within it */
+#define I4_MAX_CAND 224
 #define I4M_KS_N 8 /* the splits kinds 7 and 8 list (i4_candidates_mma) */
 static_assert((I4M_N + I4G_N) * I4M_KS_N <= I4_MAX_CAND, "every kind-7 and kind-8 configuration fits the candidate list");
 typedef struct i4_run {
@@ -2083,32 +1829,6 @@ static size_t i4t_cfg_smem(const quant_wmeta *m, i4_cfg cfg, int64_t vt) {
     return i4t_smem(cfg.w, cfg.u, cfg.d, vt, per, ng);
 }
 
-/* the persistent kind-8 entry ti's grid for run r: as many CTAs as fit on the device at once (its occupancy, read
- * once), at most one per iteration (tiles x chunks), at most the tests' cap; sets the kernel's attributes */
-static vsr_status i4k_grid(cuda_ctx *c, const i4_run *r, int ti, int64_t *G, vsr_err *err) {
-    const quant_wmeta *m = r->m;
-    const int pc = m->gchunks > 0, bt = I4G_TAB[ti].bt, wp = I4G_TAB[ti].nwg * 4;
-    const void *k = (const void *)I4G_TAB[ti].k[pc];
-    const size_t smem = i4g_smem(m, ti), maxdyn = i4_kern_maxdyn(c, k, &g_i4g_static[ti][pc]);
-    if (smem > maxdyn)
-        return vsr_err_set(err, VSR_E_INTERNAL, "int4: wgmma kernel needs %zu bytes of shared memory (at most %zu)", smem,
-                           maxdyn);
-    vsr_status st = i4_attrs_once(c, k, &g_i4g_attr[ti][pc], maxdyn, "int4 wgmma kernel", err);
-    if (st) return st;
-    if (!g_i4g_occ[ti][pc]) {
-        int occ = 0;
-        if ((st = cuda_check(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, I4G_TAB[ti].nwg * 128 + 32, smem),
-                             "int4 wgmma kernel: occupancy", err)))
-            return st;
-        g_i4g_occ[ti][pc] = occ > 0 ? occ : 1;
-    }
-    const int64_t iters = (r->M + bt - 1) / bt * ((m->Np / 16 + wp - 1) / wp) * (m->Kp / 64);
-    int64_t g = (int64_t)g_i4g_occ[ti][pc] * (c->sm_count > 0 ? c->sm_count : 1);
-    if (g_i4k_grid_cap > 0 && g > g_i4k_grid_cap) g = g_i4k_grid_cap;
-    *G = g < iters ? g : iters;
-    return VSR_OK;
-}
-
 static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
     quant_state *q;
     vsr_status st = quant_state_get(c, &q, err);
@@ -2117,13 +1837,8 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
     int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
     int64_t ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
     float *ws = NULL;
-    /* the persistent kind 8: its grid, and per CTA two slots of a piece's accumulators */
-    const int sk = cfg.kind == 8 && cfg.d >= 0 && cfg.d < I4G_N && I4G_TAB[cfg.d].sk;
-    int64_t skG = 0;
-    if (sk && (st = i4k_grid(c, r, cfg.d, &skG, err))) return st;
-    if (cfg.ks > 1 || sk) {
-        const int64_t wsf = sk ? skG * I4G_TAB[cfg.d].bt * I4G_TAB[cfg.d].nwg * 128 : cfg.ks * r->M * N;
-        if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)wsf, "int4 split-K", err)))
+    if (cfg.ks > 1) {
+        if ((st = quant_grow(c, &q->aux, &q->aux_bytes, sizeof(float) * (size_t)(cfg.ks * r->M * N), "int4 split-K", err)))
             return st;
         size_t need = (size_t)(NT * ntg); /* >= the tiles of either kind */
         if (need > q->counters_n) {
@@ -2210,7 +1925,6 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: wgmma kernel: the driver refused the activations' TMA "
                                "descriptor (M %lld, row stride %lld)", (long long)r->M, (long long)r->ldx);
         dim3 grid((unsigned)((r->M + bt - 1) / bt), (unsigned)((NT + bn - 1) / bn), (unsigned)cfg.ks);
-        if (sk) grid = dim3((unsigned)skG), p.KS = 1; /* one CTA per multiprocessor slot; pieces through ws */
         I4G_TAB[ti].k[pc]<<<grid, I4G_TAB[ti].nwg * 128 + 32, smem, c->stream>>>(p, xm);
         return cuda_check_launch(c, "int4 fused (wgmma)", err);
     }
@@ -2409,15 +2123,6 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
         const int pc = m->gchunks > 0;
         if (i4g_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4G_TAB[ti].k[pc], &g_i4g_static[ti][pc])) continue;
         const int64_t blocks1 = (NT + nb - 1) / nb * ((bucket + mt - 1) / mt);
-        if (I4G_TAB[ti].sk) { /* the persistent form: one entry, its grid from the device */
-            if (r->n >= I4_MAX_CAND) return;
-            r->cand[r->n] = (i4_cfg){8, mt, nb, 1, 1, ti};
-            snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-sk", I4G_TAB[ti].bt, I4G_TAB[ti].nwg,
-                     I4G_TAB[ti].s, I4G_TAB[ti].af == I4G_RS2 ? "d" : "r");
-            r->name_ptr[r->n] = r->names[r->n];
-            r->n++;
-            continue;
-        }
         for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
             const int ks = KSL[b];
             const int64_t per = (KC + ks - 1) / ks;
@@ -2427,7 +2132,7 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
             if (r->n >= I4_MAX_CAND) return;
             r->cand[r->n] = (i4_cfg){8, mt, nb, ks, 1, ti};
             snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-ks%d", I4G_TAB[ti].bt, I4G_TAB[ti].nwg,
-                     I4G_TAB[ti].s, I4G_TAB[ti].af == I4G_RS2 ? "d" : I4G_TAB[ti].af == I4G_RS ? "r" : "", ks);
+                     I4G_TAB[ti].s, I4G_TAB[ti].af == I4G_RS ? "r" : "", ks);
             r->name_ptr[r->n] = r->names[r->n];
             r->n++;
         }

@@ -75,9 +75,6 @@ vsr_status cuda_quant_set_options(void *ctx, const char *dtype, const char *auto
 /* TEST-ONLY: pretend the device has compute capability major.minor (gating tests, e.g. an
  * Ampere 8.0 for the FP8 refusal); returns the real one as major*10+minor. */
 int cuda_quant_test_fake_cc(void *ctx, int major, int minor);
-/* TEST-ONLY: at most cap CTAs for the persistent (stream-K) int4 wgmma kernel, so each walks several tiles
- * (0: none); returns the previous cap. */
-int cuda_quant_test_int4_sk_grid(int cap);
 
 #ifdef __cplusplus
 }
