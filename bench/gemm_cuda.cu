@@ -19,7 +19,9 @@
  * Usage: gemm_cuda [rows,rows,...] [--shapes=name,name,...] [--fp8-gemm] | gemm_cuda --lt-search (see lt_search_bench)
  *   --fp8-gemm: the FP8 GEMM alone by the forward's route (fp8_pq_route_cool: FP32 out; fp8_kept_lt_cool: the
  *   outer-vector-scaled product kept in BF16, as torch._scaled_mm writes it), each point from an idle GPU
- *   VSR_SWEEP_GRAPH=1: each point from a CUDA graph of its launches (time_graph_us) */
+ *   VSR_SWEEP_GRAPH=1: each point from a CUDA graph of its launches (time_graph_us)
+ *   VSR_SWEEP_ACC=1: the int4_bf16in rows at 17-256 rows add into y (accumulate, as the forward's down and o/out
+ *   projections do) instead of storing */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -528,14 +530,15 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
             } else if (M <= 256) { /* int4_prev: kinds 0 and 1 (the tensor-core tile kernel off); BF16 in */
+                const int acc = getenv("VSR_SWEEP_ACC") && !strcmp(getenv("VSR_SWEEP_ACC"), "1");
                 const int mma_was = cuda_quant_force_int4_mma(0);
                 us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
                 fprintf(stderr, "%s M %lld int4 prev path %s\n", s.name, (long long)M, cuda_quant_last_path());
                 row("int4_prev", s, M, us, by_i4, act);
                 cuda_quant_force_int4_mma(mma_was);
-                us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, 0, &e)); });
+                us = time_us([&](int i) { CK(cuda_int4_linear_bf16(C, xb, M, W4[i % W4.size()], y, acc, &e)); });
                 fprintf(stderr, "%s M %lld int4 bf16-in path %s\n", s.name, (long long)M, cuda_quant_last_path());
-                row("int4_bf16in", s, M, us, by_i4, 2.0 * M * K + 4.0 * M * N);
+                row(acc ? "int4_bf16in_acc" : "int4_bf16in", s, M, us, by_i4, 2.0 * M * K + (acc ? 8.0 : 4.0) * M * N);
             }
         }
         for (auto *w : Wb) B.ops->weight_free(B.ctx, w);
