@@ -59,6 +59,7 @@ int cuda_quant_force_int4_bulk(int on);
 int cuda_quant_force_int4_mma(int on);
 /* the wgmma int4 kernel (17-256 rows, capability 9.0, tenth pass; listed with the tile kernel), likewise */
 int cuda_quant_force_int4_wg(int on);
+int cuda_quant_force_int4_acc_sep(int on);
 /* from src/backend/cuda/quant_fp8.cu: fp8_scaled against x / s over n draws (counts: quotients >= 2^-12 that
  * differ, e4m3 codes that differ, draws on the multiply path) */
 vsr_status cuda_fp8_div_check(struct cuda_ctx *c, uint64_t seed, int64_t n, int64_t counts[3], vsr_err *err);
@@ -339,6 +340,17 @@ TEST(int4_every_candidate) {
                 for (int64_t i = 0; i < M * N; i++) y[i] = refb[i] + y0[i];
                 CHECK_MSG(nerr(y2, y, M * N) <= 1e-5, "case %d M %lld %s accumulate: %.3g", cases[ci], (long long)M, path,
                           nerr(y2, y, M * N));
+                if (M > 16) { /* the other way of adding into y (the product stored, then added): the same bits */
+                    float *y3 = malloc(sizeof(float) * (size_t)(M * N));
+                    const int sep = cuda_quant_force_int4_acc_sep(1);
+                    cuda_quant_force_int4_acc_sep(!sep);
+                    CHECK_OK(gpu_linear(bw, x, M, K, N, y0, y3, &e), e);
+                    CHECK_MSG(memcmp(y2, y3, sizeof(float) * (size_t)(M * N)) == 0,
+                              "case %d M %lld %s: accumulating with the product %s differs", cases[ci], (long long)M, path,
+                              sep ? "added by the epilogue" : "stored, then added");
+                    cuda_quant_force_int4_acc_sep(sep);
+                    free(y3);
+                }
                 total++;
             }
             CHECK_MSG(idx >= 2, "case %d M %lld: only %d candidates", cases[ci], (long long)M, idx);
@@ -356,6 +368,7 @@ TEST(int4_every_candidate) {
     CHECK(cuda_quant_force_int4_mma(0) == 0 && cuda_quant_force_int4_mma(mma_was) == 0 &&
           cuda_quant_force_int4_mma(mma_was) == 1); /* the default is on */
     CHECK_MSG(!has_bulk || total_bulk >= 60, "only %d bulk-copy configurations checked", total_bulk);
+    CHECK(cuda_quant_force_int4_acc_sep(-1) == -1 && cuda_quant_force_int4_acc_sep(2) == -1);
     CHECK(cuda_quant_force_int4_wg(-1) == -1 && cuda_quant_force_int4_wg(2) == -1);
     CHECK(cuda_quant_force_int4_wg(0) == 1 && cuda_quant_force_int4_wg(wg_was) == 0 &&
           cuda_quant_force_int4_wg(wg_was) == 1); /* the default is on */

@@ -78,6 +78,15 @@ extern "C" int cuda_quant_force_int4_mma(int on) {
     return cuda_env_switch_set("VSR_CUDA_INT4_MMA", 1, &g_int4_mma, on, 1);
 }
 
+/* adding into y at 17-256 rows: the fused kernels store the product into a scratch buffer and a second pass adds it
+ * into y (VSR_CUDA_INT4_ACC_SEP=1, read once, or cuda_quant_force_int4_acc_sep), instead of each kernel's epilogue
+ * loading y itself; the sums are the same (y + product) */
+static int g_int4_acc_sep = -1;
+static int quant_int4_acc_sep_on(void) { return cuda_env_switch("VSR_CUDA_INT4_ACC_SEP", 0, &g_int4_acc_sep); }
+extern "C" int cuda_quant_force_int4_acc_sep(int on) {
+    return cuda_env_switch_set("VSR_CUDA_INT4_ACC_SEP", 0, &g_int4_acc_sep, on, 1);
+}
+
 /* the wgmma kernel (kind 8, tenth pass, 17-256 rows, capability 9.0), listed with kind 7: on unless
  * VSR_CUDA_INT4_WG=0 (read once) or cuda_quant_force_int4_wg(0) */
 static int g_int4_wg = -1;
@@ -1534,6 +1543,19 @@ __global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M,
     out[id] = k >= 0 ? x[t * K + k] : __float2bfloat16_rn(0.0f);
 }
 
+/* y[i] += t[i] over n floats (four at a time where both are 16-byte aligned and n is a multiple of 4) */
+__global__ void k_i4_addto(float *__restrict__ y, const float *__restrict__ t, int64_t n, int vec) {
+    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (vec) {
+        if (id * 4 >= n) return;
+        float4 a = ((const float4 *)y)[id];
+        const float4 b = ((const float4 *)t)[id];
+        a.x = a.x + b.x, a.y = a.y + b.y, a.z = a.z + b.z, a.w = a.w + b.w;
+        ((float4 *)y)[id] = a;
+    } else if (id < n)
+        y[id] = y[id] + t[id];
+}
+
 /* bf16 -> FP32 (exact), for the previous fused kernels when the caller gives BF16 */
 __global__ void k_i4_widen(const __nv_bfloat16 *__restrict__ x, int64_t n, float *__restrict__ out) {
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1969,6 +1991,21 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
                                           (const uint4 *)q->act, r->M, N, m->Np, KC, r->Mt, cfg.ks, y, accumulate, ws,
                                           q->counters);
     return cuda_check_launch(c, "int4 fused", err);
+}
+
+/* i4_launch for the caller's y: adding into y at 17-256 rows with VSR_CUDA_INT4_ACC_SEP, the product into a scratch
+ * buffer (quant_state.wtmp: unused by the fused path otherwise) and then k_i4_addto */
+static vsr_status i4_launch_y(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
+    if (!accumulate || r->M <= 16 || !quant_int4_acc_sep_on()) return i4_launch(c, r, cfg, y, accumulate, err);
+    quant_state *q;
+    vsr_status st = quant_state_get(c, &q, err);
+    const int64_t n = r->M * r->w->v.N;
+    if (st || (st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)n, "int4 product", err)) ||
+        (st = i4_launch(c, r, cfg, (float *)q->wtmp, 0, err)))
+        return st;
+    const int vec = n % 4 == 0 && ((uintptr_t)y & 15) == 0 && ((uintptr_t)q->wtmp & 15) == 0;
+    k_i4_addto<<<nblocks(vec ? n / 4 : n, 256), 256, 0, c->stream>>>(y, (const float *)q->wtmp, n, vec);
+    return cuda_check_launch(c, "int4 add into y", err);
 }
 
 static void i4_add(i4_run *r, int kind, int mt, int w, int ks, int u) {
@@ -2436,7 +2473,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
         const i4_memo *mo = fc < 0 ? i4_memo_find(q, key, m->gchunks > 0) : NULL;
         if (mo) { /* this key resolved before in this ctx: no list to build */
             quant_set_last_path("int4:fused(%s,src=%s)", mo->name, mo->src);
-            return i4_launch(c, &r, mo->cfg, y, accumulate, err);
+            return i4_launch_y(c, &r, mo->cfg, y, accumulate, err);
         }
         if (!(stream || mma))
             i4_candidates(c, &r, bucket);
@@ -2471,7 +2508,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
         if (fc < 0 && strcmp(src, "default(capturing)") != 0 &&
             (st = i4_memo_add(c, q, key, m->gchunks > 0, cfg, r.names[choice], src, err)))
             return st;
-        return i4_launch(c, &r, cfg, y, accumulate, err);
+        return i4_launch_y(c, &r, cfg, y, accumulate, err);
     }
     /* unpack once per call, then BF16 cuBLASLt */
     size_t xb_bytes = sizeof(__nv_bfloat16) * (size_t)(M * Kp), wb_bytes = sizeof(__nv_bfloat16) * (size_t)(N * Kp);
