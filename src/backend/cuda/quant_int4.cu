@@ -43,6 +43,8 @@
  * RS form is the default at 33-256 rows (gate_up 128 rows: 62.6 us against kind 7's 101.3); VSR_CUDA_INT4_WG=0 /
  * cuda_quant_force_int4_wg(0) lists kind 7 alone (NOTES "Tenth session").
  * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
+ * Adding into y (the forward's down and o/out projections) at 17-256 rows: the product is stored into a scratch
+ * buffer and added by a second pass (i4_launch_y; VSR_CUDA_INT4_ACC_SEP=0 for the epilogues' own loads).
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (ops.cu). */
 #include <stdio.h>
@@ -79,12 +81,14 @@ extern "C" int cuda_quant_force_int4_mma(int on) {
 }
 
 /* adding into y at 17-256 rows: the fused kernels store the product into a scratch buffer and a second pass adds it
- * into y (VSR_CUDA_INT4_ACC_SEP=1, read once, or cuda_quant_force_int4_acc_sep), instead of each kernel's epilogue
- * loading y itself; the sums are the same (y + product) */
+ * into y, instead of each kernel's epilogue loading y itself (all blocks reach their epilogue together, so its round
+ * trips to L2 were not hidden: 9-19 us a call on the H200, against 2-5 us for the second pass; bench/NOTES.md
+ * "Eleventh session", call 5). The sums are the same (y + product). On unless VSR_CUDA_INT4_ACC_SEP=0 (read once)
+ * or cuda_quant_force_int4_acc_sep(0). */
 static int g_int4_acc_sep = -1;
-static int quant_int4_acc_sep_on(void) { return cuda_env_switch("VSR_CUDA_INT4_ACC_SEP", 0, &g_int4_acc_sep); }
+static int quant_int4_acc_sep_on(void) { return cuda_env_switch("VSR_CUDA_INT4_ACC_SEP", 1, &g_int4_acc_sep); }
 extern "C" int cuda_quant_force_int4_acc_sep(int on) {
-    return cuda_env_switch_set("VSR_CUDA_INT4_ACC_SEP", 0, &g_int4_acc_sep, on, 1);
+    return cuda_env_switch_set("VSR_CUDA_INT4_ACC_SEP", 1, &g_int4_acc_sep, on, 1);
 }
 
 /* the wgmma kernel (kind 8, tenth pass, 17-256 rows, capability 9.0), listed with kind 7: on unless
@@ -1993,8 +1997,8 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
     return cuda_check_launch(c, "int4 fused", err);
 }
 
-/* i4_launch for the caller's y: adding into y at 17-256 rows with VSR_CUDA_INT4_ACC_SEP, the product into a scratch
- * buffer (quant_state.wtmp: unused by the fused path otherwise) and then k_i4_addto */
+/* i4_launch for the caller's y: adding into y at 17-256 rows (unless VSR_CUDA_INT4_ACC_SEP=0), the product into a
+ * scratch buffer (quant_state.wtmp: unused by the fused path otherwise) and then k_i4_addto */
 static vsr_status i4_launch_y(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
     if (!accumulate || r->M <= 16 || !quant_int4_acc_sep_on()) return i4_launch(c, r, cfg, y, accumulate, err);
     quant_state *q;
