@@ -81,6 +81,17 @@ int cuda_env_switch(const char *name, int dflt, int *cache);
 int cuda_env_mode(const char *name, int dflt, int maxv, int *cache);
 /* the tests' setter of either: on in [0, maxv] replaces the cached value; the old value (-1: out of range) */
 int cuda_env_switch_set(const char *name, int dflt, int *cache, int on, int maxv);
+#ifdef __cplusplus
+/* A 0/1 knob of a .cu file: `SC int on_fn(void)` reads the environment variable env once (default dflt, SC: static
+ * or nothing), and the tests' setter `extern "C" int force_fn(int on)` replaces it (cuda_env_switch_set's contract:
+ * the old value, or -1 for on outside 0..1), both over one cache */
+#define CUDA_ENV_KNOB(SC, on_fn, force_fn, env, dflt)                                                                  \
+    static int on_fn##_cache = -1;                                                                                     \
+    SC int on_fn(void) { return cuda_env_switch(env, dflt, &on_fn##_cache); }                                          \
+    extern "C" int force_fn(int on) { return cuda_env_switch_set(env, dflt, &on_fn##_cache, on, 1); }
+#endif
+/* y[i] += x[i] for n floats, launched on c's stream (the caller checks the launch). */
+void cuda_add_into(cuda_ctx *c, float *y, const float *x, int64_t n);
 /* Grow-only scratch (see cuda_ctx). */
 vsr_status cuda_scratch(cuda_ctx *c, size_t bytes, void **out, vsr_err *err);
 vsr_status cuda_scratch2(cuda_ctx *c, size_t bytes, void **out, vsr_err *err);

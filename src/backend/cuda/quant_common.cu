@@ -30,11 +30,7 @@ extern "C" int cuda_quant_force_int4_cfg(int idx) {
 }
 int quant_forced_int4_cfg(void) { return g_force_int4_cfg; }
 /* the int4 streaming kernel (M <= 16): on unless VSR_CUDA_INT4_STREAM=0 (read once) or switched by the knob */
-static int g_int4_stream = -1;
-int quant_int4_stream_on(void) { return cuda_env_switch("VSR_CUDA_INT4_STREAM", 1, &g_int4_stream); }
-extern "C" int cuda_quant_force_int4_stream(int on) {
-    return cuda_env_switch_set("VSR_CUDA_INT4_STREAM", 1, &g_int4_stream, on, 1);
-}
+CUDA_ENV_KNOB(, quant_int4_stream_on, cuda_quant_force_int4_stream, "VSR_CUDA_INT4_STREAM", 1)
 /* FP8 fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM, and the own sm_90a kernel's "fast"): the
  * tensor cores' partial sums go straight into the accumulator, without a promotion into FP32 every
  * K block, as vLLM's FP8 W8A8 GEMMs on Hopper run (CUTLASS's KernelTmaWarpSpecialized*FP8FastAccum).

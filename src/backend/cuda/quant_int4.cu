@@ -66,38 +66,22 @@ extern int quant_int4_stream_on(void);
 /* the bulk-copy streaming kernel (kind 5, sixth pass, M <= 16): VSR_CUDA_INT4_BULK=1 (read once) or
  * cuda_quant_force_int4_bulk(1). OFF by default: verified on the H200 (2026-11-29c) but no faster than
  * k_i4_stream (NOTES "sixth pass") */
-static int g_int4_bulk = -1;
-static int quant_int4_bulk_on(void) { return cuda_env_switch("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk); }
-extern "C" int cuda_quant_force_int4_bulk(int on) {
-    return cuda_env_switch_set("VSR_CUDA_INT4_BULK", 0, &g_int4_bulk, on, 1);
-}
+CUDA_ENV_KNOB(static, quant_int4_bulk_on, cuda_quant_force_int4_bulk, "VSR_CUDA_INT4_BULK", 0)
 
 /* the tensor-core tile kernel (kind 7, ninth pass, 17-256 rows): on unless VSR_CUDA_INT4_MMA=0 (read once) or
  * cuda_quant_force_int4_mma(0), which keep kinds 0 and 1 there */
-static int g_int4_mma = -1;
-static int quant_int4_mma_on(void) { return cuda_env_switch("VSR_CUDA_INT4_MMA", 1, &g_int4_mma); }
-extern "C" int cuda_quant_force_int4_mma(int on) {
-    return cuda_env_switch_set("VSR_CUDA_INT4_MMA", 1, &g_int4_mma, on, 1);
-}
+CUDA_ENV_KNOB(static, quant_int4_mma_on, cuda_quant_force_int4_mma, "VSR_CUDA_INT4_MMA", 1)
 
 /* adding into y at 17-256 rows: the fused kernels store the product into a scratch buffer and a second pass adds it
  * into y, instead of each kernel's epilogue loading y itself (all blocks reach their epilogue together, so its round
  * trips to L2 were not hidden: 9-19 us a call on the H200, against 2-5 us for the second pass; bench/NOTES.md
  * "Eleventh session", call 5). The sums are the same (y + product). On unless VSR_CUDA_INT4_ACC_SEP=0 (read once)
  * or cuda_quant_force_int4_acc_sep(0). */
-static int g_int4_acc_sep = -1;
-static int quant_int4_acc_sep_on(void) { return cuda_env_switch("VSR_CUDA_INT4_ACC_SEP", 1, &g_int4_acc_sep); }
-extern "C" int cuda_quant_force_int4_acc_sep(int on) {
-    return cuda_env_switch_set("VSR_CUDA_INT4_ACC_SEP", 1, &g_int4_acc_sep, on, 1);
-}
+CUDA_ENV_KNOB(static, quant_int4_acc_sep_on, cuda_quant_force_int4_acc_sep, "VSR_CUDA_INT4_ACC_SEP", 1)
 
 /* the wgmma kernel (kind 8, tenth pass, 17-256 rows, capability 9.0), listed with kind 7: on unless
  * VSR_CUDA_INT4_WG=0 (read once) or cuda_quant_force_int4_wg(0) */
-static int g_int4_wg = -1;
-static int quant_int4_wg_on(void) { return cuda_env_switch("VSR_CUDA_INT4_WG", 1, &g_int4_wg); }
-extern "C" int cuda_quant_force_int4_wg(int on) {
-    return cuda_env_switch_set("VSR_CUDA_INT4_WG", 1, &g_int4_wg, on, 1);
-}
+CUDA_ENV_KNOB(static, quant_int4_wg_on, cuda_quant_force_int4_wg, "VSR_CUDA_INT4_WG", 1)
 
 #define I4_MAX_FUSED_ROWS 256
 #define I4_MAX_KS 16
@@ -1547,19 +1531,6 @@ __global__ void k_i4_gather_bf16(const __nv_bfloat16 *__restrict__ x, int64_t M,
     out[id] = k >= 0 ? x[t * K + k] : __float2bfloat16_rn(0.0f);
 }
 
-/* y[i] += t[i] over n floats (four at a time where both are 16-byte aligned and n is a multiple of 4) */
-__global__ void k_i4_addto(float *__restrict__ y, const float *__restrict__ t, int64_t n, int vec) {
-    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (vec) {
-        if (id * 4 >= n) return;
-        float4 a = ((const float4 *)y)[id];
-        const float4 b = ((const float4 *)t)[id];
-        a.x = a.x + b.x, a.y = a.y + b.y, a.z = a.z + b.z, a.w = a.w + b.w;
-        ((float4 *)y)[id] = a;
-    } else if (id < n)
-        y[id] = y[id] + t[id];
-}
-
 /* bf16 -> FP32 (exact), for the previous fused kernels when the caller gives BF16 */
 __global__ void k_i4_widen(const __nv_bfloat16 *__restrict__ x, int64_t n, float *__restrict__ out) {
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1998,7 +1969,7 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
 }
 
 /* i4_launch for the caller's y: adding into y at 17-256 rows (unless VSR_CUDA_INT4_ACC_SEP=0), the product into a
- * scratch buffer (quant_state.wtmp: unused by the fused path otherwise) and then k_i4_addto */
+ * scratch buffer (quant_state.wtmp: unused by the fused path otherwise) and then cuda_add_into */
 static vsr_status i4_launch_y(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
     if (!accumulate || r->M <= 16 || !quant_int4_acc_sep_on()) return i4_launch(c, r, cfg, y, accumulate, err);
     quant_state *q;
@@ -2007,8 +1978,7 @@ static vsr_status i4_launch_y(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y
     if (st || (st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)n, "int4 product", err)) ||
         (st = i4_launch(c, r, cfg, (float *)q->wtmp, 0, err)))
         return st;
-    const int vec = n % 4 == 0 && ((uintptr_t)y & 15) == 0 && ((uintptr_t)q->wtmp & 15) == 0;
-    k_i4_addto<<<nblocks(vec ? n / 4 : n, 256), 256, 0, c->stream>>>(y, (const float *)q->wtmp, n, vec);
+    cuda_add_into(c, y, (const float *)q->wtmp, n);
     return cuda_check_launch(c, "int4 add into y", err);
 }
 
