@@ -1,0 +1,20 @@
+#!/bin/bash
+# session 11, call 7 (140d86f: the review mends, the shared add kernel and the knob macro): int4 tests, test_cuda_fused,
+# test_cuda_ops, the four built-ins' goldens on cuda:0
+set -u
+tar xzf .gpu-pk/bins.tgz
+. tools/gpu/cuda_env.sh
+SECONDS=0
+( cd /tmp && VSR_QUANT_TESTS=int4 timeout 150 $OLDPWD/.gpuq/test_cuda_quant ) > $OUT/quant_int4.txt 2>&1; echo "quant int4 rc=$? ${SECONDS}s"
+grep -E "checks|FAIL|int4:" $OUT/quant_int4.txt | head -8
+( cd /tmp && timeout 100 $OLDPWD/.gpu-me/test_cuda_fused ) > $OUT/fused.txt 2>&1; echo "fused rc=$? ${SECONDS}s"; grep -hE "checks|^FAIL" $OUT/fused.txt | head -4
+( cd /tmp && timeout 120 $OLDPWD/.gpu-me/test_cuda_ops ) > $OUT/ops.txt 2>&1; echo "ops rc=$? ${SECONDS}s"; grep -hE "checks|^FAIL|e2e tiny" $OUT/ops.txt | head -8
+export HF_HUB_CACHE=/tmp/store VSR_NO_PROGRESS=1
+( export LD_LIBRARY_PATH="$PWD/.gpuw/lib:${LD_LIBRARY_PATH:-}"
+  .gpuw/vllm-srun fixture --install-builtin all > /dev/null 2>&1
+  for m in d3-tiny d3-tiny-FP8 d3-tiny-W4A16-GPTQ d3-tiny-W4A16-AWQ; do
+    echo "-- $m"; timeout 40 .gpuw/vllm-srun golden vllm-sr-c/$m --device cuda:0 2>&1 | tail -1
+  done ) > $OUT/golden.txt 2>&1; echo "goldens 6 of 6: $(grep -c '6 of 6' $OUT/golden.txt) of 4 ${SECONDS}s"
+rm -rf /tmp/vsr-tune; mkdir -p /tmp/vsr-tune
+VSR_SWEEP_ACC=1 VSR_FP8=0 VSR_AUTOTUNE_DIR=/tmp/vsr-tune timeout 60 .gpuq/gemm_cuda 100 --shapes=down,o_proj > $OUT/acc.csv 2>/dev/null; echo "acc rc=$? ${SECONDS}s"
+grep -E '^int4_bf16in_acc,' $OUT/acc.csv | cut -d, -f2,5,6 | paste -sd' '
