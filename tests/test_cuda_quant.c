@@ -3,10 +3,7 @@
  *
  * Error measure: normalised error ||y - ref||_2 / ||ref||_2 over the whole output. Thresholds:
  *  int4, against vsr_gemm_int4_ref on the activations rounded to BF16 (what the GPU multiplies:
- *    the dequantized weights are exact, so only FP32 summation order differs): 1e-5; where the path is the
- *    factored-scale kernel ("int4:fused(f-", VSR_CUDA_INT4_FS=1), which multiplies the dequantized weights
- *    unrounded, against that product in double (i4_ref_exact) at 1e-5 and against vsr_gemm_int4_ref at 3e-3
- *    (the BF16 rounding of each weight, ~1e-3);
+ *    the dequantized weights are exact, so only FP32 summation order differs): 1e-5;
  *    against vsr_gemm_int4_ref on the FP32 activations (adds the BF16 rounding of x, ~2^-9 per
  *    element): 8e-3.
  *  FP8, against the product of the same quantized activations (per-row amax/448, e4m3 RNE
@@ -62,8 +59,6 @@ int cuda_quant_force_int4_bulk(int on);
 int cuda_quant_force_int4_mma(int on);
 /* the wgmma int4 kernel (17-256 rows, capability 9.0, tenth pass; listed with the tile kernel), likewise */
 int cuda_quant_force_int4_wg(int on);
-/* the streaming int4 kernel with the scales factored out of its products (kind 9, <= 16 rows), likewise */
-int cuda_quant_force_int4_fs(int on);
 int cuda_quant_force_int4_acc_sep(int on);
 /* from src/backend/cuda/quant_fp8.cu: fp8_scaled against x / s over n draws (counts: quotients >= 2^-12 that
  * differ, e4m3 codes that differ, draws on the multiply path) */
@@ -178,29 +173,6 @@ static void i4_make(const i4case *c, i4w *w) {
     free(wb);
 }
 static void i4_free(i4w *w) { free(w->packed), free(w->zp), free(w->scale), free(w->g_idx); }
-
-/* y = x W^T in double with W dequantized but not rounded: (u - uzp) s, the product the factored-scale kernel
- * computes (vsr_gemm_int4_ref rounds each weight to BF16 first, as compressed-tensors does) */
-static void i4_ref_exact(const float *x, int64_t M, const i4w *w, float *y) {
-    const int64_t words = w->K / 8;
-    double *wd = malloc(sizeof(double) * (size_t)w->K);
-    for (int64_t n = 0; n < w->N; n++) {
-        for (int64_t k = 0; k < w->K; k++) {
-            const int64_t g = w->group > 0 ? (w->g_idx ? w->g_idx[k] : k / w->group) : 0;
-            const int u = (int)((w->packed[n * words + k / 8] >> (4 * (k % 8))) & 0xfu);
-            const int uzp = w->zp ? (int)((w->zp[(n / 8) * w->G + g] >> (4 * (n % 8))) & 0xfu) : 8;
-            wd[k] = (double)(u - uzp) * (double)bf2f(w->scale[n * w->G + g]);
-        }
-        for (int64_t m = 0; m < M; m++) {
-            double sum = 0.0;
-            for (int64_t k = 0; k < w->K; k++) sum += (double)x[m * w->K + k] * wd[k];
-            y[m * w->N + n] = (float)sum;
-        }
-    }
-    free(wd);
-}
-/* the reference a path is held to at 1e-5: the unrounded product for the factored-scale kernel */
-static int i4_path_fs(const char *path) { return strncmp(path, "int4:fused(f-", 13) == 0; }
 static vsr_weight_view i4_view(const i4w *w, const char *name) {
     return (vsr_weight_view){.kind = VSR_WK_INT4, .N = w->N, .K = w->K, .w = w->packed, .scale = w->scale,
                              .zp = w->zp, .g_idx = w->g_idx, .group = w->group, .name = name};
@@ -236,18 +208,14 @@ static const i4case I4_CASES[] = {
     {40, 1024, 128, 1, 1}, /* GPTQ act-order g128 (sorted into equal groups: computed per chunk) */
 };
 
-/* three times: the default <= 16-row kernel, the bulk-copy kernel forced on, the factored-scale kernel forced on */
+/* twice: the default <= 16-row kernel, then the bulk-copy kernel forced on */
 static void int4_against_reference_pass(void);
 TEST(int4_against_reference) {
-    const int was = cuda_quant_force_int4_bulk(0), fs_was = cuda_quant_force_int4_fs(0);
+    const int was = cuda_quant_force_int4_bulk(0);
     int4_against_reference_pass();
     cuda_quant_force_int4_bulk(1);
     int4_against_reference_pass();
-    cuda_quant_force_int4_bulk(0);
-    cuda_quant_force_int4_fs(1);
-    int4_against_reference_pass();
     cuda_quant_force_int4_bulk(was);
-    cuda_quant_force_int4_fs(fs_was);
 }
 static void int4_against_reference_pass(void) {
     for (size_t ci = 0; ci < sizeof I4_CASES / sizeof I4_CASES[0]; ci++) {
@@ -264,11 +232,9 @@ static void int4_against_reference_pass(void) {
             float *x = malloc(sizeof(float) * (size_t)(M * K)), *xb = malloc(sizeof(float) * (size_t)(M * K));
             float *ref = malloc(sizeof(float) * (size_t)(M * N)), *refb = malloc(sizeof(float) * (size_t)(M * N));
             float *y = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
-            float *refx = malloc(sizeof(float) * (size_t)(M * N));
             for (int64_t i = 0; i < M * K; i++) x[i] = frand(), xb[i] = bf2f(f2bf(x[i]));
             vsr_gemm_int4_ref(x, M, &cw, ref, 0);
             vsr_gemm_int4_ref(xb, M, &cw, refb, 0);
-            i4_ref_exact(xb, M, &w, refx);
             /* automatic path, then each path forced */
             for (int mode = 0; mode <= 2; mode++) {
                 if (mode == 1 && (!fusable || M > 256)) continue;
@@ -279,13 +245,9 @@ static void int4_against_reference_pass(void) {
                 int want_fused = mode == 1 || (mode == 0 && fusable && M <= 256);
                 CHECK_MSG(strstr(path, want_fused ? "int4:fused" : "int4:unpack") != NULL,
                           "case %zu M %lld mode %d: path %s", ci, (long long)M, mode, path);
-                const int fs = i4_path_fs(path);
-                double eb = nerr(y, fs ? refx : refb, M * N), ef = nerr(y, ref, M * N);
-                CHECK_MSG(eb <= 1e-5, "case %zu (N %lld K %lld g %d sym %d act %d) M %lld path %s: %.3g vs bf16-x %s",
-                          ci, (long long)N, (long long)K, c->group, c->sym, c->act_order, (long long)M, path, eb,
-                          fs ? "unrounded-weight ref" : "ref");
-                CHECK_MSG(!fs || nerr(y, refb, M * N) <= 3e-3, "case %zu M %lld path %s: %.3g vs bf16-x ref", ci,
-                          (long long)M, path, nerr(y, refb, M * N));
+                double eb = nerr(y, refb, M * N), ef = nerr(y, ref, M * N);
+                CHECK_MSG(eb <= 1e-5, "case %zu (N %lld K %lld g %d sym %d act %d) M %lld path %s: %.3g vs bf16-x ref",
+                          ci, (long long)N, (long long)K, c->group, c->sym, c->act_order, (long long)M, path, eb);
                 CHECK_MSG(ef <= 8e-3, "case %zu M %lld path %s: %.3g vs fp32-x ref", ci, (long long)M, path, ef);
             }
             cuda_quant_force_int4_path(0);
@@ -293,11 +255,10 @@ static void int4_against_reference_pass(void) {
             for (int64_t i = 0; i < M * N; i++) y0[i] = frand();
             st = gpu_linear(bw, x, M, K, N, y0, y, &e);
             CHECK_OK(st, e);
-            const float *ra = i4_path_fs(cuda_quant_last_path()) ? refx : refb;
-            for (int64_t i = 0; i < M * N; i++) y0[i] += ra[i];
-            CHECK_MSG(nerr(y, y0, M * N) <= 1e-5, "case %zu M %lld accumulate: %.3g", ci, (long long)M,
-                      nerr(y, y0, M * N));
-            free(x), free(xb), free(ref), free(refb), free(refx), free(y), free(y0);
+            for (int64_t i = 0; i < M * N; i++) refb[i] += y0[i];
+            CHECK_MSG(nerr(y, refb, M * N) <= 1e-5, "case %zu M %lld accumulate: %.3g", ci, (long long)M,
+                      nerr(y, refb, M * N));
+            free(x), free(xb), free(ref), free(refb), free(y), free(y0);
         }
         GB.ops->weight_free(GB.ctx, bw);
         i4_free(&w);
@@ -320,19 +281,16 @@ TEST(int4_every_candidate) {
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
     const int has_bulk = cc >= 90; /* the bulk-copy kernel needs capability 9.0+ (else the third pass's runs) */
     const int has_wg = cc == 90;   /* the wgmma kernel: the build's sm_90a code */
-    const int wg_was = cuda_quant_force_int4_wg(1), fs_was = cuda_quant_force_int4_fs(0);
-    int total_fs = 0;
-    for (size_t cs = 0; cs < 4 * nc; cs++) {
-        /* each case four times: the bulk-copy kernel's list (<= 16 rows; forced on), the third pass's
-         * streaming kernel (bulk-copy off), the previous kernels' (streaming off), the streaming kernel's
-         * factored-scale form (<= 16 rows) */
+    const int wg_was = cuda_quant_force_int4_wg(1);
+    for (size_t cs = 0; cs < 3 * nc; cs++) {
+        /* each case three times: the bulk-copy kernel's list (<= 16 rows; forced on), the third pass's
+         * streaming kernel (bulk-copy off), then the previous kernels' (streaming off) */
         const size_t ci = cs % nc;
-        const int pass = (int)(cs / nc), stream = pass != 2;
-        const int bulk = pass == 0 && has_bulk, fsp = pass == 3;
+        const int pass = (int)(cs / nc), stream = pass < 2;
+        const int bulk = pass == 0 && has_bulk;
         cuda_quant_force_int4_stream(stream);
         cuda_quant_force_int4_bulk(pass == 0);
-        cuda_quant_force_int4_mma(pass != 2);
-        cuda_quant_force_int4_fs(fsp);
+        cuda_quant_force_int4_mma(pass < 2);
         const i4case *c = &I4_CASES[cases[ci]];
         i4w w;
         vsr_bweight *bw;
@@ -342,18 +300,16 @@ TEST(int4_every_candidate) {
         vsr_int4_weight cw = i4_cpu(&w);
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             int64_t M = rows[ri], N = c->N, K = c->K;
-            if (pass >= 1 && pass != 2 && M > 16) continue; /* above 16 rows passes 0, 1, 3 have one list: walked once */
+            if (pass == 1 && M > 16) continue; /* above 16 rows passes 0 and 1 have the same list: walked once */
             /* the streaming list applies at <= 16 rows where the group of a 64-column chunk is computable */
             const int want_stream = stream && M <= 16 && c->group != 32;
-            const int want_mma = pass != 2 && M > 16;
+            const int want_mma = pass < 2 && M > 16;
             float *x = malloc(sizeof(float) * (size_t)(M * K)), *xb = malloc(sizeof(float) * (size_t)(M * K));
             float *refb = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
             float *y2 = malloc(sizeof(float) * (size_t)(M * N)), *y0 = malloc(sizeof(float) * (size_t)(M * N));
-            float *refx = malloc(sizeof(float) * (size_t)(M * N));
             for (int64_t i = 0; i < M * K; i++) x[i] = frand(), xb[i] = bf2f(f2bf(x[i]));
             for (int64_t i = 0; i < M * N; i++) y0[i] = frand();
             vsr_gemm_int4_ref(xb, M, &cw, refb, 0);
-            i4_ref_exact(xb, M, &w, refx);
             int idx = 0;
             for (;; idx++) {
                 cuda_quant_force_int4_cfg(idx);
@@ -367,27 +323,21 @@ TEST(int4_every_candidate) {
                 char path[160];
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
-                const int is_wg = strncmp(path, "int4:fused(g-", 13) == 0, is_fs = i4_path_fs(path);
-                CHECK_MSG(is_fs == (want_stream && fsp), "case %d M %lld pass %d: path %s", cases[ci], (long long)M, pass,
-                          path);
-                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !bulk && !fsp) &&
+                const int is_wg = strncmp(path, "int4:fused(g-", 13) == 0;
+                CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !bulk) &&
                               (strncmp(path, "int4:fused(b-", 13) == 0) == (want_stream && bulk) &&
                               (strncmp(path, "int4:fused(m-", 13) == 0 || is_wg) == want_mma && (!is_wg || has_wg),
                           "case %d M %lld stream %d bulk %d mma %d: path %s", cases[ci], (long long)M, stream, bulk,
                           want_mma, path);
-                total_stream += want_stream && !bulk && !fsp, total_bulk += want_stream && bulk;
-                total_mma += want_mma && !is_wg, total_wg += is_wg, total_fs += is_fs;
-                const float *ref = is_fs ? refx : refb;
-                double eb = nerr(y, ref, M * N);
-                CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x %s", cases[ci], (long long)M, path, eb,
-                          is_fs ? "unrounded-weight ref" : "ref");
-                CHECK_MSG(!is_fs || nerr(y, refb, M * N) <= 3e-3, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci],
-                          (long long)M, path, nerr(y, refb, M * N));
+                total_stream += want_stream && !bulk, total_bulk += want_stream && bulk;
+                total_mma += want_mma && !is_wg, total_wg += is_wg;
+                double eb = nerr(y, refb, M * N);
+                CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
                       memcmp(y, y2, sizeof(float) * (size_t)(M * N)) == 0);
                 /* accumulate through the same configuration (split K adds into y last) */
                 CHECK_OK(gpu_linear(bw, x, M, K, N, y0, y2, &e), e);
-                for (int64_t i = 0; i < M * N; i++) y[i] = ref[i] + y0[i];
+                for (int64_t i = 0; i < M * N; i++) y[i] = refb[i] + y0[i];
                 CHECK_MSG(nerr(y2, y, M * N) <= 1e-5, "case %d M %lld %s accumulate: %.3g", cases[ci], (long long)M, path,
                           nerr(y2, y, M * N));
                 if (M > 16) { /* the other way of adding into y (the product stored, then added): the same bits */
@@ -404,7 +354,7 @@ TEST(int4_every_candidate) {
                 total++;
             }
             CHECK_MSG(idx >= 2, "case %d M %lld: only %d candidates", cases[ci], (long long)M, idx);
-            free(x), free(xb), free(refb), free(refx), free(y), free(y2), free(y0);
+            free(x), free(xb), free(refb), free(y), free(y2), free(y0);
         }
         cuda_quant_force_int4_cfg(-1);
         GB.ops->weight_free(GB.ctx, bw);
@@ -424,12 +374,8 @@ TEST(int4_every_candidate) {
           cuda_quant_force_int4_wg(wg_was) == 1); /* the default is on */
     CHECK_MSG(total_mma >= 100, "only %d tensor-core tile configurations checked", total_mma);
     CHECK_MSG(!has_wg || total_wg >= 100, "only %d wgmma configurations checked", total_wg);
-    CHECK(cuda_quant_force_int4_fs(-1) == -1 && cuda_quant_force_int4_fs(2) == -1);
-    CHECK(cuda_quant_force_int4_fs(1) == 1 && cuda_quant_force_int4_fs(fs_was) == 1); /* pass 3 left it on */
-    CHECK_MSG(total_fs >= 60, "only %d factored-scale configurations checked", total_fs);
-    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's, %d of its "
-           "factored-scale form's, %d of the tensor-core tile kernel's, %d of the wgmma kernel's)\n", total, total_bulk,
-           total_stream, total_fs, total_mma, total_wg);
+    printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's, %d of the "
+           "tensor-core tile kernel's, %d of the wgmma kernel's)\n", total, total_bulk, total_stream, total_mma, total_wg);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or
@@ -455,13 +401,10 @@ static void int4_bf16_entry_pass(void) {
             uint16_t *hb = malloc(sizeof(uint16_t) * (size_t)(M * K + 8));
             for (int64_t i = 0; i < M * K; i++) hb[i + 1] = f2bf(frand()), xb[i] = bf2f(hb[i + 1]);
             hb[0] = f2bf(1.0f);
+            vsr_gemm_int4_ref(xb, M, &cw, refb, 0);
             CHECK_OK(gpu_linear(bw, xb, M, K, N, NULL, y32, &e), e); /* the FP32 entry */
             char path32[160];
             snprintf(path32, sizeof path32, "%s", cuda_quant_last_path());
-            if (i4_path_fs(path32))
-                i4_ref_exact(xb, M, &w, refb);
-            else
-                vsr_gemm_int4_ref(xb, M, &cw, refb, 0);
             uint16_t *dx = dalloc(sizeof(uint16_t) * (size_t)(M * K + 8));
             float *dy = dalloc(sizeof(float) * (size_t)(M * N));
             for (int mis = 0; mis < 2 && dx && dy; mis++) {
@@ -500,17 +443,15 @@ static void int4_bf16_entry_pass(void) {
     }
 }
 
-/* the BF16 entry with the default <= 16-row kernel, the bulk-copy kernel forced on, the factored-scale kernel */
+/* the BF16 entry with the default <= 16-row kernel, then with the bulk-copy kernel forced on */
 TEST(int4_bf16_entry) {
-    const int bulk_was = cuda_quant_force_int4_bulk(0), fs_was = cuda_quant_force_int4_fs(0);
+    const int bulk_was = cuda_quant_force_int4_bulk(0);
     cuda_quant_force_int4_bulk(bulk_was);
-    for (int pass = 0; pass < 3; pass++) {
-        cuda_quant_force_int4_bulk(pass == 1);
-        cuda_quant_force_int4_fs(pass == 2);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) cuda_quant_force_int4_bulk(1);
         int4_bf16_entry_pass();
     }
     cuda_quant_force_int4_bulk(bulk_was);
-    cuda_quant_force_int4_fs(fs_was);
 }
 
 TEST(int4_refusals) {

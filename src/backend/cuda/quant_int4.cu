@@ -79,10 +79,6 @@ CUDA_ENV_KNOB(static, quant_int4_mma_on, cuda_quant_force_int4_mma, "VSR_CUDA_IN
  * or cuda_quant_force_int4_acc_sep(0). */
 CUDA_ENV_KNOB(static, quant_int4_acc_sep_on, cuda_quant_force_int4_acc_sep, "VSR_CUDA_INT4_ACC_SEP", 1)
 
-/* the streaming kernel with the scales factored out of its products (kind 9, twelfth pass, <= 16 rows; see
- * k_i4_stream): VSR_CUDA_INT4_FS=1 (read once) or cuda_quant_force_int4_fs(1) */
-CUDA_ENV_KNOB(static, quant_int4_fs_on, cuda_quant_force_int4_fs, "VSR_CUDA_INT4_FS", 0)
-
 /* the wgmma kernel (kind 8, tenth pass, 17-256 rows, capability 9.0), listed with kind 7: on unless
  * VSR_CUDA_INT4_WG=0 (read once) or cuda_quant_force_int4_wg(0) */
 CUDA_ENV_KNOB(static, quant_int4_wg_on, cuda_quant_force_int4_wg, "VSR_CUDA_INT4_WG", 1)
@@ -275,15 +271,6 @@ __device__ __forceinline__ void mma16816(float *d, uint32_t a0, uint32_t a1, uin
                  "{%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* d = a b (the accumulator starts from zero: no registers to clear) */
-__device__ __forceinline__ void mma16816z(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                          uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%10,%10,%10};"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
 /* ---- the fused kernel ----
@@ -655,30 +642,12 @@ __device__ __forceinline__ uint32_t dq2s(uint32_t word, int i, uint32_t bias2, u
     return *(uint32_t *)&r;
 }
 
-/* the bf16 pair (128 + u_lo, 128 + u_hi) of A-register i: dq2s without the subtraction and the product (FS) */
-__device__ __forceinline__ uint32_t u128p(uint32_t word, int i) {
-    uint32_t t;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t) : "r"(word >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
-    return t;
+/* dynamic shared memory of k_i4_stream: ring, activation rows, scales */
+static __host__ __device__ inline size_t i4t_smem(int nw, int tn, int d, int64_t vt, int64_t per, int64_t ng) {
+    return (size_t)nw * d * 512 + (size_t)vt * (size_t)(per * 128 + 16) + (size_t)ng * nw * tn * 16 * 4;
 }
 
-/* dynamic shared memory of k_i4_stream: ring, activation rows, scales, and with FS the activation sums per chunk */
-static __host__ __device__ inline size_t i4t_smem(int nw, int tn, int d, int64_t vt, int64_t per, int64_t ng, int fs) {
-    return (size_t)nw * d * 512 + (size_t)vt * (size_t)(per * 128 + 16) + (size_t)ng * nw * tn * 16 * 4 +
-           (fs ? (size_t)vt * per * 4 : 0);
-}
-
-/* FS (kind 9, twelfth pass): the scales factored out of the products. Each A register is the bf16 pair 128 + u
- * straight from one lop3 (no subtraction, no product: 1 instruction a register instead of 3 with kind 2's decode),
- * and a chunk's four mma start from zero into a chunk sum ag. After the block's activations land, the sum of each
- * token's 64 activations of each chunk (FP32, in column order) is made once into shared memory (xsum). Each chunk
- * is then folded into the accumulators of its rows r and r + 8:
- *   acc += s * (ag - (128 + uzp) * xsum)        (two fmaf: the difference rounds once, then the scaled sum)
- * so y = sum_chunks s_g sum_k (u - uzp) x_k: the dequantized weights unrounded (compressed-tensors rounds
- * (u - uzp) s to BF16 first). The result differs from kind 2's by that rounding (~1e-3 normalised, the bf16
- * rounding of each weight) and from the exact product in double by FP32 summation, where ag carries 128 sum x over
- * 64 columns (~20-30x the signal for mean-zero x): ~1e-6 normalised. */
-template <int MT, int NW, int TN, int D, bool FS>
+template <int MT, int NW, int TN, int D>
 __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     static_assert((D & (D - 1)) == 0 && D >= 2 && D % TN == 0, "D a power of two, a multiple of TN");
     extern __shared__ __align__(16) unsigned char i4t_sm[];
@@ -696,7 +665,6 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     uint4 *ring = (uint4 *)i4t_sm;                                   /* [NW][D][32] */
     uint32_t *xs = (uint32_t *)(i4t_sm + (size_t)NW * D * 512);      /* [vt][RSW] */
     uint32_t *ss = xs + (size_t)vt * RSW;                            /* [ng][RB] */
-    float *xsum = (float *)(ss + (size_t)ng * RB);                   /* FS: [nk][vt] */
 
     /* group 0 of every thread: activations (16-byte pieces of 8 columns) and scales */
     const int xp = nk * 8;
@@ -738,22 +706,6 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
     }
     cp_async_wait<D>(); /* this thread's group 0 */
     __syncthreads(); /* everyone's */
-    if (FS) { /* the sum of each token's 64 activations of each chunk, in column order */
-        for (int i = threadIdx.x; i < nk * vt; i += NW * 32) {
-            const int ci = i / vt, tok = i - ci * vt;
-            const uint4 *px = (const uint4 *)(xs + (size_t)tok * RSW + ci * 32);
-            float sum = 0.0f;
-#pragma unroll
-            for (int v = 0; v < 8; v++) {
-                const uint4 w4 = px[v];
-                const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w};
-#pragma unroll
-                for (int h = 0; h < 4; h++) sum += __uint_as_float(wv[h] << 16) + __uint_as_float(wv[h] & 0xFFFF0000u);
-            }
-            xsum[i] = sum;
-        }
-        __syncthreads();
-    }
 
     const int q = lane & 3, r = lane >> 2;
     unsigned xaddr[MT]; /* this lane's B words of chunk 0: row (token) * RSW + l%4 */
@@ -784,48 +736,10 @@ __global__ void __launch_bounds__(NW * 32) k_i4_stream(const i4t p) {
             for (int v = 0; v < 8; v++) b[mt][v] = lds32(xaddr[mt] + (unsigned)(ci * 128 + 16 * v));
         const unsigned sg = sbase + (unsigned)(((gq < p.G - 1 ? gq : p.G - 1) - gA) * RB * 4);
         if (++gr == p.gchunks) gr = 0, gq++;
-        float xc[MT][2]; /* FS: this chunk's activation sums of tokens 2(l%4), 2(l%4) + 1 of each token tile */
-        if (FS) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int tok = mt * 8 + 2 * q + h;
-                    xc[mt][h] = xsum[ci * vt + (tok < vt ? tok : vt - 1)];
-                }
-        }
 #pragma unroll
         for (int t = 0; t < TN; t++) {
             cp_async_wait<D - 1>(); /* this chunk has landed (this thread's copy; each lane reads only its own) */
-            if (FS && tact[t]) {
-                const uint4 wv = lds128(slot);
-                const uint32_t wd[4] = {wv.x, wv.y, wv.z, wv.w};
-                float ag[MT][4]; /* this chunk's sums of (128 + u) x */
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const uint32_t a0 = u128p(wd[j], 0), a1 = u128p(wd[j], 1), a2 = u128p(wd[j], 2),
-                                   a3 = u128p(wd[j], 3);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        if (j == 0)
-                            mma16816z(ag[mt], a0, a1, a2, a3, b[mt][0], b[mt][1]);
-                        else
-                            mma16816(ag[mt], a0, a1, a2, a3, b[mt][2 * j], b[mt][2 * j + 1]);
-                    }
-                }
-                if (left > 0) cp16s(slot, src + t * tstride);
-                /* fold: acc += s (ag - (128 + uzp) xsum), rows r and r + 8 */
-                const uint32_t s0 = lds32(sg + t * 64), s8 = lds32(sg + t * 64 + 32);
-                const float sc0 = __uint_as_float(s0 & 0xFFFF0000u), sc8 = __uint_as_float(s8 & 0xFFFF0000u);
-                const float nb0 = -__uint_as_float(s0 << 16), nb8 = -__uint_as_float(s8 << 16);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float d = fmaf(e < 2 ? nb0 : nb8, xc[mt][e & 1], ag[mt][e]);
-                        acc[t][mt][e] = fmaf(e < 2 ? sc0 : sc8, d, acc[t][mt][e]);
-                    }
-            } else if (!FS && tact[t]) {
+            if (tact[t]) {
                 const uint4 wv = lds128(slot);
                 const uint32_t s0 = lds32(sg + t * 64), s8 = lds32(sg + t * 64 + 32);
                 const uint32_t br = prmt(s0, 0x1010), sr = prmt(s0, 0x3232);
@@ -1713,14 +1627,14 @@ static const struct {
 };
 /* kind 2, the streaming kernel (M <= 16): MT token tiles, NW warps, TN n-tiles per warp, D ring slots */
 typedef void (*i4t_kern)(const i4t);
-/* k[0]: kind 2 (scales in the decode), k[1]: kind 9 (scales factored out, FS) */
-#define I4T_K(mt, nw, tn, d) mt, nw, tn, d, {k_i4_stream<mt, nw, tn, d, false>, k_i4_stream<mt, nw, tn, d, true>}
 static const struct {
     int mt, nw, tn, d;
-    i4t_kern k[2];
+    i4t_kern k;
 } I4T_TAB[] = {
-    {I4T_K(1, 4, 1, 16)}, {I4T_K(1, 8, 1, 8)}, {I4T_K(1, 4, 2, 16)}, {I4T_K(1, 8, 2, 8)}, {I4T_K(1, 4, 1, 32)},
-    {I4T_K(2, 4, 1, 16)}, {I4T_K(2, 8, 1, 8)}, {I4T_K(2, 4, 2, 16)}, {I4T_K(2, 8, 2, 8)}, {I4T_K(2, 4, 1, 32)},
+    {1, 4, 1, 16, k_i4_stream<1, 4, 1, 16>}, {1, 8, 1, 8, k_i4_stream<1, 8, 1, 8>}, {1, 4, 2, 16, k_i4_stream<1, 4, 2, 16>},
+    {1, 8, 2, 8, k_i4_stream<1, 8, 2, 8>},   {1, 4, 1, 32, k_i4_stream<1, 4, 1, 32>},
+    {2, 4, 1, 16, k_i4_stream<2, 4, 1, 16>}, {2, 8, 1, 8, k_i4_stream<2, 8, 1, 8>}, {2, 4, 2, 16, k_i4_stream<2, 4, 2, 16>},
+    {2, 8, 2, 8, k_i4_stream<2, 8, 2, 8>},   {2, 4, 1, 32, k_i4_stream<2, 4, 1, 32>},
 };
 #define I4T_N ((int)(sizeof I4T_TAB / sizeof I4T_TAB[0]))
 static int i4t_index(int mt, int nw, int tn, int d) { /* the entry of I4T_TAB, or -1 */
@@ -1728,8 +1642,8 @@ static int i4t_index(int mt, int nw, int tn, int d) { /* the entry of I4T_TAB, o
         if (I4T_TAB[i].mt == mt && I4T_TAB[i].nw == nw && I4T_TAB[i].tn == tn && I4T_TAB[i].d == d) return i;
     return -1;
 }
-static unsigned g_i4t_attr[I4T_N][2];
-static int g_i4t_static[I4T_N][2];
+static unsigned g_i4t_attr[I4T_N];
+static int g_i4t_static[I4T_N];
 
 #define I4_MAX_DEV 16
 /* the slot of this device in the per-device "done" bitmasks and tables (devices past I4_MAX_DEV share 0) */
@@ -1898,7 +1812,7 @@ typedef struct i4_run {
 
 static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
-    if (cfg.kind == 2 || cfg.kind == 5 || cfg.kind == 9) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
+    if (cfg.kind == 2 || cfg.kind == 5) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
     if (cfg.kind == 7 || cfg.kind == 8)
         return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * ((r->M + cfg.mt * 8 - 1) / (cfg.mt * 8)) * cfg.ks;
     return (cfg.kind ? (NT + cfg.w - 1) / cfg.w : NT) * ntg * cfg.ks;
@@ -1909,7 +1823,7 @@ static size_t i4t_cfg_smem(const quant_wmeta *m, i4_cfg cfg, int64_t vt) {
     int64_t KC = m->Kp / 64, per = (KC + cfg.ks - 1) / cfg.ks;
     int64_t ng = (per - 1) / m->gchunks + 2;
     if (ng > m->G) ng = m->G;
-    return i4t_smem(cfg.w, cfg.u, cfg.d, vt, per, ng, cfg.kind == 9);
+    return i4t_smem(cfg.w, cfg.u, cfg.d, vt, per, ng);
 }
 
 static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
@@ -2011,25 +1925,23 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
         I4G_TAB[ti].k[pc]<<<grid, I4G_TAB[ti].nwg * 128 + 32, smem, c->stream>>>(p, xm);
         return cuda_check_launch(c, "int4 fused (wgmma)", err);
     }
-    if (cfg.kind == 2 || cfg.kind == 9) {
-        const int ti = i4t_index(cfg.mt, cfg.w, cfg.u, cfg.d), fs = cfg.kind == 9;
+    if (cfg.kind == 2) {
+        const int ti = i4t_index(cfg.mt, cfg.w, cfg.u, cfg.d);
         if (ti < 0 || r->M > cfg.mt * 8 || !r->xb || m->gchunks <= 0)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: no streaming kernel for mt=%d nw=%d tn=%d d=%d (M %lld)",
                                cfg.mt, cfg.w, cfg.u, cfg.d, (long long)r->M);
-        const i4t_kern k = I4T_TAB[ti].k[fs];
-        const size_t smem = i4t_cfg_smem(m, cfg, r->M),
-                     maxdyn = i4_kern_maxdyn(c, (const void *)k, &g_i4t_static[ti][fs]);
+        const i4t_kern k = I4T_TAB[ti].k;
+        const size_t smem = i4t_cfg_smem(m, cfg, r->M), maxdyn = i4_kern_maxdyn(c, (const void *)k, &g_i4t_static[ti]);
         if (smem > maxdyn)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: streaming kernel needs %zu bytes of shared memory (at most %zu)",
                                smem, maxdyn);
         /* as much shared memory as the SM has (the weights bypass L1): several blocks per SM; set once */
-        if ((st = i4_attrs_once(c, (const void *)k, &g_i4t_attr[ti][fs], maxdyn, "int4 streaming kernel", err)))
-            return st;
+        if ((st = i4_attrs_once(c, (const void *)k, &g_i4t_attr[ti], maxdyn, "int4 streaming kernel", err))) return st;
         i4t p = {(const uint4 *)r->w->w, (const uint32_t *)r->w->scale, r->xb, r->M, N, m->Np, KC, r->ldx, r->kvalid,
                  m->G, m->gchunks, cfg.ks, (int)((KC + cfg.ks - 1) / cfg.ks), accumulate, y, ws, q->counters};
         dim3 grid((unsigned)((NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u)), (unsigned)cfg.ks);
         k<<<grid, cfg.w * 32, smem, c->stream>>>(p);
-        return cuda_check_launch(c, fs ? "int4 fused (streaming, scales factored out)" : "int4 fused (streaming)", err);
+        return cuda_check_launch(c, "int4 fused (streaming)", err);
     }
     if (cfg.kind == 1) {
         i4s_kern k = i4s_kernel_for(cfg.mt, cfg.w, cfg.u);
@@ -2122,7 +2034,7 @@ static void i4_candidates(cuda_ctx *c, i4_run *r, int64_t bucket) {
 /* kind 2's list for bucket 1 (<= 8 rows) or 2 (<= 16 rows): every table configuration of that MT, with
  * the splits that fit shared memory at 8 * bucket rows; more splits only while the grid is short of
  * 8 blocks per multiprocessor. Depends on the bucket and shape only. */
-static void i4_candidates_stream(cuda_ctx *c, i4_run *r, int64_t bucket, int fs) {
+static void i4_candidates_stream(cuda_ctx *c, i4_run *r, int64_t bucket) {
     const quant_wmeta *m = r->m;
     int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
     int optin = 0;
@@ -2141,12 +2053,11 @@ static void i4_candidates_stream(cuda_ctx *c, i4_run *r, int64_t bucket, int fs)
             if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break; /* no empty split, >= 2 chunks each */
             if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
             if (added && prev_blocks >= 8 * c->sm_count) break;
-            i4_cfg g = {fs ? 9 : 2, (int)bucket, nw, ks, tn, d};
+            i4_cfg g = {2, (int)bucket, nw, ks, tn, d};
             if (i4t_cfg_smem(m, g, bucket * 8) > (size_t)optin) continue;
             if (r->n >= I4_MAX_CAND) return;
             r->cand[r->n] = g;
-            snprintf(r->names[r->n], sizeof r->names[0], "%s-mt%d-nw%d-tn%d-d%d-ks%d", fs ? "f" : "t", (int)bucket, nw,
-                     tn, d, ks);
+            snprintf(r->names[r->n], sizeof r->names[0], "t-mt%d-nw%d-tn%d-d%d-ks%d", (int)bucket, nw, tn, d, ks);
             r->name_ptr[r->n] = r->names[r->n];
             r->n++;
             added = 1, prev_blocks = nb * ks;
@@ -2487,8 +2398,6 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
     const int stream = fused && M <= 16 && m->gchunks > 0 && quant_int4_stream_on();
     /* the bulk-copy kernel (kind 5, sixth pass): capability 9.0+ (cp.async.bulk, mbarrier transactions) */
     const int bulk = stream && c->cc_major >= 9 && quant_int4_bulk_on();
-    /* the streaming kernel with the scales factored out of its products (kind 9, twelfth pass) */
-    const int fs = stream && !bulk && quant_int4_fs_on();
     /* the tensor-core tile kernel (kind 7) at 17-256 rows, any groups the fused kernels take */
     const int mma = fused && M > 16 && quant_int4_mma_on();
     if (fused && !stream && !mma && !x) { /* the previous fused kernels read FP32: widen (exact) */
@@ -2523,13 +2432,12 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                 if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
                 r.xb = (const __nv_bfloat16 *)q->act, r.ldx = Kp, r.kvalid = Kp;
             }
-            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-f12" its factored-scale form's (kind 9);
-             * "-b6": the bulk-copy kernel's; "-m9":
+            /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's; "-m9":
              * the tensor-core tile kernel's, "-m10" with the wgmma kernel's listed after it (the removed kernels'
              * "-v4" and "-p5" entries are never asked for) */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
                      (long long)bucket, mma ? (i4_wg_listed(c) ? "m10" : "m9")
-                     : bulk ? "b6" : fs ? "f12" : "v3s");
+                     : bulk ? "b6" : "v3s");
         } else {
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-v2", (long long)N, (long long)K, w->v.group,
@@ -2548,7 +2456,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
         else if (bulk)
             i4_candidates_bulk(c, &r, bucket);
         else
-            i4_candidates_stream(c, &r, bucket, fs);
+            i4_candidates_stream(c, &r, bucket);
         if (r.n == 0)
             return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no %s int4 configuration fits (N %lld K %lld)",
                                c->device, w->name, mma ? "tensor-core tile" : stream ? "streaming" : "fused",
