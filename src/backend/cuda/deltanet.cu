@@ -621,10 +621,7 @@ __global__ void __launch_bounds__(256) k_dn6_intra(const float *__restrict__ qkv
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
     const int64_t nstride = (int64_t)Hk * dk; /* Qn, Kn row stride */
     const float *ksrc = qkv + (int64_t)Hk * dk + (int64_t)hk * dk, *qsrc = qkv + (int64_t)hk * dk;
-    /* the blocks of a (chunk, key head) (one a value head on small grids) share writing q^ and k^: block z takes
-     * the q rows of warps w = z mod nz (eight rows a warp) and the k^ rows i = z mod nz, so no block carries
-     * all of it (it set the one wave's length at 3 x 128); the same arithmetic whichever block does it */
-    const int nz = (int)gridDim.z, zb = (int)blockIdx.z;
+    const bool writer = blockIdx.z == 0; /* one block per (chunk, key head) writes q^, k^ */
 
     stage_tile(Ks, LDK, ksrc + r0 * qkv_stride, qkv_stride, Lc, dk, DNC_DK, vec, qkv, tid, 256);
     cp_wait_all();
@@ -656,7 +653,7 @@ __global__ void __launch_bounds__(256) k_dn6_intra(const float *__restrict__ qkv
     }
     /* q rows straight from global (the intra kernel has no other use for q): warp w rows 8w..+7,
      * lane l columns 4l..4l+3, all eight rows' loads in flight before the first use */
-    if (w % nz == zb) {
+    if (writer) {
         const float qsc = 1.0f / sqrtf((float)dk);
         float x[8][4], ss[8];
 #pragma unroll
@@ -692,12 +689,11 @@ __global__ void __launch_bounds__(256) k_dn6_intra(const float *__restrict__ qkv
         }
     }
     __syncthreads();
-    /* k^ rows i = zb mod nz out (the state kernels stage them from here) */
-    for (int e = tid; e < Lc * (dk / 4); e += 256) {
-        const int i = e / (dk / 4), c = (e % (dk / 4)) * 4;
-        if (i % nz == zb)
+    if (writer) /* k^ rows out (the state kernels stage them from here) */
+        for (int e = tid; e < Lc * (dk / 4); e += 256) {
+            const int i = e / (dk / 4), c = (e % (dk / 4)) * 4;
             *(float4 *)(Kn + (r0 + i) * nstride + (int64_t)hk * dk + c) = *(const float4 *)(Ks + i * LDK + c);
-    }
+        }
     /* K K^T once for every value head of the block: warp w row tile w%4, column tiles 4*(w/4)..+3
      * (tiles above the diagonal skipped), operands by ldmatrix as in k_dn5_intra */
     const int mt = w & 3, nb = (w >> 2) * 4;
