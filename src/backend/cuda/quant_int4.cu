@@ -1291,6 +1291,18 @@ template <int BT> __device__ __forceinline__ void i4g_mma(float (&d)[BT / 2], ui
                      : WG_OUT32(d)
                      : "l"(da), "l"(db)
                      : "memory");
+    else if constexpr (BT == 96)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {" WG_R0 "," WG_R16 "," WG_R32 "}, %48, %49, 1, "
+                     "1, 1, 0, 0;\n"
+                     : WG_OUT32(d), WG_OUT16(d, 32)
+                     : "l"(da), "l"(db)
+                     : "memory");
+    else if constexpr (BT == 112)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {" WG_R0 "," WG_R16 "," WG_R32 "," WG_R48_8
+                     "}, %56, %57, 1, 1, 1, 0, 0;\n"
+                     : WG_OUT32(d), WG_OUT16(d, 32), WG_OUT4(d, 48), WG_OUT4(d, 52)
+                     : "l"(da), "l"(db)
+                     : "memory");
     else if constexpr (BT == 128)
         asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_REGS64 ", %64, %65, 1, 1, 1, 0, 0;\n"
                      : WG_OUT64(d)
@@ -1320,6 +1332,18 @@ __device__ __forceinline__ void i4g_mma_rs(float (&d)[BT / 2], const uint32_t (&
     else if constexpr (BT == 64)
         asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_REGS32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
                      : WG_OUT32(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                     : "memory");
+    else if constexpr (BT == 96)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {" WG_R0 "," WG_R16 "," WG_R32
+                     "}, {%48, %49, %50, %51}, %52, 1, 1, 1, 0;\n"
+                     : WG_OUT32(d), WG_OUT16(d, 32)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                     : "memory");
+    else if constexpr (BT == 112)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {" WG_R0 "," WG_R16 "," WG_R32 "," WG_R48_8
+                     "}, {%56, %57, %58, %59}, %60, 1, 1, 1, 0;\n"
+                     : WG_OUT32(d), WG_OUT16(d, 32), WG_OUT4(d, 48), WG_OUT4(d, 52)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
                      : "memory");
     else if constexpr (BT == 128)
@@ -1370,7 +1394,7 @@ __device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 
     for (int g = 0; g < BT / 8; g += 4) {
         float v[4][4];
 #pragma unroll
-        for (int j = g; j < g + 4; j++)
+        for (int j = g; j < g + 4 && j < BT / 8; j++) /* BT 112: the last group holds two 8-token blocks */
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
@@ -1379,7 +1403,7 @@ __device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 
                 if (n < p.N && m < p.M && p.KS == 1 && p.accumulate) v[j - g][e] = p.y[m * p.N + n] + v[j - g][e];
             }
 #pragma unroll
-        for (int j = g; j < g + 4; j++)
+        for (int j = g; j < g + 4 && j < BT / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
@@ -1743,6 +1767,9 @@ static const struct {
     {I4G_K(256, 1, 4, 0)}, {I4G_K(256, 2, 3, 0)}, {I4G_K(32, 1, 6, 1)},  {I4G_K(64, 1, 4, 1)},  {I4G_K(64, 2, 4, 1)},
     {I4G_K(128, 1, 3, 1)}, {I4G_K(128, 1, 4, 1)}, {I4G_K(128, 2, 3, 1)}, {I4G_K(256, 1, 3, 1)}, {I4G_K(64, 1, 3, 1)},
     {I4G_K(128, 1, 2, 1)}, {I4G_K(256, 1, 2, 1)},
+    /* twelfth session: RS at 96 and 112 tokens, so 65-96 and 97-112 rows (a 100-token router prompt) pad less than
+     * to 128 */
+    {I4G_K(96, 1, 3, 1)},  {I4G_K(96, 1, 4, 1)},  {I4G_K(112, 1, 3, 1)}, {I4G_K(112, 1, 4, 1)},
 };
 #undef I4G_K
 #define I4G_N ((int)(sizeof I4G_TAB / sizeof I4G_TAB[0]))
@@ -1792,9 +1819,9 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     return VSR_OK;
 }
 
-/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (216);
+/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (248);
  * a list that outgrew it would be cut short, so the check below keeps theirs within it */
-#define I4_MAX_CAND 224
+#define I4_MAX_CAND 256
 #define I4M_KS_N 8 /* the splits kinds 7 and 8 list (i4_candidates_mma) */
 static_assert((I4M_N + I4G_N) * I4M_KS_N <= I4_MAX_CAND, "every kind-7 and kind-8 configuration fits the candidate list");
 typedef struct i4_run {
