@@ -2178,15 +2178,15 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
 }
 
 /* the default at 17-256 rows (no autotune cache), from the tuner's choices on the H200 (bench/NOTES.md):
- *   - 33-256 rows where kind 8 is listed (tenth session, calls 6-7): its RS form, one warpgroup, BT 64 with 4 stages
- *     at 33-64 rows, BT 128 with 3 stages at 65-256;
+ *   - 33-256 rows where kind 8 is listed (tenth session, calls 6-7; twelfth, call 4): its RS form, one warpgroup, BT 64
+ *     with 4 stages at 33-64 rows, BT 96 with 4 at 65-96, BT 112 with 4 at 97-112, BT 128 with 3 at 113-256;
  *   - else kind 7 (ninth session, call 4): one n-tile per warp, one warp per chunk, WM = 4 token tiles at 17-32
  *     rows, 8 at 33-128, 16 at 129-256 (so the table's S: 8, 6, 4);
  * each with the smallest split giving >= 2 blocks per multiprocessor, else the largest listed */
 static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
     int best = -1;
     if (r->Mt > 4) {
-        const int bt = r->Mt <= 8 ? 64 : 128, s = bt == 64 ? 4 : 3;
+        const int bt = r->Mt <= 8 ? 64 : r->Mt <= 12 ? 96 : r->Mt <= 14 ? 112 : 128, s = bt == 128 ? 3 : 4;
         for (int i = 0; i < r->n; i++) {
             const i4_cfg *g = &r->cand[i];
             if (g->kind != 8 || I4G_TAB[g->d].bt != bt || I4G_TAB[g->d].s != s || I4G_TAB[g->d].af != I4G_RS ||
@@ -2462,8 +2462,13 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
             /* "-v3s": the streaming kernel's list (kinds 0 and 1 keep "-v2"); "-b6": the bulk-copy kernel's; "-m9":
              * the tensor-core tile kernel's, "-m10" with the wgmma kernel's listed after it (the removed kernels'
              * "-v4" and "-p5" entries are never asked for) */
-            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld-%s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket, mma ? (i4_wg_listed(c) ? "m10" : "m9")
+            /* above 64 rows the tile kernels' choice is timed and kept per 16 rows ("-r112": 97-112 rows): every
+             * listed block height (BT, 8 WM) is a multiple of 16 tokens, so its count of token blocks is the same for
+             * every M of the range, and a choice timed at 96 rows (BT 96, one block) is never replayed at 100 (two) */
+            char rr[24] = "";
+            if (mma && Mt > 8) snprintf(rr, sizeof rr, "-r%lld", (long long)((M + 15) / 16 * 16));
+            snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld%s-%s", (long long)N, (long long)K, w->v.group,
+                     (long long)bucket, rr, mma ? (i4_wg_listed(c) ? "m10" : "m9")
                      : bulk ? "b6" : "v3s");
         } else {
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
