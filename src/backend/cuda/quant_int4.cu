@@ -1382,11 +1382,13 @@ template <int BN, bool PC> __device__ __forceinline__ void i4g_decode(uint32_t w
 #endif
 
 /* a consumer warp's accumulators (wgmma's D layout: element e of 8-token block j is row 16 w + lane / 4 + 8 (e >> 1) of
- * the warpgroup's 64, i.e. row lane / 4 + 8 (e >> 1) of the warp's n-tile nt, token 8 j + 2 (lane % 4) + (e & 1)) into
- * y (KS 1: stored, or added when accumulating) or split z's partials; nothing past N, M or the last n-tile */
+ * the warpgroup's 64, i.e. row lane / 4 + 8 (e >> 1) of the warp's n-tile nt, token mx + 8 j + 2 (lane % 4) + (e & 1))
+ * into y (KS 1: stored, or added when accumulating) or split z's partials; only tokens m0 <= m < M (the block's own:
+ * its box may start before m0, see k_i4_wg), nothing past N or the last n-tile */
 #ifdef I4G_ON
 template <int BT>
-__device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 2], int64_t nt, int64_t m0, int z, int lane) {
+__device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 2], int64_t nt, int64_t mx, int64_t m0,
+                                          int z, int lane) {
     if (nt >= p.Np / 16) return;
     const int r = lane >> 2, t4 = lane & 3;
     /* four 8-token blocks at a time, their y loaded before any store when accumulating (see splitk_sum) */
@@ -1398,17 +1400,17 @@ __device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
-                const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
+                const int64_t m = mx + j * 8 + t4 * 2 + (e & 1);
                 v[j - g][e] = acc[4 * j + e];
-                if (n < p.N && m < p.M && p.KS == 1 && p.accumulate) v[j - g][e] = p.y[m * p.N + n] + v[j - g][e];
+                if (n < p.N && m >= m0 && m < p.M && p.KS == 1 && p.accumulate) v[j - g][e] = p.y[m * p.N + n] + v[j - g][e];
             }
 #pragma unroll
         for (int j = g; j < g + 4 && j < BT / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int64_t n = nt * 16 + r + ((e & 2) ? 8 : 0);
-                const int64_t m = m0 + j * 8 + t4 * 2 + (e & 1);
-                if (n >= p.N || m >= p.M) continue;
+                const int64_t m = mx + j * 8 + t4 * 2 + (e & 1);
+                if (n >= p.N || m < m0 || m >= p.M) continue;
                 if (p.KS == 1)
                     p.y[m * p.N + n] = v[j - g][e];
                 else
@@ -1433,6 +1435,11 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
     const uint32_t full0 = sm0 + S * ST + (RS ? 0 : NWG * 16384), empty0 = full0 + S * 8; /* mbarriers: + 8 s */
     const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, wg = wi >> 2;
     const int64_t NT = p.Np / 16, m0 = (int64_t)blockIdx.x * BT, nt0 = (int64_t)blockIdx.y * (NWG * 4);
+    /* the activation box's first row: the last token block of M > BT rows starts at M - BT, so the box never reaches
+     * past M (the copy engine's zero fill of rows past the tensor was slow on the H200: gate_up at 144 rows in two
+     * 128-token blocks took 158 us, at 256 rows 113; twelfth session, call 6); the rows it shares with the block
+     * before are multiplied again and not stored. Each token's products are the same whichever column carries it. */
+    const int64_t mx = p.M > BT && m0 + BT > p.M ? p.M - BT : m0;
     const int z = blockIdx.z;
     const int64_t kc0 = (int64_t)z * p.per < p.KC ? (int64_t)z * p.per : p.KC;
     const int64_t kc1 = kc0 + p.per < p.KC ? kc0 + p.per : p.KC;
@@ -1461,7 +1468,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
                 const uint32_t st = sm0 + s * ST, bar = full0 + 8 * s;
                 const int64_t kc = kc0 + i;
                 mbar_expect_tx(bar, tx);
-                tma_load_2d(st, &xm, bar, (int)(kc * 64), (int)m0);
+                tma_load_2d(st, &xm, bar, (int)(kc * 64), (int)mx);
                 for (int t = 0; t < nwt; t++) bulk_g2s(st + XB + t * 512, p.wq + ((nt0 + t) * p.KC + kc) * 32, 512, bar);
                 if (PC) {
                     const int g = gq < p.G - 1 ? gq : p.G - 1;
@@ -1503,7 +1510,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
             if (lane == 0) mbar_arrive(empty0 + 8 * s);
         }
         reg_fence<BT / 2>(acc);
-        i4g_store<BT>(p, acc, nt0 + wi, m0, z, lane);
+        i4g_store<BT>(p, acc, nt0 + wi, mx, m0, z, lane);
     } else {
         const int r = lane >> 2;
         const uint32_t wof = XB + tid * 16, sof = XB + WB + (uint32_t)(wi * 16 + r) * 4;
@@ -1534,7 +1541,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
         }
         wg_wait<0>();
         reg_fence<BT / 2>(acc);
-        i4g_store<BT>(p, acc, nt0 + wi, m0, z, lane);
+        i4g_store<BT>(p, acc, nt0 + wi, mx, m0, z, lane);
     }
     if (p.KS == 1) return;
     const int64_t tile = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
@@ -2178,15 +2185,17 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
 }
 
 /* the default at 17-256 rows (no autotune cache), from the tuner's choices on the H200 (bench/NOTES.md):
- *   - 33-256 rows where kind 8 is listed (tenth session, calls 6-7; twelfth, call 4): its RS form, one warpgroup, BT 64
- *     with 4 stages at 33-64 rows, BT 96 with 4 at 65-96, BT 112 with 4 at 97-112, BT 128 with 3 at 113-256;
+ *   - 33-256 rows where kind 8 is listed (tenth session, calls 6-7; twelfth, calls 4-6): its RS form, one warpgroup,
+ *     BT 64 with 4 stages at 33-64 rows, BT 96 with 4 at 65-96 and (two blocks) 129-192, BT 112 with 4 at 97-112 and
+ *     193-224, BT 128 with 3 at 113-128 and 225-256;
  *   - else kind 7 (ninth session, call 4): one n-tile per warp, one warp per chunk, WM = 4 token tiles at 17-32
  *     rows, 8 at 33-128, 16 at 129-256 (so the table's S: 8, 6, 4);
  * each with the smallest split giving >= 2 blocks per multiprocessor, else the largest listed */
 static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
     int best = -1;
     if (r->Mt > 4) {
-        const int bt = r->Mt <= 8 ? 64 : r->Mt <= 12 ? 96 : r->Mt <= 14 ? 112 : 128, s = bt == 128 ? 3 : 4;
+        const int bt = r->Mt <= 8 ? 64 : r->Mt <= 12 ? 96 : r->Mt <= 14 ? 112 : r->Mt <= 16 ? 128 : r->Mt <= 24 ? 96
+                     : r->Mt <= 28 ? 112 : 128, s = bt == 128 ? 3 : 4;
         for (int i = 0; i < r->n; i++) {
             const i4_cfg *g = &r->cand[i];
             if (g->kind != 8 || I4G_TAB[g->d].bt != bt || I4G_TAB[g->d].s != s || I4G_TAB[g->d].af != I4G_RS ||
