@@ -1261,11 +1261,10 @@ __global__ void __launch_bounds__(NN * KW * 32, (WM * WN >= 16 ? 12 : 16) / (NN 
 #define I4G_ON 1
 #endif
 
-/* where kind 8's A operand comes from: SS, a shared-memory buffer written by stmatrix; RS, registers, each chunk's
- * products waited for before the next decode. (The eleventh session measured two more forms on the H200 and removed
- * them, slower at every shape: RS with two register sets, the next chunk decoded while one runs; and a persistent
- * stream-K grid; bench/NOTES.md "Eleventh session".) */
-enum { I4G_SS = 0, I4G_RS = 1 };
+/* Where kind 8's A operand comes from (the template's RS): a shared-memory buffer written by stmatrix (SS), or
+ * registers, each chunk's products waited for before the next decode (RS). The eleventh session measured two more
+ * forms on the H200 and removed them, slower at every shape: RS with two register sets, the next chunk decoded while
+ * one runs; and a persistent stream-K grid (bench/NOTES.md "Eleventh session"). */
 
 /* shared memory of one stage (1024-aligned: the activation rows come first and are wgmma's operand): activation
  * rows, packed tiles, scale rows */
@@ -1421,12 +1420,11 @@ __device__ __forceinline__ void i4g_store(const i4m &p, const float (&acc)[BT / 
 #endif
 
 /* BT tokens, NWG consumer warpgroups (64 output rows each) and one producer warp, S stages; PC: the group
- * computable per chunk (one scale row a stage), else looked up per 16 columns (four); AF: where A comes from (I4G_SS,
- * I4G_RS: below) */
-template <int BT, int NWG, int S, bool PC, int AF>
+ * computable per chunk (one scale row a stage), else looked up per 16 columns (four); RS: A in registers (below),
+ * else through shared memory (SS) */
+template <int BT, int NWG, int S, bool PC, bool RS>
 __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const __grid_constant__ CUtensorMap xm) {
 #ifdef I4G_ON
-    constexpr bool RS = AF != I4G_SS;
     constexpr int NC = NWG * 128, BN = NWG * 64, XB = BT * 128, WB = NWG * 2048;
     constexpr int ST = i4g_stage(BT, NWG, PC ? 1 : 4), WP = NWG * 4;
     static_assert(S >= 2, "stages");
@@ -1483,7 +1481,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1) k_i4_wg(const i4m p, const 
                 }
             }
         }
-    } else if (AF == I4G_RS) {
+    } else if (RS) {
         /* A in registers (wgmma's RS form): each warp's decoded fragments feed the warpgroup's wgmma directly, with
          * no A buffer, proxy fence or warpgroup barrier; the products are waited for before the next decode writes
          * those registers (ptxas serialises wgmma otherwise, C7513), so a block's decode and products alternate and
@@ -1763,11 +1761,11 @@ static size_t i4m_smem(const quant_wmeta *m, int ti) {
 }
 
 /* kind 8, the wgmma kernel (17-256 rows, capability 9.0): BT tokens, NWG warpgroups of 64 output rows, S stages
- * (shared memory i4g_smem_bytes: 43-161 KB); af: I4G_SS, or A in registers (I4G_RS: no A buffers, so 2-4
- * blocks a multiprocessor) */
-#define I4G_K(bt, nwg, s, af) bt, nwg, s, af, {k_i4_wg<bt, nwg, s, false, af>, k_i4_wg<bt, nwg, s, true, af>}
+ * (shared memory i4g_smem_bytes: 43-161 KB); rs: A in registers (the RS form: no A buffers, so 2-4 blocks a
+ * multiprocessor), else the SS form */
+#define I4G_K(bt, nwg, s, rs) bt, nwg, s, rs, {k_i4_wg<bt, nwg, s, false, rs>, k_i4_wg<bt, nwg, s, true, rs>}
 static const struct {
-    int bt, nwg, s, af; /* af: I4G_SS or I4G_RS */
+    int bt, nwg, s, rs; /* rs: A in registers */
     i4g_kern k[2];      /* [gchunks > 0] */
 } I4G_TAB[] = {
     {I4G_K(32, 1, 8, 0)},  {I4G_K(64, 1, 8, 0)},  {I4G_K(64, 2, 5, 0)},  {I4G_K(128, 1, 4, 0)}, {I4G_K(128, 2, 4, 0)},
@@ -1783,7 +1781,7 @@ static const struct {
 static unsigned g_i4g_attr[I4G_N][2];
 static int g_i4g_static[I4G_N][2];
 static size_t i4g_smem(const quant_wmeta *m, int ti) {
-    return (size_t)i4g_smem_bytes(I4G_TAB[ti].bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s, m->gchunks > 0 ? 1 : 4, I4G_TAB[ti].af != I4G_SS);
+    return (size_t)i4g_smem_bytes(I4G_TAB[ti].bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s, m->gchunks > 0 ? 1 : 4, I4G_TAB[ti].rs);
 }
 
 /* the opt-in dynamic shared memory limit of kernel k (the device's less k's static shared memory, read once
@@ -2177,7 +2175,7 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
             if (r->n >= I4_MAX_CAND) return;
             r->cand[r->n] = (i4_cfg){8, mt, nb, ks, 1, ti};
             snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-ks%d", I4G_TAB[ti].bt, I4G_TAB[ti].nwg,
-                     I4G_TAB[ti].s, I4G_TAB[ti].af == I4G_RS ? "r" : "", ks);
+                     I4G_TAB[ti].s, I4G_TAB[ti].rs ? "r" : "", ks);
             r->name_ptr[r->n] = r->names[r->n];
             r->n++;
         }
@@ -2191,14 +2189,18 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
  *   - else kind 7 (ninth session, call 4): one n-tile per warp, one warp per chunk, WM = 4 token tiles at 17-32
  *     rows, 8 at 33-128, 16 at 129-256 (so the table's S: 8, 6, 4);
  * each with the smallest split giving >= 2 blocks per multiprocessor, else the largest listed */
+static const struct {
+    int mt_max, bt, s; /* up to mt_max token tiles of 8: kind 8's RS form with BT tokens a block and s stages */
+} I4G_DEFAULT[] = {{8, 64, 4}, {12, 96, 4}, {14, 112, 4}, {16, 128, 3}, {24, 96, 4}, {28, 112, 4}, {32, 128, 3}};
 static int i4_default_mma(cuda_ctx *c, const i4_run *r) {
     int best = -1;
     if (r->Mt > 4) {
-        const int bt = r->Mt <= 8 ? 64 : r->Mt <= 12 ? 96 : r->Mt <= 14 ? 112 : r->Mt <= 16 ? 128 : r->Mt <= 24 ? 96
-                     : r->Mt <= 28 ? 112 : 128, s = bt == 128 ? 3 : 4;
+        size_t d = 0;
+        while (d + 1 < sizeof I4G_DEFAULT / sizeof I4G_DEFAULT[0] && r->Mt > I4G_DEFAULT[d].mt_max) d++;
+        const int bt = I4G_DEFAULT[d].bt, s = I4G_DEFAULT[d].s;
         for (int i = 0; i < r->n; i++) {
             const i4_cfg *g = &r->cand[i];
-            if (g->kind != 8 || I4G_TAB[g->d].bt != bt || I4G_TAB[g->d].s != s || I4G_TAB[g->d].af != I4G_RS ||
+            if (g->kind != 8 || I4G_TAB[g->d].bt != bt || I4G_TAB[g->d].s != s || !I4G_TAB[g->d].rs ||
                 I4G_TAB[g->d].nwg != 1)
                 continue;
             best = i;
