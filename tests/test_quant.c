@@ -267,9 +267,8 @@ TEST(accepts_old_and_new_spellings) {
                      "config_groups.group_0.input_activations.scale_dtype=DELETE",
                      "config_groups.group_0.input_activations.observer=\"minmax\""},
          VSR_SCHEME_NVFP4, 16, true, false, true},
-        /* an FP8 KV cache, the old run_compressed key, a compression ratio */
-        {FP8_CFG, {"kv_cache_scheme={\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"symmetric\":true,\"dynamic\":false}",
-                   "run_compressed=true", "global_compression_ratio=1.5"},
+        /* kv_cache_scheme null (the bases carry it), the old run_compressed key, a compression ratio */
+        {FP8_CFG, {"kv_cache_scheme=null", "run_compressed=true", "global_compression_ratio=1.5"},
          VSR_SCHEME_FP8, -1, true, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -282,7 +281,6 @@ TEST(accepts_old_and_new_spellings) {
                       q.actorder_group == cases[i].gidx && q.input_activations == cases[i].act,
                   "case %zu: scheme %d group %d sym %d gidx %d act %d", i, q.scheme, q.group_size, q.symmetric,
                   q.actorder_group, q.input_activations);
-        if (i == 12) CHECK(q.kv_cache_fp8);
         vsr_quant_config_free(&q);
     }
 }
@@ -334,15 +332,15 @@ TEST(refusals_name_the_key_and_value) {
         /* output activations */
         {INT4_CFG, {"config_groups.group_0.output_activations={\"num_bits\":8,\"type\":\"float\"}"},
          "group_0.output_activations is {\"num_bits\":8,\"type\":\"float\"}: output quantization is not served"},
-        /* KV cache */
-        {FP8_CFG, {"kv_cache_scheme={\"num_bits\":8,\"type\":\"int\",\"strategy\":\"tensor\",\"symmetric\":true}"},
-         "kv_cache_scheme.type is \"int\", expected \"float\""},
-        {FP8_CFG, {"kv_cache_scheme={\"num_bits\":8,\"type\":\"float\",\"strategy\":\"attn_head\",\"symmetric\":true}"},
-         "kv_cache_scheme.strategy is \"attn_head\", expected \"tensor\""},
-        {FP8_CFG, {"kv_cache_scheme={\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"symmetric\":false}"},
-         "kv_cache_scheme.symmetric is false"},
-        {FP8_CFG, {"kv_cache_scheme={\"num_bits\":4,\"type\":\"float\",\"strategy\":\"tensor\"}"},
-         "kv_cache_scheme.num_bits is 4, expected 8"},
+        /* KV cache: any kv_cache_scheme that is not null is refused (no FP8 K/V cache here) */
+        {FP8_CFG, {"kv_cache_scheme={\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"symmetric\":true,\"dynamic\":false}"},
+         "quantization_config.kv_cache_scheme is {\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"symmetric\":true,"
+         "\"dynamic\":false}: an FP8 K/V cache is not supported by this runtime"},
+        {INT4_CFG, {"kv_cache_scheme={\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"symmetric\":true}"},
+         "re-export the checkpoint without kv_cache_scheme"},
+        {NVFP4_CFG, {"kv_cache_scheme={\"num_bits\":8,\"type\":\"int\",\"strategy\":\"attn_head\"}"},
+         "kv_cache_scheme is {\"num_bits\":8,\"type\":\"int\",\"strategy\":\"attn_head\"}: an FP8 K/V cache is not supported"},
+        {FP8_CFG, {"kv_cache_scheme={}"}, "kv_cache_scheme is {}: an FP8 K/V cache is not supported by this runtime"},
         /* transforms, sparsity, status */
         {FP8_CFG, {"transform_config={\"config_groups\":{\"R1\":{}}}"}, "transform_config is {\"config_groups\""},
         {FP8_CFG, {"sparsity_config={\"format\":\"sparse-24-bitmask\"}"}, "sparsity_config is {\"format\""},
@@ -354,8 +352,6 @@ TEST(refusals_name_the_key_and_value) {
         {FP8_CFG, {"config_groups.group_0.bar=1"}, "config_groups.group_0: unknown key \"bar\""},
         {INT4_CFG, {"config_groups.group_0.weights.baz=1"}, "group_0.weights: unknown key \"baz\""},
         {FP8_CFG, {"config_groups.group_0.input_activations.qux=1"}, "input_activations: unknown key \"qux\""},
-        {FP8_CFG, {"kv_cache_scheme={\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"x\":1}"},
-         "kv_cache_scheme: unknown key \"x\""},
         /* per-scheme weight rules */
         {INT4_CFG, {"config_groups.group_0.weights.num_bits=8"}, "weights.num_bits is 8, expected 4 for pack-quantized"},
         {INT4_CFG, {"config_groups.group_0.weights.num_bits=3"}, "weights.num_bits is 3, expected 4"},

@@ -51,11 +51,11 @@ typedef struct vsr_quant_config {
     int n_ignore;
     char *ignore[VSR_QUANT_MAX_IGNORE]; /* module names or "re:" regexes; owned */
     char version[32];      /* compressed-tensors version that wrote it, "" if absent */
-    /* Additions (quantization formats engineer): the one group's targets and KV cache. */
+    /* Additions (quantization formats engineer): the one group's targets. A non-null
+     * kv_cache_scheme is refused (no FP8 K/V cache here), so there is no KV field. */
     int n_targets;
     char *targets[VSR_QUANT_MAX_TARGETS]; /* class names ("Linear"), module names, "re:" regexes */
     char group_name[64];   /* the config group's name, e.g. "group_0" */
-    bool kv_cache_fp8;     /* kv_cache_scheme is FP8 per-tensor symmetric (k_scale/v_scale stored) */
 } vsr_quant_config;
 
 /* Parses config.json's `quantization_config` (NULL or absent = BF16). `json` is a

@@ -478,19 +478,18 @@ static bool empty_or_null(const json_t *v) {
     return !v || json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0);
 }
 
-static vsr_status parse_kv_cache(const json_t *v, vsr_quant_config *out, vsr_err *err) {
-    const char *where = "quantization_config.kv_cache_scheme";
+/* kv_cache_scheme asks the runtime to keep K and V quantized (FP8, with stored k_scale and
+ * v_scale). This runtime keeps its KV cache in BF16 and has no FP8 K/V path, so a package
+ * that asks for one is refused rather than served with the request silently ignored;
+ * null or absent is the ordinary case. */
+static vsr_status parse_kv_cache(const json_t *v, vsr_err *err) {
     if (!v || json_is_null(v)) return VSR_OK;
-    qargs a;
-    TRY(parse_args(v, where, &a, err));
-    const char *s = "the KV cache (FP8 per-tensor symmetric only)";
-    TRY(want_int(err, where, "num_bits", a.num_bits, 8, s));
-    TRY(want_type(err, where, &a, true, s));
-    TRY(want_strategy(err, where, &a, ST_TENSOR, s));
-    TRY(want_symmetric(err, where, &a, s));
-    if (a.dynamic != DYN_FALSE) return refuse(err, "%s.dynamic is set, expected false (static k/v scales)", where);
-    out->kv_cache_fp8 = true;
-    return VSR_OK;
+    char shown[160];
+    json_show(v, shown, sizeof shown);
+    return refuse(err,
+                  "quantization_config.kv_cache_scheme is %s: an FP8 K/V cache is not supported by this runtime "
+                  "(it keeps K and V in BF16); re-export the checkpoint without kv_cache_scheme (null or absent)",
+                  shown);
 }
 
 static vsr_status parse(const json_t *qc, vsr_quant_config *out, vsr_err *err) {
@@ -629,7 +628,7 @@ static vsr_status parse(const json_t *qc, vsr_quant_config *out, vsr_err *err) {
     }
     TRY(served_formats[served_index(format)].check(&w, in, w_where, in_where, out, err));
 
-    TRY(parse_kv_cache(json_object_get(qc, "kv_cache_scheme"), out, err));
+    TRY(parse_kv_cache(json_object_get(qc, "kv_cache_scheme"), err));
 
     v = json_object_get(qc, "ignore");
     if (v && !json_is_null(v)) {
