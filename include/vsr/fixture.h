@@ -28,7 +28,18 @@ typedef struct vsr_fixture_opts {
     /* additive (fixture engineer): */
     uint64_t max_shard_bytes;   /* 0 = 5,000,000,000 (Hugging Face's "5GB"); tests shard tiny */
     const char *model_name;     /* manifest model_name; NULL = "d3-<size><scheme suffix>" */
+    /* additive (--like): the layout of a published package, "d3", "d3-flash", "d3-mini",
+     * "d3-nano" or "d3-lite" (or "vllm-sr/<name>"); NULL = the fixture's own layout. It picks
+     * the file set, the number of weight shards, a small qwen3_5_vision tower under
+     * model.visual., vision_config, preprocessor_config.json and the default model_name;
+     * `size` still picks the text model. BF16 only; no max_shard_bytes. */
+    const char *like;
 } vsr_fixture_opts;
+
+/* The published layouts --like accepts (short names), NULL-terminated; and the number of
+ * weight shards of one (1 = model.safetensors, no index), 0 if `like` is unknown. */
+const char *const *vsr_fixture_like_names(void);
+int vsr_fixture_like_shards(const char *like);
 
 /* The text config of a named size ("tiny", ...): false if unknown. */
 bool vsr_fixture_size_config(const char *size, vsr_text_config *out);
@@ -48,6 +59,7 @@ typedef struct vsr_fixture_info {
     int64_t params_text, params_readout, params_loaded;
     int n_shards;               /* 1 = model.safetensors */
     uint64_t total_bytes;       /* all files written */
+    int64_t params_vision;      /* additive (--like): the vision tower's elements; loaded counts them */
 } vsr_fixture_info;
 
 /* Validates `o` (unknown family/size/scheme/attention mode, --actorder without gptq, a group

@@ -17,13 +17,18 @@ static void usage(FILE *f) {
             "                 --scheme bf16|fp8|w4a16-gptq|w4a16-awq|nvfp4 --seed S\n"
             "                 [--attention-mode causal|noncausal_full_attention] [--actorder]\n"
             "                 [--group-size G] [--max-shard-bytes N] [--name MODEL_NAME]\n"
+            "       vllm-srun fixture OUT --like vllm-sr/d3|d3-flash|d3-mini|d3-nano|d3-lite\n"
+            "                 [--size tiny|small|lite|27b-shape] [--seed S] [--name MODEL_NAME]\n"
             "       vllm-srun fixture --install --repo ORG/NAME [--store DIR] --family ... (as above)\n"
             "       vllm-srun fixture --install-builtin NAME|all [--store DIR]\n"
             "\n"
             "Writes a package in the exact on-disk format of a real one, with weights from a seeded\n"
             "generator: the same options give the same bytes on any machine. --install writes it\n"
             "into the package store (Hugging Face hub cache layout) under its recipe revision and\n"
-            "points refs/main at it. Built-ins:");
+            "points refs/main at it. --like writes the file set and layout of a published package\n"
+            "(its weight shards and index, a vision tower, preprocessor_config.json, its model_name)\n"
+            "with the text model of --size (default tiny; family decision3, scheme bf16, seed 0).\n"
+            "Built-ins:");
     for (size_t i = 0; i < vsr_builtin_fixture_count; i++) fprintf(f, " %s", vsr_builtin_fixtures[i].repo);
     fprintf(f, "\n");
 }
@@ -77,6 +82,7 @@ int cmd_fixture(int argc, char **argv) {
         if ((r = arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; continue; }
         if ((r = arg_value(argc, argv, &i, "--repo", &repo))) { if (r < 0) return 2; continue; }
         if ((r = arg_value(argc, argv, &i, "--name", &o.model_name))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--like", &o.like))) { if (r < 0) return 2; continue; }
         if ((r = arg_value(argc, argv, &i, "--install-builtin", &builtin))) { if (r < 0) return 2; continue; }
         if ((r = arg_value(argc, argv, &i, "--seed", &v))) {
             if (r < 0) return 2;
@@ -129,6 +135,12 @@ int cmd_fixture(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (o.like) { /* the layout is the point: the rest defaults to the smallest BF16 package */
+        if (!o.family) o.family = "decision3";
+        if (!o.size) o.size = "tiny";
+        if (!o.scheme) o.scheme = "bf16";
+        if (!v) v = "0";
+    }
     if (!o.family || !o.size || !o.scheme || !v) {
         fprintf(stderr, "vllm-srun fixture: --family, --size, --scheme and --seed are required\n");
         return 2;
@@ -143,7 +155,11 @@ int cmd_fixture(int argc, char **argv) {
     if (install) {
         if (!repo) {
             snprintf(defrepo, sizeof defrepo, "vllm-sr-c/%s", o.model_name ? o.model_name : "");
-            if (!o.model_name) {
+            if (!o.model_name && o.like) {
+                /* a published layout is named as the package it looks like */
+                snprintf(defrepo, sizeof defrepo, "vllm-sr-c/%s",
+                         !strncmp(o.like, "vllm-sr/", 8) ? o.like + 8 : o.like);
+            } else if (!o.model_name) {
                 /* the default repo is named like the manifest's model_name */
                 snprintf(defrepo, sizeof defrepo, "vllm-sr-c/d3-%s%s", o.size,
                          !strcmp(o.scheme, "bf16") ? "" : !strcmp(o.scheme, "fp8") ? "-FP8"
@@ -158,11 +174,15 @@ int cmd_fixture(int argc, char **argv) {
     }
     vsr_progress_done(p);
     if (st) return fail(&e);
-    printf("%s\n  model_name       %s\n  model_sha256     %s\n  manifest_sha256  %s\n"
-           "  parameters       %" PRId64 " loaded (%" PRId64 " text + %" PRId64 " readout)\n"
-           "  weight files     %d\n  bytes            %" PRIu64 "\n",
-           install ? snap : out, info.model_name, info.model_sha256, info.manifest_sha256,
-           info.params_loaded, info.params_text, info.params_readout, info.n_shards, info.total_bytes);
+    printf("%s\n  model_name       %s\n  model_sha256     %s\n  manifest_sha256  %s\n",
+           install ? snap : out, info.model_name, info.model_sha256, info.manifest_sha256);
+    if (info.params_vision)
+        printf("  parameters       %" PRId64 " loaded (%" PRId64 " text + %" PRId64 " vision + %" PRId64 " readout)\n",
+               info.params_loaded, info.params_text, info.params_vision, info.params_readout);
+    else
+        printf("  parameters       %" PRId64 " loaded (%" PRId64 " text + %" PRId64 " readout)\n", info.params_loaded,
+               info.params_text, info.params_readout);
+    printf("  weight files     %d\n  bytes            %" PRIu64 "\n", info.n_shards, info.total_bytes);
     if (install) printf("  installed        %s@%s (refs/main)\n", repo, rev);
     return 0;
 }
