@@ -563,6 +563,230 @@ TEST(sizes) {
     CHECK(n == 4);
 }
 
+/* --like: the published packages' file sets, hard-coded from
+ * /work/shared/spec/published-d3-pins.json (files_sha256 keys at the pinned revisions). */
+static const char *const like_common[] = {"MODEL_MANIFEST.json", "config.json", "decision_config.json",
+                                          "readout.safetensors", "tokenizer.json", "tokenizer_config.json",
+                                          "chat_template.jinja", "preprocessor_config.json", NULL};
+static const struct {
+    const char *like, *name;
+    int shards; /* 1: model.safetensors; else model-0000i-of-0000N + the index */
+} like_sets[] = {
+    {"vllm-sr/d3", "d3", 11}, {"d3-flash", "d3-flash", 4}, {"vllm-sr/d3-mini", "d3-mini", 2},
+    {"d3-nano", "d3-nano", 1}, {"d3-lite", "d3-lite", 1},
+};
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The folder's names, sorted, joined by '\n'. */
+static void dir_listing(const char *d, char *out, size_t n) {
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "ls -1 '%s' | LC_ALL=C sort", d);
+    FILE *f = popen(cmd, "r");
+    size_t k = f ? fread(out, 1, n - 1, f) : 0;
+    out[k] = 0;
+    if (f) pclose(f);
+}
+
+static void expected_listing(int shards, char *out, size_t n) {
+    const char *v[32];
+    char shard[16][40];
+    int k = 0;
+    for (const char *const *c = like_common; *c; c++) v[k++] = *c;
+    if (shards == 1) {
+        v[k++] = "model.safetensors";
+    } else {
+        for (int i = 0; i < shards; i++) {
+            snprintf(shard[i], sizeof shard[i], "model-%05d-of-%05d.safetensors", i + 1, shards);
+            v[k++] = shard[i];
+        }
+        v[k++] = "model.safetensors.index.json";
+    }
+    qsort(v, (size_t)k, sizeof v[0], cmp_str);
+    size_t l = 0;
+    out[0] = 0;
+    for (int i = 0; i < k; i++) l += (size_t)snprintf(out + l, n - l, "%s\n", v[i]);
+}
+
+TEST(like_layouts) {
+    for (size_t li = 0; li < sizeof like_sets / sizeof like_sets[0]; li++) {
+        vsr_fixture_opts o = opts("bf16");
+        o.like = like_sets[li].like;
+        vsr_fixture_info info;
+        char nm[64];
+        snprintf(nm, sizeof nm, "like-%s", like_sets[li].name);
+        const char *d = write_pkg(nm, &o, &info);
+        CHECK(vsr_fixture_like_shards(o.like) == like_sets[li].shards);
+        /* the file set is the published one */
+        char got[4096], want[4096];
+        dir_listing(d, got, sizeof got);
+        expected_listing(like_sets[li].shards, want, sizeof want);
+        CHECK_MSG(!strcmp(got, want), "%s: files\n%s\nexpected\n%s", like_sets[li].name, got, want);
+        CHECK(info.n_shards == like_sets[li].shards);
+        json_t *m = load_json(path2(d, "MODEL_MANIFEST.json"));
+        CHECK(m != NULL);
+        if (!m) continue;
+        CHECK(!strcmp(json_string_value(json_object_get(m, "model_name")), like_sets[li].name));
+        json_t *fs = json_object_get(m, "files_sha256");
+        CHECK(json_object_get(fs, "preprocessor_config.json") != NULL);
+        CHECK((int)json_object_size(fs) == 7 + (like_sets[li].shards == 1 ? 1 : like_sets[li].shards + 1));
+        /* config.json: a qwen3_5 checkpoint with a qwen3_5_vision tower */
+        json_t *cfg = load_json(path2(d, "config.json"));
+        json_t *vc = json_object_get(cfg, "vision_config"), *tc = json_object_get(cfg, "text_config");
+        CHECK(!strcmp(json_string_value(json_object_get(cfg, "model_type")), "qwen3_5"));
+        CHECK(!strcmp(json_string_value(json_object_get(tc, "model_type")), "qwen3_5_text"));
+        CHECK(json_array_size(json_object_get(tc, "layer_types")) == 4);
+        CHECK(!strcmp(json_string_value(json_object_get(vc, "model_type")), "qwen3_5_vision"));
+        CHECK(json_integer_value(json_object_get(vc, "out_hidden_size")) == 64);
+        CHECK(json_integer_value(json_object_get(cfg, "image_token_id")) == 151655 &&
+              json_integer_value(json_object_get(cfg, "vision_start_token_id")) == 151652);
+        json_t *pp = load_json(path2(d, "preprocessor_config.json"));
+        CHECK(pp && json_integer_value(json_object_get(pp, "patch_size")) ==
+                        json_integer_value(json_object_get(vc, "patch_size")) &&
+              json_integer_value(json_object_get(pp, "merge_size")) ==
+                  json_integer_value(json_object_get(vc, "spatial_merge_size")) &&
+              !strcmp(json_string_value(json_object_get(pp, "image_processor_type")), "Qwen2VLImageProcessorFast"));
+        json_decref(pp);
+        /* every tensor from the headers: text under model.language_model., vision under
+         * model.visual.; the index's weight_map names each one and the file holding it */
+        json_t *idx = like_sets[li].shards > 1 ? load_json(path2(d, "model.safetensors.index.json")) : NULL;
+        json_t *wm = json_object_get(idx, "weight_map");
+        CHECK((like_sets[li].shards > 1) == (wm != NULL));
+        int64_t vision = 0, text = 0;
+        size_t n_tensors = 0;
+        uint64_t data_bytes = 0;
+        for (int sh = 0; sh < like_sets[li].shards; sh++) {
+            char fname[64];
+            if (like_sets[li].shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
+            else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", sh + 1, like_sets[li].shards);
+            vsr_st_file *f = NULL;
+            vsr_err e;
+            CHECK_OK(vsr_st_open_header(path2(d, fname), fname, &f, &e), e);
+            if (!f) continue;
+            CHECK_MSG(vsr_st_count(f) > 0, "%s is empty", fname);
+            for (size_t i = 0; i < vsr_st_count(f); i++) {
+                const vsr_tensor *t = vsr_st_at(f, i);
+                n_tensors++;
+                data_bytes += t->nbytes;
+                if (!strncmp(t->name, "model.visual.", 13)) vision += t->numel;
+                else if (!strncmp(t->name, "model.language_model.", 21)) text += t->numel;
+                else CHECK_MSG(0, "tensor %s under no known prefix", t->name);
+                if (wm) {
+                    const char *mapped = json_string_value(json_object_get(wm, t->name));
+                    CHECK_MSG(mapped && !strcmp(mapped, fname), "%s: weight_map says %s, it is in %s", t->name,
+                              mapped ? mapped : "(nothing)", fname);
+                }
+            }
+            if (!strcmp(like_sets[li].name, "d3-lite")) {
+                const vsr_tensor *pe = vsr_st_find(f, "model.visual.patch_embed.proj.weight");
+                CHECK(pe && pe->ndim == 5 && pe->shape[0] == 64 && pe->shape[1] == 3 && pe->shape[2] == 2 &&
+                      pe->shape[3] == 16 && pe->shape[4] == 16 && pe->dtype == VSR_DT_BF16);
+                const vsr_tensor *mf = vsr_st_find(f, "model.visual.merger.linear_fc2.weight");
+                CHECK(mf && mf->ndim == 2 && mf->shape[0] == 64 && mf->shape[1] == 256);
+                CHECK(vsr_st_find(f, "model.visual.blocks.1.attn.qkv.bias") != NULL);
+                CHECK(vsr_st_find(f, "model.visual.deepstack_merger_list.0.norm.weight") == NULL);
+            }
+            vsr_st_close(f);
+        }
+        if (wm) {
+            CHECK_MSG(json_object_size(wm) == n_tensors, "weight_map has %zu names, the shards %zu tensors",
+                      json_object_size(wm), n_tensors);
+            CHECK((uint64_t)json_integer_value(json_object_get(json_object_get(idx, "metadata"), "total_size")) ==
+                  data_bytes);
+        }
+        json_decref(idx);
+        json_t *par = json_object_get(m, "parameters");
+        CHECK(vision > 0 && vision == info.params_vision);
+        CHECK(json_integer_value(json_object_get(par, "vision")) == vision);
+        CHECK(json_integer_value(json_object_get(par, "text")) == text && text == 10007800);
+        CHECK(json_integer_value(json_object_get(par, "loaded")) == text + vision + 255 * 64);
+        /* the runtime's package layer: opens, verifies, counts vision apart and loads text + readout */
+        vsr_package *p = NULL;
+        vsr_err e;
+        char real[PATH_MAX];
+        CHECK(realpath(d, real) != NULL);
+        vsr_status st = vsr_package_open(real, NULL, NULL, &p, &e);
+        CHECK_OK(st, e);
+        if (!st) {
+            CHECK_OK(vsr_package_verify(p, 2, NULL, &e), e);
+            CHECK(p->params_vision == vision && p->params_text == text);
+            CHECK(vsr_package_params_loaded(p) == text + 255 * 64);
+            CHECK(!strcmp(p->model_sha256, info.model_sha256));
+            vsr_package_close(p);
+        }
+        json_decref(cfg);
+        json_decref(m);
+    }
+}
+
+/* A changed byte of a vision tensor (never loaded) is still refused by the hash check. */
+TEST(like_tampered_vision) {
+    vsr_fixture_opts o = opts("bf16");
+    o.like = "d3";
+    const char *d = write_pkg("like-tamper", &o, NULL);
+    char real[PATH_MAX];
+    CHECK(realpath(d, real) != NULL);
+    vsr_weights *w = NULL;
+    vsr_err e;
+    CHECK_OK(vsr_weights_open(real, VSR_WEIGHTS_HEADERS, &w, &e), e);
+    if (!w) return;
+    const vsr_tensor *t = vsr_weights_find(w, "model.visual.pos_embed.weight");
+    CHECK(t != NULL);
+    char file[PATH_MAX + 256];
+    uint64_t off = t ? t->offset + 5 : 0;
+    snprintf(file, sizeof file, "%s/%s", real, t ? t->file : "");
+    vsr_weights_close(w);
+    if (!t) return;
+    FILE *f = fopen(file, "r+b");
+    CHECK(f != NULL);
+    if (!f) return;
+    int c = (fseek(f, (long)off, SEEK_SET), fgetc(f));
+    fseek(f, (long)off, SEEK_SET);
+    fputc(c ^ 0x01, f);
+    fclose(f);
+    vsr_package *p = NULL;
+    vsr_status st = vsr_package_open(real, NULL, NULL, &p, &e);
+    CHECK_OK(st, e); /* sizes and headers are intact: only the hash tells */
+    if (!st) {
+        const char *base = strrchr(file, '/') + 1;
+        CHECK_ERR(vsr_package_verify(p, 2, NULL, &e), e, VSR_E_INTEGRITY, "sha256 mismatch");
+        CHECK_MSG(strstr(e.msg, base) != NULL, "the message names %s: %s", base, e.msg);
+        vsr_package_close(p);
+    }
+}
+
+TEST(like_options) {
+    vsr_err e;
+    vsr_fixture_opts o = opts("bf16");
+    o.like = "d3-huge";
+    CHECK_ERR(vsr_fixture_check(&o, &e), e, VSR_E_INVALID, "unknown --like 'd3-huge'");
+    o = opts("fp8");
+    o.like = "d3-lite";
+    CHECK_ERR(vsr_fixture_check(&o, &e), e, VSR_E_INVALID, "--like applies only to --scheme bf16");
+    o = opts("bf16");
+    o.like = "d3";
+    o.max_shard_bytes = 1000000;
+    CHECK_ERR(vsr_fixture_check(&o, &e), e, VSR_E_INVALID, "--max-shard-bytes does not apply with --like");
+    /* the recipe names the layout; without --like the recipe (and every revision) is as before */
+    char r1[512], r2[512];
+    o = opts("bf16");
+    CHECK_OK(vsr_fixture_recipe_string(&o, r1, sizeof r1, &e), e);
+    CHECK(strstr(r1, "like=") == NULL && strstr(r1, "model_name=d3-tiny"));
+    o.like = "vllm-sr/d3-lite";
+    CHECK_OK(vsr_fixture_recipe_string(&o, r2, sizeof r2, &e), e);
+    CHECK(strstr(r2, " like=d3-lite") && strstr(r2, "model_name=d3-lite"));
+    int n = 0;
+    for (const char *const *s = vsr_fixture_like_names(); *s; s++) n++;
+    CHECK(n == 5 && vsr_fixture_like_shards("d3-nano") == 1 && vsr_fixture_like_shards("d3-edge") == 0);
+    /* deterministic: the same layout twice gives the same manifest */
+    vsr_fixture_info a, b;
+    o = opts("bf16");
+    o.like = "d3-mini";
+    write_pkg("like-det-a", &o, &a);
+    write_pkg("like-det-b", &o, &b);
+    CHECK(!strcmp(a.manifest_sha256, b.manifest_sha256) && !strcmp(a.model_sha256, b.model_sha256));
+}
+
 int main(void) {
     RUN(deterministic_and_recorded);
     RUN(tensor_sets_per_scheme);
@@ -574,5 +798,8 @@ int main(void) {
     RUN(sharded);
     RUN(refusals);
     RUN(sizes);
+    RUN(like_layouts);
+    RUN(like_tampered_vision);
+    RUN(like_options);
     return test_summary();
 }
