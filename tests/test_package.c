@@ -170,25 +170,42 @@ typedef struct dec_case {
 } dec_case;
 
 static const dec_case dec_cases[] = {
-    {"format_version", "2", "\"format_version\" must be 1", VSR_E_UNSUPPORTED},
-    {"format_version", NULL, "\"format_version\" is missing", VSR_E_FORMAT},
-    {"format_id", "\"d3-code-readout-v2\"", "\"format_id\" must be \"d3-code-readout-v1\"", VSR_E_UNSUPPORTED},
-    {"format_id", NULL, "required key \"format_id\" is missing", VSR_E_FORMAT},
-    {"prompt", "\"d2\"", "\"prompt\" must be \"d3\"", VSR_E_UNSUPPORTED},
-    {"prompt", "3", "\"prompt\" must be a string", VSR_E_FORMAT},
-    {"attention_mode", "\"bidirectional\"", "\"attention_mode\" must be \"causal\" or \"noncausal_full_attention\"",
+    {"format_version", "2", "unsupported decision_config.json format (\"format_version\" must be 1, found 2)",
      VSR_E_UNSUPPORTED},
-    {"pooling", "\"mean\"", "\"pooling\" must be \"last\"", VSR_E_UNSUPPORTED},
-    {"readout_dtype", "\"float16\"", "\"readout_dtype\" must be \"float32\" or \"bfloat16\"", VSR_E_UNSUPPORTED},
-    {"temperature", "0", "\"temperature\" must be finite and > 0", VSR_E_FORMAT},
-    {"temperature", "-0.5", "\"temperature\" must be finite and > 0", VSR_E_FORMAT},
-    {"temperature", "\"hot\"", "\"temperature\" must be a number", VSR_E_FORMAT},
-    {"max_length", "15", "\"max_length\" must be null or an integer >= 16", VSR_E_FORMAT},
-    {"max_length", "16.5", "\"max_length\" must be null or an integer >= 16", VSR_E_FORMAT},
-    {"codes", NULL, "required key \"codes\" is missing", VSR_E_FORMAT},
-    {"token_ids", NULL, "required key \"token_ids\" is missing", VSR_E_FORMAT},
-    {"codes", "[\"A\",\"B\"]", "\"codes\" must be an array of 255 strings", VSR_E_FORMAT},
-    {"token_ids", "{}", "\"token_ids\" must be an array of 255 integers", VSR_E_FORMAT},
+    {"format_version", NULL, "unsupported decision_config.json format (required key \"format_version\" is missing",
+     VSR_E_UNSUPPORTED},
+    {"format_version", "true", "unsupported decision_config.json format (\"format_version\" must be 1, found True)",
+     VSR_E_UNSUPPORTED},
+    {"format_id", "\"d3-code-readout-v2\"",
+     "unsupported decision_config.json format (\"format_id\" must be \"d3-code-readout-v1\", found 'd3-code-readout-v2')",
+     VSR_E_UNSUPPORTED},
+    {"format_id", NULL, "unsupported decision_config.json format (required key \"format_id\" is missing",
+     VSR_E_UNSUPPORTED},
+    {"prompt", "\"d2\"", "unknown prompt family 'd2'", VSR_E_UNSUPPORTED},
+    {"prompt", "3", "unknown prompt family 3", VSR_E_UNSUPPORTED},
+    {"prompt", "null", "unknown prompt family None", VSR_E_UNSUPPORTED},
+    {"prompt", NULL, "required key \"prompt\" is missing", VSR_E_FORMAT},
+    {"attention_mode", "\"bidirectional\"", "unknown attention mode 'bidirectional'", VSR_E_UNSUPPORTED},
+    {"attention_mode", "null", "unknown attention mode None", VSR_E_UNSUPPORTED},
+    {"pooling", "\"mean\"", "unsupported pooling 'mean'", VSR_E_UNSUPPORTED},
+    {"pooling", "[\"last\"]", "unsupported pooling ['last']", VSR_E_UNSUPPORTED},
+    {"readout_dtype", "\"float16\"", "readout_dtype must be float32 or bfloat16 (found 'float16')", VSR_E_UNSUPPORTED},
+    {"temperature", "0", "temperature must be positive and finite (found 0)", VSR_E_FORMAT},
+    {"temperature", "-0.5", "temperature must be positive and finite (found -0.5)", VSR_E_FORMAT},
+    {"temperature", "\"hot\"", "temperature must be positive and finite (found 'hot')", VSR_E_FORMAT},
+    {"temperature", "null", "temperature must be positive and finite (found None)", VSR_E_FORMAT},
+    {"temperature", "false", "temperature must be positive and finite (found False)", VSR_E_FORMAT},
+    {"max_length", "15", "max_length must be null or an integer >= 16 (found 15)", VSR_E_FORMAT},
+    {"max_length", "16.5", "max_length must be null or an integer >= 16 (found 16.5)", VSR_E_FORMAT},
+    {"max_length", "\"4096\"", "max_length must be null or an integer >= 16 (found '4096')", VSR_E_FORMAT},
+    {"codes", NULL, "decision_config.json needs 255 distinct answer codes and token IDs (required key \"codes\" is missing)",
+     VSR_E_FORMAT},
+    {"token_ids", NULL, "needs 255 distinct answer codes and token IDs (required key \"token_ids\" is missing)",
+     VSR_E_FORMAT},
+    {"codes", "[\"A\",\"B\"]", "needs 255 distinct answer codes and token IDs (\"codes\" must be an array of 255 strings",
+     VSR_E_FORMAT},
+    {"token_ids", "{}", "needs 255 distinct answer codes and token IDs (\"token_ids\" must be an array of 255 integers",
+     VSR_E_FORMAT},
     {"base_model", "7", "\"base_model\" must be a string", VSR_E_FORMAT},
 };
 
@@ -226,19 +243,29 @@ TEST(decision_config_rules) {
     /* duplicates and element types */
     j = base_decision();
     json_array_set_new(json_object_get(j, "codes"), 9, json_string("C003"));
-    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT, "\"codes\" must be 255 distinct entries (\"C003\" repeats)");
+    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT,
+              "decision_config.json needs 255 distinct answer codes and token IDs (\"codes\" must be 255 distinct "
+              "entries; \"C003\" repeats)");
     json_decref(j);
     j = base_decision();
     json_array_set_new(json_object_get(j, "token_ids"), 9, json_integer(20));
-    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT, "\"token_ids\" must be 255 distinct entries (20 repeats)");
+    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT,
+              "decision_config.json needs 255 distinct answer codes and token IDs (\"token_ids\" must be 255 distinct "
+              "entries; 20 repeats)");
     json_decref(j);
     j = base_decision();
     json_array_set_new(json_object_get(j, "codes"), 4, json_string(""));
-    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT, "codes[4] must be a non-empty string");
+    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT,
+              "needs 255 distinct answer codes and token IDs (codes[4] must be a non-empty string, found '')");
     json_decref(j);
     j = base_decision();
     json_array_set_new(json_object_get(j, "token_ids"), 7, json_integer(-1));
-    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT, "token_ids[7] must be a non-negative");
+    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT,
+              "needs 255 distinct answer codes and token IDs (token_ids[7] must be a non-negative 32-bit integer, found -1)");
+    json_decref(j);
+    /* not an object */
+    j = json_pack("[i]", 1);
+    CHECK_ERR(vsr_decision_config_parse(j, NULL, &d, &e), e, VSR_E_FORMAT, "decision_config.json must be an object");
     json_decref(j);
 }
 
@@ -270,7 +297,7 @@ static const man_case man_cases[] = {
     {"files_sha256", "{\"../x.json\":" HEX64 "}", "names \"../x.json\", which is not a relative path", VSR_E_INVALID},
     {"files_sha256", "{\"a/../../x\":" HEX64 "}", "which is not a relative path", VSR_E_INVALID},
     {"files_sha256", "{\"tokenizer.json\":" HEX64 "}", "\"tokenizer.json\" has sha256", VSR_E_FORMAT},
-    {"files_bytes", "[]", "\"files_bytes\" must be an object", VSR_E_FORMAT},
+    {"files_bytes", "[]", "manifest files_bytes must be an object", VSR_E_FORMAT},
     {"files_bytes", "{\"config.json\":-1}", "files_bytes[\"config.json\"] must be a non-negative integer", VSR_E_FORMAT},
     {"files_bytes", "{\"nothere.json\":5}", "files_bytes names \"nothere.json\", which files_sha256 does not list",
      VSR_E_FORMAT},
@@ -299,8 +326,10 @@ TEST(manifest_schema) {
     vsr_manifest_free(&m);
     vsr_manifest_free(&m);
 
-    CHECK_ERR(vsr_manifest_parse("{\"schema\":", 10, NULL, &m, &e), e, VSR_E_FORMAT, "MODEL_MANIFEST.json: not valid JSON");
-    CHECK_ERR(vsr_manifest_parse("[1]", 3, NULL, &m, &e), e, VSR_E_FORMAT, "must be a JSON object");
+    CHECK_ERR(vsr_manifest_parse("{\"schema\":", 10, NULL, &m, &e), e, VSR_E_FORMAT,
+              "MODEL_MANIFEST.json: unknown or malformed Decision 3.0 package manifest: not valid JSON");
+    CHECK_ERR(vsr_manifest_parse("[1]", 3, NULL, &m, &e), e, VSR_E_FORMAT,
+              "MODEL_MANIFEST.json: unknown or malformed Decision 3.0 package manifest: must be a JSON object");
     for (size_t i = 0; i < sizeof man_cases / sizeof man_cases[0]; i++) {
         json_error_t je;
         json_t *j = json_loads(good, 0, &je), *obj = j;
@@ -310,6 +339,12 @@ TEST(manifest_schema) {
         char *s = json_dumps(j, 0);
         vsr_status st = vsr_manifest_parse(s, strlen(s), NULL, &m, &e);
         CHECK_ERR(st, e, k->code, k->needle);
+        /* each refusal names what it breaks in the reference's words */
+        const char *cat = !strcmp(k->path, "identity") && !strstr(k->needle, "identity.files_sha256")
+                              ? "model identity differs from the scored checkpoint in MODEL_MANIFEST.json"
+                          : !strcmp(k->path, "parameters") ? "tensor counts differ from the manifest's parameter counts"
+                                                           : "unknown or malformed Decision 3.0 package manifest";
+        CHECK_MSG(st == VSR_OK || strstr(e.msg, cat), "%s: \"%s\" lacks \"%s\"", k->path, e.msg, cat);
         if (st == VSR_OK) vsr_manifest_free(&m);
         free(s);
         json_decref(j);
@@ -389,8 +424,10 @@ static const tcase tensor_cases[] = {
     {{.skip_tensor = "model.language_model.embed_tokens.weight"}, "embed_tokens.weight\" is missing"},
     {{.extra_tensor = LP "0.mlp.gate_proj.bias"}, "unexpected tensor \"" LP "0.mlp.gate_proj.bias\""},
     {{.extra_tensor = LP "0.self_attn.q_proj.weight"}, "unexpected tensor \"" LP "0.self_attn.q_proj.weight\""},
-    {{.extra_tensor = "mtp.fc.weight"}, "unexpected tensor \"mtp.fc.weight\": neither under the text prefix"},
-    {{.extra_tensor = "language_model.norm.weight"}, "use both text prefixes"},
+    {{.extra_tensor = "mtp.fc.weight"}, "model.safetensors: checkpoint tensor 'mtp.fc.weight' belongs to no known module"},
+    {{.extra_tensor = "language_model.norm.weight"},
+     "checkpoint tensors use mixed name prefixes (text tensors under both \"model.language_model.\" (27) and "
+     "\"language_model.\" (1)"},
     {{.f32_tensor = LP "0.mlp.up_proj.weight"}, "tensor \"" LP "0.mlp.up_proj.weight\" has dtype F32, expected BF16"},
     {{.bad_shape_tensor = LP "0.linear_attn.conv1d.weight"},
      "\"" LP "0.linear_attn.conv1d.weight\" has shape [97, 1, 4], expected [96, 1, 4]"},
@@ -463,16 +500,19 @@ TEST(readout_and_lm_head) {
         vsr_st_writer_save(w, p, &e);
         vsr_st_writer_free(w);
         tpkg_manifest(dir, NULL, NULL);
-        CHECK_ERR(open_verify(dir, &e), e, VSR_E_FORMAT, "readout.safetensors: must hold exactly one tensor \"weight\" [255, 32] (found 2 tensors");
+        CHECK_ERR(open_verify(dir, &e), e, VSR_E_FORMAT,
+                  "readout.safetensors must hold exactly one tensor named weight (expected \"weight\" [255, 32]; found 2 "
+                  "tensors, e.g. \"bias\")");
     }
     {
-        /* an untied LM head is accepted (and checked); tied, it is an extra tensor */
+        /* A Decision 3.0 checkpoint is a Qwen3_5Model: an LM head belongs to no known module,
+         * tied or not (the reference's rule; the readout replaces it). */
         tpkg_opts o = {.extra_tensor = "lm_head.weight"};
         dir = fresh(&o);
-        CHECK_ERR(open_verify(dir, &e), e, VSR_E_FORMAT, "unexpected tensor \"lm_head.weight\"");
+        CHECK_ERR(open_verify(dir, &e), e, VSR_E_FORMAT, "checkpoint tensor 'lm_head.weight' belongs to no known module");
         tpkg_edit_json(dir, "config.json", set_tie_false, NULL);
         tpkg_manifest(dir, NULL, NULL);
-        CHECK_ERR(open_verify(dir, &e), e, VSR_E_FORMAT, "\"lm_head.weight\" has shape [4], expected [300, 32] for the LM head");
+        CHECK_ERR(open_verify(dir, &e), e, VSR_E_FORMAT, "checkpoint tensor 'lm_head.weight' belongs to no known module");
     }
 }
 
@@ -539,19 +579,23 @@ TEST(manifest_against_files) {
     vsr_err e = {0};
     const char *dir = fresh(NULL);
     tpkg_manifest(dir, drop_bytes_and_set, "tokenizer.json");
-    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "tokenizer.json: files_bytes says 3 bytes, the file has ");
+    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY,
+              "tokenizer.json: size differs from MODEL_MANIFEST.json (files_bytes says 3 bytes, the file has ");
 
     dir = fresh(NULL);
     tpkg_manifest(dir, set_model_sha, NULL);
     CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY,
-              "identity mismatch: the manifest records model_sha256 0000000000000000000000000000000000000000000000000000000000000000, the package computes ");
+              "model identity differs from the scored checkpoint in MODEL_MANIFEST.json (the manifest records "
+              "model_sha256 0000000000000000000000000000000000000000000000000000000000000000, the package computes ");
 
     dir = fresh(NULL);
     tpkg_manifest(dir, set_param_text, NULL);
-    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "parameters.text is 12345 but the weights hold");
+    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY,
+              "tensor counts differ from the manifest's parameter counts (parameters.text is 12345 but the weights hold");
     dir = fresh(NULL);
     tpkg_manifest(dir, set_param_loaded, NULL);
-    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "parameters.loaded is 1 but the weights hold");
+    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY,
+              "tensor counts differ from the manifest's parameter counts (parameters.loaded is 1 but the weights hold");
 
     /* every required file must be listed */
     const char *required[] = {"config.json", "decision_config.json", "readout.safetensors", "tokenizer.json",
@@ -560,24 +604,30 @@ TEST(manifest_against_files) {
         dir = fresh(NULL);
         tpkg_manifest(dir, unlist, (void *)required[i]);
         char needle[128];
-        snprintf(needle, sizeof needle, "%s is not listed in files_sha256", required[i]);
+        snprintf(needle, sizeof needle, "MODEL_MANIFEST.json does not list ['%s']", required[i]);
         CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, needle);
     }
     tpkg_opts ov = {.vision = true};
     dir = fresh(&ov);
     tpkg_manifest(dir, unlist, "preprocessor_config.json");
-    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "preprocessor_config.json is not listed");
+    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "MODEL_MANIFEST.json does not list ['preprocessor_config.json']");
+    /* ... only when the file is there (the reference lists it when present) */
+    char pp[PATH_MAX + 32];
+    snprintf(pp, sizeof pp, "%s/preprocessor_config.json", dir);
+    unlink(pp);
+    CHECK_OK(open_verify(dir, &e), e);
     /* unlisted weights are never read */
     dir = fresh(NULL);
     tpkg_manifest(dir, unlist, "model.safetensors");
-    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "weight file model.safetensors is not listed in files_sha256; unlisted weights are never read");
+    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "MODEL_MANIFEST.json does not list ['model.safetensors']");
+    CHECK(strstr(e.msg, "unlisted files are never read") != NULL);
     tpkg_opts os = {.sharded = true};
     dir = fresh(&os);
     tpkg_manifest(dir, unlist, "model-00002-of-00002.safetensors");
-    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "weight file model-00002-of-00002.safetensors is not listed");
+    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "MODEL_MANIFEST.json does not list ['model-00002-of-00002.safetensors']");
     dir = fresh(&os);
     tpkg_manifest(dir, unlist, "model.safetensors.index.json");
-    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "weight file model.safetensors.index.json is not listed");
+    CHECK_ERR(open_verify(dir, &e), e, VSR_E_INTEGRITY, "MODEL_MANIFEST.json does not list ['model.safetensors.index.json']");
     /* a listed file that is missing */
     dir = fresh(NULL);
     tpkg_manifest(dir, list_extra, "notes/README.md");
@@ -680,10 +730,10 @@ TEST(families) {
     CHECK_ERR(vsr_package_open(dir, NULL, NULL, &p, &e), e, VSR_E_UNSUPPORTED,
               "a span package cannot carry quantized weights");
     CHECK(strstr(e.msg, "only Decision 3.0 packages can") != NULL);
-    /* unknown family, quantized: refused too */
+    /* unknown family (no decision_config.json, no token-classification head), quantized: refused too */
     o.scheme = "int4";
     dir = fresh(&o);
-    snprintf(path, sizeof path, "%s/readout.safetensors", dir);
+    snprintf(path, sizeof path, "%s/decision_config.json", dir);
     unlink(path);
     CHECK_ERR(vsr_package_open(dir, NULL, NULL, &p, &e), e, VSR_E_UNSUPPORTED, "a unknown package cannot carry quantized");
     /* BF16 span package opens, its family is span */

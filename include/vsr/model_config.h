@@ -39,7 +39,7 @@ typedef struct vsr_text_config {
     double partial_rotary_factor;
     int mrope_section[3];
     bool mrope_interleaved;
-    int64_t max_position_embeddings;
+    int64_t max_position_embeddings; /* 0 when config.json omits it */
     bool tie_word_embeddings;
     bool attention_bias;
     char hidden_act[16];          /* "silu" */

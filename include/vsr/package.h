@@ -8,7 +8,8 @@
  *                       No tensor byte is read.
  *   (caller gates the package on a device: vsr_package_gate_request + vsr_place)
  *   vsr_package_verify  sha256 and bytes of every manifest file (parallel,
- *                       streamed), identity.model_sha256, tensors against config,
+ *                       streamed), identity.model_sha256, vsr_package_check (tensors
+ *                       against config, readout, parameter counts, input limit),
  *                       built-in pins.
  *   vsr_package_map     maps the weight files for reading. */
 #ifndef VSR_PACKAGE_H
@@ -109,6 +110,11 @@ vsr_status vsr_package_open(const char *model, const char *revision, const char 
 /* Fills the gate request for this package (scheme, family rules, bytes, reserve). */
 void vsr_package_gate_request(const vsr_package *p, vsr_gate_request *out);
 vsr_status vsr_package_verify(vsr_package *p, int threads, vsr_progress *progress, vsr_err *err);
+/* The checks a load runs that read no file bytes beyond the headers opened: tensors against
+ * config and scheme (names, dtypes, shapes), the readout, the manifest's parameter counts
+ * and the input limit. vsr_package_verify runs them after hashing; `inspect` runs them
+ * alone to report what a load would refuse. */
+vsr_status vsr_package_check(const vsr_package *p, vsr_err *err);
 vsr_status vsr_package_map(vsr_package *p, vsr_err *err);
 void vsr_package_close(vsr_package *p);
 

@@ -1,4 +1,6 @@
 /* MODEL_MANIFEST.json, schema d3-package-manifest/1 (reference-runtime.md 4.1 step 1).
+ * A refusal names what it breaks in the reference's words: a malformed manifest, the
+ * model identity, or the parameter counts.
  * The file list is the union of files_sha256 and identity.files_sha256 (a name in both
  * must carry the same hash), sorted by name; files_bytes is optional and may only name
  * listed files. */
@@ -131,8 +133,14 @@ static vsr_status add_files(const json_t *obj, const char *where, const char *na
 
 static const char *const param_keys[] = {"text", "vision", "readout", "loaded"};
 
-static vsr_status parse_doc(const json_t *j, const char *name, vsr_manifest *m, vsr_err *err) {
+/* The reference's word for what a parse error breaks; the default is a malformed manifest. */
+#define CAT_MALFORMED "unknown or malformed Decision 3.0 package manifest"
+#define CAT_IDENTITY "model identity differs from the scored checkpoint in MODEL_MANIFEST.json"
+#define CAT_PARAMS "tensor counts differ from the manifest's parameter counts"
+
+static vsr_status parse_doc(const json_t *j, const char *name, vsr_manifest *m, const char **cat, vsr_err *err) {
     vsr_status st;
+    *cat = CAT_MALFORMED;
     if (!json_is_object(j)) return vsr_err_set(err, VSR_E_FORMAT, "%s: must be a JSON object", name);
     json_t *schema = json_object_get(j, "schema");
     if (!schema) return vsr_err_set(err, VSR_E_FORMAT, "%s: required key \"schema\" is missing", name);
@@ -156,6 +164,7 @@ static vsr_status parse_doc(const json_t *j, const char *name, vsr_manifest *m, 
                            name);
     if ((st = add_files(fs, "files_sha256", name, m, err))) return st;
 
+    *cat = CAT_IDENTITY;
     json_t *id = json_object_get(j, "identity");
     if (!id) return vsr_err_set(err, VSR_E_FORMAT, "%s: required key \"identity\" is missing", name);
     if (!json_is_object(id)) return vsr_err_set(err, VSR_E_FORMAT, "%s: \"identity\" must be an object", name);
@@ -164,6 +173,7 @@ static vsr_status parse_doc(const json_t *j, const char *name, vsr_manifest *m, 
     if (!json_is_string(ms) || !is_hex64(json_string_value(ms)))
         return vsr_err_set(err, VSR_E_FORMAT, "%s: \"identity.model_sha256\" must be 64 lowercase hex digits", name);
     snprintf(m->model_sha256, sizeof m->model_sha256, "%s", json_string_value(ms));
+    *cat = CAT_MALFORMED; /* identity.files_sha256 must agree with files_sha256 */
     json_t *ifs = json_object_get(id, "files_sha256");
     if (ifs && !json_is_null(ifs)) {
         if (!json_is_object(ifs))
@@ -174,11 +184,12 @@ static vsr_status parse_doc(const json_t *j, const char *name, vsr_manifest *m, 
     if (idd && !json_is_null(idd) && !json_is_object(idd))
         return vsr_err_set(err, VSR_E_FORMAT, "%s: \"identity.decision\" must be an object", name);
     if (m->n_files > 1) qsort(m->files, (size_t)m->n_files, sizeof m->files[0], cmp_file);
+    *cat = CAT_MALFORMED;
 
     json_t *fb = json_object_get(j, "files_bytes");
     if (fb && !json_is_null(fb)) {
         if (!json_is_object(fb))
-            return vsr_err_set(err, VSR_E_FORMAT, "%s: \"files_bytes\" must be an object of file -> bytes", name);
+            return vsr_err_set(err, VSR_E_FORMAT, "%s: manifest files_bytes must be an object of file -> bytes", name);
         const char *k;
         json_t *v;
         json_object_foreach(fb, k, v) {
@@ -195,6 +206,7 @@ static vsr_status parse_doc(const json_t *j, const char *name, vsr_manifest *m, 
 
     int64_t *pv[4] = {&m->params_text, &m->params_vision, &m->params_readout, &m->params_loaded};
     for (int i = 0; i < 4; i++) *pv[i] = -1;
+    *cat = CAT_PARAMS;
     json_t *pp = json_object_get(j, "parameters");
     if (pp && !json_is_null(pp)) {
         if (!json_is_object(pp)) return vsr_err_set(err, VSR_E_FORMAT, "%s: \"parameters\" must be an object", name);
@@ -210,10 +222,26 @@ static vsr_status parse_doc(const json_t *j, const char *name, vsr_manifest *m, 
     return VSR_OK;
 }
 
+/* Rewrites "<name>: detail" as "<name>: <category>: detail", so every manifest refusal holds
+ * the reference's words. */
+static vsr_status categorize(vsr_status st, const char *name, const char *cat, vsr_err *err) {
+    if (!err || st == VSR_E_NOMEM) return st;
+    char detail[VSR_ERR_MSG_MAX];
+    size_t nl = strlen(name);
+    const char *d = err->msg;
+    if (!strncmp(d, name, nl) && d[nl] == ':' && d[nl + 1] == ' ') d += nl + 2;
+    snprintf(detail, sizeof detail, "%s", d);
+    return vsr_err_set(err, st, "%s: %s: %s", name, cat, detail);
+}
+
 vsr_status vsr_manifest_parse_json(const json_t *j, const char *label, vsr_manifest *out, vsr_err *err) {
+    const char *name = label ? label : VSR_MANIFEST_NAME, *cat = CAT_MALFORMED;
     memset(out, 0, sizeof *out);
-    vsr_status st = parse_doc(j, label ? label : VSR_MANIFEST_NAME, out, err);
-    if (st) vsr_manifest_free(out);
+    vsr_status st = parse_doc(j, name, out, &cat, err);
+    if (st) {
+        vsr_manifest_free(out);
+        categorize(st, name, cat, err);
+    }
     return st;
 }
 
@@ -224,8 +252,8 @@ vsr_status vsr_manifest_parse(const char *bytes, size_t n, const char *label, vs
     json_error_t je;
     json_t *j = json_loadb(bytes, n, JSON_REJECT_DUPLICATES, &je);
     if (!j)
-        return vsr_err_set(err, VSR_E_FORMAT, "%s: not valid JSON at line %d column %d: %s", name, je.line,
-                           je.column, je.text);
+        return vsr_err_set(err, VSR_E_FORMAT, "%s: " CAT_MALFORMED ": not valid JSON at line %d column %d: %s", name,
+                           je.line, je.column, je.text);
     vsr_status st = vsr_manifest_parse_json(j, name, out, err);
     json_decref(j);
     if (st == VSR_OK) vsr_sha256_hex(bytes, n, out->manifest_sha256);

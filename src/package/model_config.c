@@ -11,29 +11,33 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Integer keys of the text config: name, where it goes, whether 32-bit, largest value. */
+/* Integer keys of the text config: name, where it goes, whether 32-bit, largest value,
+ * whether it may be absent (then 0). */
 typedef struct int_field {
     const char *key;
     size_t off;
     bool is_int32;
     int64_t max;
+    bool optional;
 } int_field;
 
 #define TF(f) offsetof(vsr_text_config, f)
 static const int_field text_int_fields[] = {
-    {"vocab_size", TF(vocab_size), false, (int64_t)1 << 31},
-    {"hidden_size", TF(hidden_size), false, (int64_t)1 << 20},
-    {"intermediate_size", TF(intermediate_size), false, (int64_t)1 << 22},
-    {"num_hidden_layers", TF(num_hidden_layers), true, VSR_MAX_LAYERS},
-    {"num_attention_heads", TF(num_attention_heads), true, 4096},
-    {"num_key_value_heads", TF(num_key_value_heads), true, 4096},
-    {"head_dim", TF(head_dim), true, 8192},
-    {"linear_num_key_heads", TF(linear_num_key_heads), true, 4096},
-    {"linear_num_value_heads", TF(linear_num_value_heads), true, 4096},
-    {"linear_key_head_dim", TF(linear_key_head_dim), true, 8192},
-    {"linear_value_head_dim", TF(linear_value_head_dim), true, 8192},
-    {"linear_conv_kernel_dim", TF(linear_conv_kernel_dim), true, 64},
-    {"max_position_embeddings", TF(max_position_embeddings), false, (int64_t)1 << 40},
+    {"vocab_size", TF(vocab_size), false, (int64_t)1 << 31, false},
+    {"hidden_size", TF(hidden_size), false, (int64_t)1 << 20, false},
+    {"intermediate_size", TF(intermediate_size), false, (int64_t)1 << 22, false},
+    {"num_hidden_layers", TF(num_hidden_layers), true, VSR_MAX_LAYERS, false},
+    {"num_attention_heads", TF(num_attention_heads), true, 4096, false},
+    {"num_key_value_heads", TF(num_key_value_heads), true, 4096, false},
+    {"head_dim", TF(head_dim), true, 8192, false},
+    {"linear_num_key_heads", TF(linear_num_key_heads), true, 4096, false},
+    {"linear_num_value_heads", TF(linear_num_value_heads), true, 4096, false},
+    {"linear_key_head_dim", TF(linear_key_head_dim), true, 8192, false},
+    {"linear_value_head_dim", TF(linear_value_head_dim), true, 8192, false},
+    {"linear_conv_kernel_dim", TF(linear_conv_kernel_dim), true, 64, false},
+    /* Optional as in the reference: the input limit is decision_config max_length, else this
+     * (vsr_package_check refuses a package that declares neither). */
+    {"max_position_embeddings", TF(max_position_embeddings), false, (int64_t)1 << 40, true},
 };
 
 static const char *const layer_type_names[] = {
@@ -204,17 +208,22 @@ static vsr_status parse_rope(const json_t *tc, const char *where, vsr_text_confi
     return VSR_OK;
 }
 
-static vsr_status parse_text(const json_t *tc, const json_t *top, const char *where, vsr_text_config *c,
-                             vsr_err *err) {
+static vsr_status parse_text(const json_t *tc, const json_t *top, const char *top_name, const char *where,
+                             vsr_text_config *c, vsr_err *err) {
     vsr_status st;
     memset(c, 0, sizeof *c);
-    if ((st = get_string(tc, "model_type", where, true, c->model_type, sizeof c->model_type, err))) return st;
-    if (strcmp(c->model_type, "qwen3_5_text"))
-        return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: model_type must be \"qwen3_5_text\" (found \"%s\")",
-                           where, c->model_type);
+    /* (For a top-level qwen3_5_text config the caller has checked model_type already.) */
+    if ((st = get_string(tc, "model_type", where, true, c->model_type, sizeof c->model_type, err)) ||
+        strcmp(c->model_type, "qwen3_5_text")) {
+        if (!st)
+            vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: model_type must be \"qwen3_5_text\" (found \"%s\")", where,
+                        c->model_type);
+        return vsr_err_prefix(err, "%s needs a qwen3_5_text text_config", top_name);
+    }
     for (size_t i = 0; i < sizeof text_int_fields / sizeof text_int_fields[0]; i++) {
         const int_field *f = &text_int_fields[i];
         json_t *v = json_object_get(tc, f->key);
+        if ((!v || json_is_null(v)) && f->optional) continue;
         if (!v || json_is_null(v))
             return vsr_err_set(err, VSR_E_FORMAT, "%s: required key \"%s\" is missing", where, f->key);
         if (!json_is_integer(v))
@@ -291,9 +300,10 @@ vsr_status vsr_model_config_parse(const void *config_json, const char *label, vs
     char where[160];
     vsr_status st;
     memset(out, 0, sizeof *out);
-    if (!json_is_object(root)) return vsr_err_set(err, VSR_E_FORMAT, "%s: must be a JSON object", name);
-    if ((st = get_string(root, "model_type", name, true, out->model_type, sizeof out->model_type, err))) return st;
-
+    if (!json_is_object(root))
+        return vsr_err_set(err, VSR_E_FORMAT, "%s must describe a qwen3_5 model (it is not a JSON object)", name);
+    if ((st = get_string(root, "model_type", name, true, out->model_type, sizeof out->model_type, err)))
+        return vsr_err_prefix(err, "%s must describe a qwen3_5 model", name);
     json_t *arch = json_object_get(root, "architectures");
     if (arch && !json_is_null(arch)) {
         if (!json_is_array(arch))
@@ -310,28 +320,36 @@ vsr_status vsr_model_config_parse(const void *config_json, const char *label, vs
     if (!strcmp(out->model_type, "qwen3_5")) {
         json_t *tc = json_object_get(root, "text_config");
         if (!tc || json_is_null(tc))
-            return vsr_err_set(err, VSR_E_FORMAT, "%s: required key \"text_config\" is missing", name);
+            return vsr_err_set(err, VSR_E_FORMAT, "%s needs a qwen3_5_text text_config (required key \"text_config\" is missing)",
+                               name);
         if (!json_is_object(tc))
-            return vsr_err_set(err, VSR_E_FORMAT, "%s: \"text_config\" must be an object", name);
+            return vsr_err_set(err, VSR_E_FORMAT, "%s needs a qwen3_5_text text_config (\"text_config\" must be an object)",
+                               name);
         json_t *vc = json_object_get(root, "vision_config");
         if (vc && !json_is_null(vc)) {
             if (!json_is_object(vc))
-                return vsr_err_set(err, VSR_E_FORMAT, "%s: \"vision_config\" must be an object", name);
-            snprintf(where, sizeof where, "%s: vision_config", name);
-            if ((st = get_string(vc, "model_type", where, true, out->vision_model_type,
-                                 sizeof out->vision_model_type, err)))
-                return st;
-            if (strcmp(out->vision_model_type, "qwen3_5_vision"))
+                return vsr_err_set(err, VSR_E_FORMAT,
+                                   "%s vision_config must be a qwen3_5_vision config (\"vision_config\" must be an object)",
+                                   name);
+            json_t *vt = json_object_get(vc, "model_type");
+            char shown[96];
+            if (!json_is_string(vt) || strcmp(json_string_value(vt), "qwen3_5_vision")) {
+                if (json_is_string(vt)) snprintf(shown, sizeof shown, "\"%.64s\"", json_string_value(vt));
+                else snprintf(shown, sizeof shown, "%s", vt ? "a non-string" : "nothing");
                 return vsr_err_set(err, VSR_E_UNSUPPORTED,
-                                   "%s: vision_config.model_type must be \"qwen3_5_vision\" (found \"%s\")", name,
-                                   out->vision_model_type);
+                                   "%s vision_config must be a qwen3_5_vision config (vision_config.model_type must be "
+                                   "\"qwen3_5_vision\", found %s)",
+                                   name, shown);
+            }
+            snprintf(out->vision_model_type, sizeof out->vision_model_type, "qwen3_5_vision");
             out->has_vision = true;
         }
         snprintf(where, sizeof where, "%s: text_config", name);
-        return parse_text(tc, root, where, &out->text, err);
+        return parse_text(tc, root, name, where, &out->text, err);
     }
-    if (!strcmp(out->model_type, "qwen3_5_text")) return parse_text(root, NULL, name, &out->text, err);
+    if (!strcmp(out->model_type, "qwen3_5_text")) return parse_text(root, NULL, name, name, &out->text, err);
     return vsr_err_set(err, VSR_E_UNSUPPORTED,
-                       "%s: model_type \"%s\" is not supported (expected \"qwen3_5\" or \"qwen3_5_text\")", name,
-                       out->model_type);
+                       "%s must describe a qwen3_5 model: model_type \"%s\" is not supported (expected \"qwen3_5\", "
+                       "or \"qwen3_5_text\" for a text-only checkpoint)",
+                       name, out->model_type);
 }

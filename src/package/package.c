@@ -109,7 +109,8 @@ static vsr_status weight_file_list(const char *dir, char ***names, size_t *n, vs
     char path[PATH_MAX * 2];
     if (!lexists(dir, INDEX_NAME)) {
         if (!lexists(dir, SINGLE_NAME))
-            return vsr_err_set(err, VSR_E_NOT_FOUND, "the package has neither %s nor %s", SINGLE_NAME, INDEX_NAME);
+            return vsr_err_set(err, VSR_E_NOT_FOUND, "the package has no model*.safetensors weights (neither %s nor %s)",
+                               SINGLE_NAME, INDEX_NAME);
         *names = calloc(1, sizeof **names);
         if (!*names || !((*names)[0] = strdup(SINGLE_NAME))) return vsr_err_set(err, VSR_E_NOMEM, "out of memory");
         *n = 1;
@@ -124,7 +125,8 @@ static vsr_status weight_file_list(const char *dir, char ***names, size_t *n, vs
     json_t *wm = json_object_get(j, "weight_map");
     if (!json_is_object(wm) || json_object_size(wm) == 0) {
         json_decref(j);
-        return vsr_err_set(err, VSR_E_FORMAT, "%s: \"weight_map\" must be a non-empty object of tensor -> file",
+        return vsr_err_set(err, VSR_E_FORMAT,
+                           "%s has no weight_map (\"weight_map\" must be a non-empty object of tensor -> file)",
                            INDEX_NAME);
     }
     char **v = calloc(json_object_size(wm) + 1, sizeof *v);
@@ -179,29 +181,41 @@ static void free_list(char **v, size_t n) {
     free(v);
 }
 
-/* Step 5 plus path safety: every required file is listed, every listed file exists
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* "MODEL_MANIFEST.json does not list [...]": the names (sorted, the first five, as a Python
+ * list) of the files a load reads that the manifest leaves out. */
+static vsr_status refuse_unlisted(const char **unlisted, size_t n, vsr_err *err) {
+    char list[600];
+    qsort(unlisted, n, sizeof *unlisted, cmp_cstr);
+    vsr_py_repr_list(unlisted, n < 5 ? n : 5, list, sizeof list);
+    return vsr_err_set(err, VSR_E_INTEGRITY,
+                       "%s does not list %s (files_sha256 must list every file a load reads: config.json, "
+                       "decision_config.json, readout.safetensors, the tokenizer files, chat_template.jinja, the "
+                       "weights and, with a vision config, preprocessor_config.json; unlisted files are never read)",
+                       VSR_MANIFEST_NAME, list);
+}
+
+/* Step 5 plus path safety: every file a load reads is listed, every listed file exists
  * inside the package, and files_bytes matches the size on disk. */
 static vsr_status check_listed(vsr_package *p, char **wnames, size_t wn, vsr_err *err) {
     const vsr_manifest *m = &p->manifest;
     vsr_status st;
+    const char *unlisted[sizeof d3_required / sizeof d3_required[0] + 2 + 64];
+    size_t nu = 0, cap = sizeof unlisted / sizeof unlisted[0];
     if (p->family == VSR_FAMILY_DECISION3) {
         for (size_t i = 0; i < sizeof d3_required / sizeof d3_required[0]; i++)
-            if (!vsr_manifest_find(m, d3_required[i]))
-                return vsr_err_set(err, VSR_E_INTEGRITY, "%s: %s is not listed in files_sha256 (a Decision 3.0 package "
-                                   "must list it)", VSR_MANIFEST_NAME, d3_required[i]);
-        if (p->config.has_vision && !vsr_manifest_find(m, "preprocessor_config.json"))
-            return vsr_err_set(err, VSR_E_INTEGRITY,
-                               "%s: preprocessor_config.json is not listed in files_sha256 (required with a vision "
-                               "config)",
-                               VSR_MANIFEST_NAME);
+            if (!vsr_manifest_find(m, d3_required[i])) unlisted[nu++] = d3_required[i];
+        /* As the reference: the image processor settings when there is a vision config and the file. */
+        if (p->config.has_vision && lexists(p->path, "preprocessor_config.json") &&
+            !vsr_manifest_find(m, "preprocessor_config.json"))
+            unlisted[nu++] = "preprocessor_config.json";
     } else if (!vsr_manifest_find(m, "config.json")) {
-        return vsr_err_set(err, VSR_E_INTEGRITY, "%s: config.json is not listed in files_sha256", VSR_MANIFEST_NAME);
+        unlisted[nu++] = "config.json";
     }
-    for (size_t i = 0; i < wn; i++)
-        if (!vsr_manifest_find(m, wnames[i]))
-            return vsr_err_set(err, VSR_E_INTEGRITY,
-                               "%s: weight file %s is not listed in files_sha256; unlisted weights are never read",
-                               VSR_MANIFEST_NAME, wnames[i]);
+    for (size_t i = 0; i < wn && nu < cap; i++)
+        if (!vsr_manifest_find(m, wnames[i])) unlisted[nu++] = wnames[i];
+    if (nu) return refuse_unlisted(unlisted, nu, err);
     for (int i = 0; i < m->n_files; i++) {
         char real[PATH_MAX];
         if ((st = vsr_package_resolve_inside(p->path, m->files[i].name, "files_sha256", real, sizeof real, err)))
@@ -211,7 +225,8 @@ static vsr_status check_listed(vsr_package *p, char **wnames, size_t wn, vsr_err
             return vsr_err_set(err, VSR_E_INTEGRITY, "%s: listed in files_sha256 but not a regular file",
                                m->files[i].name);
         if (m->files[i].bytes >= 0 && (int64_t)sb.st_size != m->files[i].bytes)
-            return vsr_err_set(err, VSR_E_INTEGRITY, "%s: files_bytes says %lld bytes, the file has %lld",
+            return vsr_err_set(err, VSR_E_INTEGRITY,
+                               "%s: size differs from MODEL_MANIFEST.json (files_bytes says %lld bytes, the file has %lld)",
                                m->files[i].name, (long long)m->files[i].bytes, (long long)sb.st_size);
     }
     return VSR_OK;
@@ -226,9 +241,9 @@ static vsr_status load_json(const vsr_package *p, const char *name, json_t **out
 }
 
 static vsr_family detect_family(const vsr_package *p, const json_t *cfg) {
-    if (!strcmp(p->config.model_type, "qwen3_5") && lexists(p->path, "decision_config.json") &&
-        lexists(p->path, "readout.safetensors"))
-        return VSR_FAMILY_DECISION3;
+    /* decision_config.json makes a Decision 3.0 package; its rules then apply (config.json
+     * must describe a qwen3_5 model, the readout must be there). */
+    if (lexists(p->path, "decision_config.json")) return VSR_FAMILY_DECISION3;
     json_t *arch = json_object_get(cfg, "architectures");
     for (size_t i = 0; i < json_array_size(arch); i++) {
         const char *a = json_string_value(json_array_get(arch, i));
@@ -263,6 +278,11 @@ static vsr_status open_inner(vsr_package *p, const char *model, const char *revi
     if (!st) p->family = detect_family(p, cfg);
     json_decref(cfg);
     if (st) return st;
+    if (p->family == VSR_FAMILY_DECISION3 && strcmp(p->config.model_type, "qwen3_5"))
+        return vsr_err_set(err, VSR_E_UNSUPPORTED,
+                           "config.json must describe a qwen3_5 model (found model_type \"%s\"; a Decision 3.0 package "
+                           "is a Qwen3_5Model checkpoint with a qwen3_5_text text_config)",
+                           p->config.model_type);
 
     if (p->quant.scheme != VSR_SCHEME_BF16 && p->family != VSR_FAMILY_DECISION3)
         return vsr_err_set(err, VSR_E_UNSUPPORTED,
@@ -321,9 +341,7 @@ static vsr_status open_inner(vsr_package *p, const char *model, const char *revi
     /* The reader must have opened exactly the files we listed. */
     for (size_t i = 0; i < vsr_weights_file_count(p->weights); i++) {
         const char *wf = vsr_weights_file_name(p->weights, i);
-        if (p->has_manifest && !vsr_manifest_find(&p->manifest, wf))
-            return vsr_err_set(err, VSR_E_INTEGRITY, "%s: weight file %s is not listed in files_sha256",
-                               VSR_MANIFEST_NAME, wf);
+        if (p->has_manifest && !vsr_manifest_find(&p->manifest, wf)) return refuse_unlisted(&wf, 1, err);
     }
     if (p->family == VSR_FAMILY_DECISION3) {
         char real[PATH_MAX];
@@ -379,12 +397,6 @@ static bool is_identity_file(const vsr_package *p, const char *name) {
     return false;
 }
 
-static vsr_status check_param(const char *key, int64_t recorded, int64_t counted, vsr_err *err) {
-    if (recorded < 0 || recorded == counted) return VSR_OK;
-    return vsr_err_set(err, VSR_E_INTEGRITY, "%s: parameters.%s is %lld but the weights hold %lld", VSR_MANIFEST_NAME,
-                       key, (long long)recorded, (long long)counted);
-}
-
 vsr_status vsr_package_verify(vsr_package *p, int threads, vsr_progress *progress, vsr_err *err) {
     vsr_status st = VSR_OK;
     p->verified = false;
@@ -434,13 +446,30 @@ vsr_status vsr_package_verify(vsr_package *p, int threads, vsr_progress *progres
     for (size_t i = 0; p->has_manifest && i < n; i++) {
         const vsr_manifest_file *f = &p->manifest.files[i];
         if (f->bytes >= 0 && (uint64_t)f->bytes != bytes[i]) {
-            st = vsr_err_set(err, VSR_E_INTEGRITY, "%s: files_bytes says %lld bytes, the file has %llu", f->name,
-                             (long long)f->bytes, (unsigned long long)bytes[i]);
+            st = vsr_err_set(err, VSR_E_INTEGRITY,
+                             "%s: size differs from MODEL_MANIFEST.json (files_bytes says %lld bytes, the file has %llu)",
+                             f->name, (long long)f->bytes, (unsigned long long)bytes[i]);
             goto done;
         }
-        if (strcmp(f->sha256, sums[i])) {
-            st = vsr_err_set(err, VSR_E_INTEGRITY, "%s: sha256 mismatch: manifest says %s, file has %s", f->name,
-                             f->sha256, sums[i]);
+    }
+    /* Every changed file (names sorted, the first five), the first one in detail. */
+    {
+        const char *changed[5];
+        size_t nc = 0, first = 0;
+        for (size_t i = 0; p->has_manifest && i < n; i++)
+            if (strcmp(p->manifest.files[i].sha256, sums[i])) {
+                if (!nc) first = i;
+                if (nc < 5) changed[nc] = p->manifest.files[i].name;
+                nc++;
+            }
+        if (nc) {
+            char list[600];
+            vsr_py_repr_list(changed, nc < 5 ? nc : 5, list, sizeof list);
+            st = vsr_err_set(err, VSR_E_INTEGRITY,
+                             "package files differ from MODEL_MANIFEST.json: %s (%s: sha256 mismatch: manifest says %s, "
+                             "file has %s%s)",
+                             list, p->manifest.files[first].name, p->manifest.files[first].sha256, sums[first],
+                             nc > 1 ? "; the others differ too" : "");
             goto done;
         }
     }
@@ -456,21 +485,15 @@ vsr_status vsr_package_verify(vsr_package *p, int threads, vsr_progress *progres
     if ((st = vsr_identity_model_sha256(k, idn, ids, p->decision.json, p->model_sha256, err))) goto done;
     if (p->has_manifest && strcmp(p->model_sha256, p->manifest.model_sha256)) {
         st = vsr_err_set(err, VSR_E_INTEGRITY,
-                         "%s: identity mismatch: the manifest records model_sha256 %s, the package computes %s",
-                         VSR_MANIFEST_NAME, p->manifest.model_sha256, p->model_sha256);
+                         "model identity differs from the scored checkpoint in MODEL_MANIFEST.json (the manifest "
+                         "records model_sha256 %s, the package computes %s)",
+                         p->manifest.model_sha256, p->model_sha256);
         goto done;
     }
 
-    /* Tensors against config and scheme (step 7), then the recorded parameter counts. */
-    if (p->family != VSR_FAMILY_UNKNOWN && (st = vsr_package_check_tensors(p, err))) goto done;
-    if (p->has_manifest) {
-        int64_t loaded_all = p->params_text + p->params_vision + p->params_readout;
-        if ((st = check_param("text", p->manifest.params_text, p->params_text, err)) ||
-            (st = check_param("vision", p->manifest.params_vision, p->params_vision, err)) ||
-            (st = check_param("readout", p->manifest.params_readout, p->params_readout, err)) ||
-            (st = check_param("loaded", p->manifest.params_loaded, loaded_all, err)))
-            goto done;
-    }
+    /* Tensors against config and scheme, the readout, the parameter counts (step 7) and
+     * the input limit: the checks that need no file bytes (tensor_check.c). */
+    if ((st = vsr_package_check(p, err))) goto done;
 
     /* A pinned built-in must be exactly the recorded package (step 8). */
     if (p->builtin) {

@@ -52,4 +52,11 @@ vsr_status vsr_package_count(vsr_package *p, vsr_param_counts *out, vsr_err *err
 /* Tensor cross-check against config and scheme (names, dtypes, shapes) and the readout. */
 vsr_status vsr_package_check_tensors(const vsr_package *p, vsr_err *err);
 
+/* Python's repr() (identity.c), for messages the reference words with !r or a list:
+ * 'text', None, True, 0.75, ['a', 'b'], [255, 32]. Truncated to n bytes; returns buf. */
+const char *vsr_py_repr_str(const char *s, char *buf, size_t n);
+const char *vsr_py_repr_json(const void *json, char *buf, size_t n); /* a json_t* */
+const char *vsr_py_repr_list(const char *const *names, size_t count, char *buf, size_t n);
+const char *vsr_py_repr_shape(int ndim, const int64_t *shape, char *buf, size_t n);
+
 #endif

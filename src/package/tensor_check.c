@@ -36,8 +36,48 @@ static int64_t logical_params(const vsr_tensor *t) {
     return t->numel;
 }
 
+/* The reference's prefix rules for a Decision 3.0 checkpoint (published-d3.md): every
+ * tensor is under a text prefix (language_model., model.language_model.) or a vision prefix
+ * (visual., model.visual.), with exactly one text prefix and at most one vision prefix. */
+static vsr_status d3_prefixes(const vsr_package *p, vsr_err *err) {
+    size_t n = vsr_weights_count(p->weights), text[2] = {0, 0}, vision[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        const vsr_tensor *t = vsr_weights_at(p->weights, i);
+        if (starts(t->name, "visual.")) vision[0]++;
+        else if (starts(t->name, "model.visual.")) vision[1]++;
+        else if (starts(t->name, TEXT_PREFIX_B)) text[0]++;
+        else if (starts(t->name, TEXT_PREFIX_A)) text[1]++;
+        else {
+            char shown[300];
+            return vsr_err_set(err, VSR_E_FORMAT,
+                               "%s: checkpoint tensor %s belongs to no known module (text tensors start with "
+                               "'language_model.' or 'model.language_model.', vision tensors with 'visual.' or "
+                               "'model.visual.')",
+                               t->file, vsr_py_repr_str(t->name, shown, sizeof shown));
+        }
+    }
+    if (!text[0] && !text[1])
+        return vsr_err_set(err, VSR_E_FORMAT,
+                           "weights: checkpoint tensors use mixed name prefixes (no tensor is under \"%s\" or \"%s\": "
+                           "exactly one text prefix is needed and the checkpoint has no text model)",
+                           TEXT_PREFIX_B, TEXT_PREFIX_A);
+    if (text[0] && text[1])
+        return vsr_err_set(err, VSR_E_FORMAT,
+                           "weights: checkpoint tensors use mixed name prefixes (text tensors under both \"%s\" (%zu) "
+                           "and \"%s\" (%zu); exactly one text prefix is allowed)",
+                           TEXT_PREFIX_A, text[1], TEXT_PREFIX_B, text[0]);
+    if (vision[0] && vision[1])
+        return vsr_err_set(err, VSR_E_FORMAT,
+                           "weights: checkpoint tensors use mixed name prefixes (vision tensors under both "
+                           "\"model.visual.\" (%zu) and \"visual.\" (%zu); at most one vision prefix is allowed)",
+                           vision[1], vision[0]);
+    return VSR_OK;
+}
+
 vsr_status vsr_package_count(vsr_package *p, vsr_param_counts *out, vsr_err *err) {
     memset(out, 0, sizeof *out);
+    vsr_status st;
+    if (p->family == VSR_FAMILY_DECISION3 && (st = d3_prefixes(p, err))) return st;
     size_t n = vsr_weights_count(p->weights), na = 0, nb = 0, nm = 0;
     for (size_t i = 0; i < n; i++) {
         const char *name = vsr_weights_at(p->weights, i)->name;
@@ -211,11 +251,19 @@ static vsr_status check_readout(const vsr_package *p, vsr_err *err) {
         for (size_t i = 0; i < n; i++)
             if (strcmp(vsr_st_at(p->readout, i)->name, "weight")) other = vsr_st_at(p->readout, i)->name;
         return vsr_err_set(err, VSR_E_FORMAT,
-                           "readout.safetensors: must hold exactly one tensor \"weight\" [%d, %lld] (found %zu "
-                           "tensors%s%s%s)",
+                           "readout.safetensors must hold exactly one tensor named weight (expected \"weight\" [%d, "
+                           "%lld]; found %zu tensors%s%s%s)",
                            VSR_D3_CODES, (long long)c->hidden_size, n, *other ? ", e.g. \"" : "", other,
                            *other ? "\"" : "");
     }
+    const int64_t want[2] = {VSR_D3_CODES, c->hidden_size};
+    char got_s[96], want_s[64];
+    vsr_py_repr_shape(w->ndim, w->shape, got_s, sizeof got_s);
+    vsr_py_repr_shape(2, want, want_s, sizeof want_s);
+    if (w->ndim != 2 || w->shape[0] != want[0] || w->shape[1] != want[1])
+        return vsr_err_set(err, VSR_E_FORMAT, "readout.safetensors: %sreadout weight has shape %s, expected %s%s",
+                           w->ndim != 2 ? "the readout weight must be a matrix: " : "", got_s, want_s,
+                           w->ndim == 2 ? " (255 answer codes x text_config.hidden_size)" : "");
     bool f32 = strcmp(p->decision.readout_dtype, "bfloat16") != 0;
     expect e = {.dtypes = f32 ? DT(VSR_DT_F32) : DT(VSR_DT_BF16), .ndim = 2, .shape = {VSR_D3_CODES, c->hidden_size},
                 .why = f32 ? "the readout (decision_config readout_dtype float32)"
@@ -325,4 +373,54 @@ vsr_status vsr_package_check_tensors(const vsr_package *p, vsr_err *err) {
 done:
     free(l.v);
     return st;
+}
+
+/* ---- everything a load checks before reading a tensor byte ---- */
+
+static const char *const param_names[] = {"text", "vision", "readout", "loaded"};
+
+vsr_status vsr_package_check(const vsr_package *p, vsr_err *err) {
+    vsr_status st;
+    if (p->family != VSR_FAMILY_UNKNOWN && (st = vsr_package_check_tensors(p, err))) return st;
+    if (p->family == VSR_FAMILY_DECISION3 && p->params_vision > 0 && !p->config.has_vision)
+        return vsr_err_set(err, VSR_E_FORMAT,
+                           "the checkpoint has vision weights but no vision_config (%lld vision parameters; config.json "
+                           "has no vision_config)",
+                           (long long)p->params_vision);
+    if (p->has_manifest) {
+        /* A Decision 3.0 manifest must record all four counts (the reference compares each);
+         * other families' manifests are checked on the counts they record. */
+        const vsr_manifest *m = &p->manifest;
+        const int64_t recorded[4] = {m->params_text, m->params_vision, m->params_readout, m->params_loaded};
+        const int64_t counted[4] = {p->params_text, p->params_vision, p->params_readout,
+                                    p->params_text + p->params_vision + p->params_readout};
+        for (int i = 0; i < 4; i++) {
+            if (recorded[i] == counted[i] || (recorded[i] < 0 && p->family != VSR_FAMILY_DECISION3)) continue;
+            if (recorded[i] < 0)
+                return vsr_err_set(err, VSR_E_INTEGRITY,
+                                   "%s: tensor counts differ from the manifest's parameter counts (parameters.%s is "
+                                   "missing; the weights hold %lld)",
+                                   VSR_MANIFEST_NAME, param_names[i], (long long)counted[i]);
+            return vsr_err_set(err, VSR_E_INTEGRITY,
+                               "%s: tensor counts differ from the manifest's parameter counts (parameters.%s is %lld but "
+                               "the weights hold %lld)",
+                               VSR_MANIFEST_NAME, param_names[i], (long long)recorded[i], (long long)counted[i]);
+        }
+    }
+    /* The input limit: decision_config max_length, else text_config max_position_embeddings
+     * (the reference's `max_length or max_position_embeddings`), at least 16 tokens. */
+    if (p->family != VSR_FAMILY_UNKNOWN) {
+        int64_t mpe = p->config.text.max_position_embeddings;
+        int64_t limit = p->decision.max_length > 0 ? p->decision.max_length : mpe;
+        if (limit < 16) {
+            char mpe_s[48];
+            if (mpe > 0) snprintf(mpe_s, sizeof mpe_s, "%lld", (long long)mpe);
+            else snprintf(mpe_s, sizeof mpe_s, "absent");
+            return vsr_err_set(err, VSR_E_FORMAT,
+                               "the package declares no usable input limit (decision_config.json max_length is %s and "
+                               "config.json max_position_embeddings is %s; one of them must be an integer >= 16)",
+                               p->family == VSR_FAMILY_DECISION3 ? "null" : "not used by this family", mpe_s);
+        }
+    }
+    return VSR_OK;
 }
