@@ -49,6 +49,6 @@ out=$("$BIN" models)
 echo "$out" | grep -q "^vllm-sr/d3-FP8@2fb271adbdaf6dc969ca1ca746b61a6a5127ed62  decision3  " || fail "models FP8 line"
 echo "$out" | grep -q "^vllm-sr/d3-NVFP4-AWQ@27dbfdc48957f9cbc3b83ac49a58d3434451a0a9  decision3" || fail "models NVFP4-AWQ"
 echo "$out" | grep -Eq "^vllm-sr-c/d3-tiny@[0-9a-f]{40}  decision3  [0-9,]+ parameters .*default" || fail "models default"
-"$BIN" models --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d) >= 10 and sum(x["published"] for x in d) == 5' \
+"$BIN" models --json | python3 -c 'import json,sys; d=json.load(sys.stdin); p=[x for x in d if x["published"]]; assert len(d) >= 21 and len(p) == 16 and sum(len(x.get("files_sha256",{})) for x in p) == 62 and sum(x["golden"]=="cpu,rocm" for x in p) == 6' \
   || fail "models --json"
 echo "package_cli: all passed"
