@@ -10,6 +10,7 @@
 
 #include "core/json_util.h"
 #include "package/package_internal.h"
+#include "package/pins.h"
 #include "vsr/catalog.h"
 #include "vsr/hash.h"
 #include "vsr/progress.h"
@@ -93,7 +94,10 @@ static vsr_status parse_name(vsr_package *p, const char *model, const char *revi
     if (at_rev && revision && *revision && strcmp(at_rev, revision))
         return vsr_err_set(err, VSR_E_INVALID, "%s: the revision after '@' (%s) conflicts with --revision %s", model,
                            at_rev, revision);
-    const char *rev = at_rev ? at_rev : (revision && *revision) ? revision : "main";
+    /* No revision given: a repo the catalogue knows loads its pinned revision (a built-in needs
+     * none); any other repo loads what the store's refs/main names. */
+    const char *pinned = (at_rev || (revision && *revision)) ? NULL : vsr_catalog_default_revision(name);
+    const char *rev = at_rev ? at_rev : (revision && *revision) ? revision : pinned ? pinned : "main";
     if (strlen(name) >= sizeof p->repo || strlen(rev) >= sizeof p->requested_revision)
         return vsr_err_set(err, VSR_E_INVALID, "model name or revision is too long");
     snprintf(p->repo, sizeof p->repo, "%.255s", name);
@@ -498,6 +502,7 @@ vsr_status vsr_package_verify(vsr_package *p, int threads, vsr_progress *progres
     /* A pinned built-in must be exactly the recorded package (step 8). */
     if (p->builtin) {
         const vsr_builtin *b = p->builtin;
+        if ((st = vsr_package_check_pins(p, n, names, (const char(*)[65])sums, err))) goto done;
         if (b->model_sha256 && strcmp(b->model_sha256, p->model_sha256)) {
             st = vsr_err_set(err, VSR_E_INTEGRITY,
                              "%s@%s: model_sha256 is %s but the catalogue pins %s for this built-in package", p->repo,
