@@ -644,6 +644,190 @@ TEST(manifest_against_files) {
     CHECK_ERR(open_verify(dir, &e), e, VSR_E_NOT_FOUND, "MODEL_MANIFEST.json: file is missing; a Decision 3.0 package carries its manifest");
 }
 
+
+/* ---- the reference's package checks, one rule broken at a time ----
+ * Each case writes a good package, breaks exactly one rule of published-d3.md's "Package
+ * checks and their messages", and expects open + verify to refuse with that message verbatim. */
+typedef struct ref_case {
+    const char *msg;  /* the reference's message (verbatim substring of ours) */
+    tpkg_opts o;
+    const char *file; /* JSON file to edit, or NULL for `edit` */
+    const char *key;  /* key, or "outer.inner" one level down */
+    const char *json; /* new value; NULL deletes the key */
+    void (*edit)(const char *dir);
+} ref_case;
+
+static void set_key(json_t *j, void *ctx) {
+    const ref_case *k = ctx;
+    const char *dot = strchr(k->key, '.');
+    json_t *obj = j;
+    char key[128];
+    snprintf(key, sizeof key, "%s", k->key);
+    if (dot) {
+        key[dot - k->key] = 0;
+        obj = json_object_get(j, key);
+        snprintf(key, sizeof key, "%s", dot + 1);
+    }
+    json_error_t je;
+    if (k->json) json_object_set_new(obj, key, json_loads(k->json, JSON_DECODE_ANY, &je));
+    else json_object_del(obj, key);
+}
+
+static void write_in(const char *dir, const char *name, const char *text) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    test_write_file(p, text, strlen(text));
+}
+static void rm_in(const char *dir, const char *name) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    unlink(p);
+}
+static void ed_manifest_array(const char *dir) { write_in(dir, "MODEL_MANIFEST.json", "[]\n"); }
+static void ed_manifest_truncated(const char *dir) { write_in(dir, "MODEL_MANIFEST.json", "{\"schema\": \"d3-pa"); }
+static void unlist_two(json_t *m, void *ctx) {
+    (void)ctx;
+    unlist(m, "tokenizer.json");
+    unlist(m, "config.json");
+}
+static void ed_unlist_two(const char *dir) { tpkg_manifest(dir, unlist_two, NULL); }
+static void ed_change_two(const char *dir) {
+    tpkg_tamper_json(dir, "tokenizer.json");
+    tpkg_flip_byte(dir, "chat_template.jinja", 0);
+}
+static void ed_identity(const char *dir) { tpkg_manifest(dir, set_model_sha, NULL); }
+static void drop_identity(json_t *m, void *ctx) {
+    (void)ctx;
+    json_object_del(m, "identity");
+}
+static void ed_no_identity(const char *dir) { tpkg_manifest(dir, drop_identity, NULL); }
+static void ed_bytes(const char *dir) { tpkg_manifest(dir, drop_bytes_and_set, "tokenizer.json"); }
+static void to_text_config(json_t *j, void *ctx) {
+    (void)ctx;
+    json_t *tc = json_incref(json_object_get(j, "text_config"));
+    json_object_clear(j);
+    json_object_update(j, tc);
+    json_decref(tc);
+}
+static void ed_top_text(const char *dir) {
+    tpkg_edit_json(dir, "config.json", to_text_config, NULL);
+    tpkg_manifest(dir, NULL, NULL);
+}
+static void write_readout(const char *dir, int64_t rows, int64_t cols, bool second) {
+    vsr_err e = {0};
+    vsr_st_writer *w = vsr_st_writer_new();
+    float *buf = calloc((size_t)(rows * cols), sizeof *buf);
+    int64_t shape[2] = {rows, cols}, one[1] = {1};
+    vsr_st_writer_add(w, "weight", VSR_DT_F32, 2, shape, buf, (size_t)(rows * cols) * sizeof *buf, &e);
+    if (second) vsr_st_writer_add(w, "bias", VSR_DT_F32, 1, one, buf, 4, &e);
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/readout.safetensors", dir);
+    vsr_st_writer_save(w, p, &e);
+    vsr_st_writer_free(w);
+    free(buf);
+    tpkg_manifest(dir, NULL, NULL);
+}
+static void ed_readout_two(const char *dir) { write_readout(dir, 255, 32, true); }
+static void ed_readout_shape(const char *dir) { write_readout(dir, 255, 16, false); }
+static void ed_no_weights(const char *dir) {
+    rm_in(dir, "model.safetensors");
+    tpkg_manifest(dir, NULL, NULL);
+}
+static void ed_no_limit(const char *dir) {
+    ref_case a = {.key = "max_length", .json = "null"}, b = {.key = "text_config.max_position_embeddings", .json = "8"};
+    tpkg_edit_json(dir, "decision_config.json", set_key, &a);
+    tpkg_edit_json(dir, "config.json", set_key, &b);
+    tpkg_manifest(dir, NULL, NULL);
+}
+static void ed_no_limit_absent(const char *dir) {
+    ref_case a = {.key = "max_length", .json = "null"}, b = {.key = "text_config.max_position_embeddings"};
+    tpkg_edit_json(dir, "decision_config.json", set_key, &a);
+    tpkg_edit_json(dir, "config.json", set_key, &b);
+    tpkg_manifest(dir, NULL, NULL);
+}
+
+#define DC "decision_config.json"
+#define MF "MODEL_MANIFEST.json"
+static const ref_case ref_cases[] = {
+    /* MODEL_MANIFEST.json */
+    {"unknown or malformed Decision 3.0 package manifest", {0}, MF, "schema", "\"d3-package-manifest/2\"", NULL},
+    {"unknown or malformed Decision 3.0 package manifest", {0}, MF, "schema", NULL, NULL},
+    {"unknown or malformed Decision 3.0 package manifest", {0}, NULL, NULL, NULL, ed_manifest_array},
+    {"unknown or malformed Decision 3.0 package manifest", {0}, NULL, NULL, NULL, ed_manifest_truncated},
+    {"unknown or malformed Decision 3.0 package manifest", {0}, MF, "files_sha256", "{}", NULL},
+    {"unknown or malformed Decision 3.0 package manifest", {0}, MF, "files_sha256.config.json", "\"0123\"", NULL},
+    {"MODEL_MANIFEST.json does not list ['config.json', 'tokenizer.json']", {0}, NULL, NULL, NULL, ed_unlist_two},
+    {"tokenizer.json: size differs from MODEL_MANIFEST.json", {0}, NULL, NULL, NULL, ed_bytes},
+    {"package files differ from MODEL_MANIFEST.json: ['chat_template.jinja', 'tokenizer.json']", {0}, NULL, NULL, NULL,
+     ed_change_two},
+    {"model identity differs from the scored checkpoint in MODEL_MANIFEST.json", {0}, NULL, NULL, NULL, ed_identity},
+    {"model identity differs from the scored checkpoint in MODEL_MANIFEST.json", {0}, NULL, NULL, NULL, ed_no_identity},
+    /* decision_config.json (the manifest is rewritten to match, so only the rule breaks) */
+    {"unsupported decision_config.json format", {0}, DC, "format_version", "2", NULL},
+    {"unsupported decision_config.json format", {0}, DC, "format_id", "\"d3-code-readout-v2\"", NULL},
+    {"unknown prompt family 'd4'", {0}, DC, "prompt", "\"d4\"", NULL},
+    {"unknown attention mode 'sliding'", {0}, DC, "attention_mode", "\"sliding\"", NULL},
+    {"unsupported pooling 'mean'", {0}, DC, "pooling", "\"mean\"", NULL},
+    {"readout_dtype must be float32 or bfloat16", {0}, DC, "readout_dtype", "\"float16\"", NULL},
+    {"temperature must be positive and finite", {0}, DC, "temperature", "-1", NULL},
+    {"temperature must be positive and finite", {0}, DC, "temperature", "0.0", NULL},
+    {"decision_config.json needs 255 distinct answer codes and token IDs", {0}, DC, "codes", "[\"A\"]", NULL},
+    {"decision_config.json needs 255 distinct answer codes and token IDs", {0}, DC, "token_ids", NULL, NULL},
+    {"max_length must be null or an integer >= 16", {0}, DC, "max_length", "8", NULL},
+    /* config.json */
+    {"config.json must describe a qwen3_5 model", {0}, "config.json", "model_type", "\"qwen3\"", NULL},
+    {"config.json must describe a qwen3_5 model", {0}, NULL, NULL, NULL, ed_top_text},
+    {"config.json needs a qwen3_5_text text_config", {0}, "config.json", "text_config.model_type", "\"qwen3_text\"", NULL},
+    {"config.json needs a qwen3_5_text text_config", {0}, "config.json", "text_config", NULL, NULL},
+    {"config.json vision_config must be a qwen3_5_vision config", {.vision = true}, "config.json",
+     "vision_config.model_type", "\"siglip_vision_model\"", NULL},
+    {"config.json vision_config must be a qwen3_5_vision config", {0}, "config.json", "vision_config", "[]", NULL},
+    /* tensors */
+    {"checkpoint tensor 'lm_head.weight' belongs to no known module", {.extra_tensor = "lm_head.weight"}, NULL, NULL, NULL, NULL},
+    {"checkpoint tensor 'model.norm.weight' belongs to no known module", {.extra_tensor = "model.norm.weight"}, NULL, NULL, NULL, NULL},
+    {"checkpoint tensors use mixed name prefixes", {.extra_tensor = "language_model.layers.0.mlp.up_proj.weight"}, NULL, NULL, NULL, NULL},
+    {"checkpoint tensors use mixed name prefixes", {.vision = true, .extra_tensor = "visual.merger.weight"}, NULL, NULL, NULL, NULL},
+    {"readout.safetensors must hold exactly one tensor named weight", {0}, NULL, NULL, NULL, ed_readout_two},
+    {"readout weight has shape [255, 16], expected [255, 32]", {0}, NULL, NULL, NULL, ed_readout_shape},
+    {"tensor counts differ from the manifest's parameter counts", {0}, MF, "parameters.text", "1", NULL},
+    {"tensor counts differ from the manifest's parameter counts", {0}, MF, "parameters.vision", NULL, NULL},
+    {"tensor counts differ from the manifest's parameter counts", {.vision = true}, MF, "parameters.loaded",
+     "1000000", NULL},
+    {"the package declares no usable input limit", {0}, NULL, NULL, NULL, ed_no_limit},
+    {"the package declares no usable input limit", {0}, NULL, NULL, NULL, ed_no_limit_absent},
+    {"the package has no model*.safetensors weights", {0}, NULL, NULL, NULL, ed_no_weights},
+    {"model.safetensors.index.json has no weight_map", {.sharded = true}, "model.safetensors.index.json", "weight_map",
+     "{}", NULL},
+    {"model.safetensors.index.json has no weight_map", {.sharded = true}, "model.safetensors.index.json", "weight_map",
+     NULL, NULL},
+};
+
+TEST(reference_messages) {
+    for (size_t i = 0; i < sizeof ref_cases / sizeof ref_cases[0]; i++) {
+        const ref_case *k = &ref_cases[i];
+        const char *dir = fresh(&k->o);
+        vsr_err e = {0};
+        vsr_status st;
+        if (k->file || k->edit) {
+            /* the untouched package passes: the case's edit alone breaks it (a case of
+             * options alone breaks a package the other cases show passing) */
+            st = open_verify(dir, &e);
+            CHECK_MSG(st == VSR_OK, "case %zu (%s): the package before the edit fails: %s", i, k->msg, e.msg);
+        }
+        if (k->edit) {
+            k->edit(dir);
+        } else if (k->file) {
+            tpkg_edit_json(dir, k->file, set_key, (void *)k);
+            if (strcmp(k->file, MF)) tpkg_manifest(dir, NULL, NULL);
+        }
+        st = open_verify(dir, &e);
+        CHECK_MSG(st != VSR_OK && strstr(e.msg, k->msg), "case %zu: want \"%s\", got %s: %s", i, k->msg,
+                  vsr_status_name(st), e.msg);
+    }
+}
+#undef DC
+#undef MF
+
 /* ---- path tricks ---- */
 static void index_escape(json_t *j, void *ctx) {
     json_object_set_new(json_object_get(j, "weight_map"), "model.language_model.norm.weight", json_string((const char *)ctx));
@@ -831,6 +1015,7 @@ int main(void) {
     RUN(readout_and_lm_head);
     RUN(tampered_byte_in_each_file_kind);
     RUN(manifest_against_files);
+    RUN(reference_messages);
     RUN(path_escapes);
     RUN(names_and_revisions);
     RUN(families);

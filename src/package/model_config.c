@@ -213,13 +213,16 @@ static vsr_status parse_text(const json_t *tc, const json_t *top, const char *to
     vsr_status st;
     memset(c, 0, sizeof *c);
     /* (For a top-level qwen3_5_text config the caller has checked model_type already.) */
-    if ((st = get_string(tc, "model_type", where, true, c->model_type, sizeof c->model_type, err)) ||
-        strcmp(c->model_type, "qwen3_5_text")) {
-        if (!st)
-            vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: model_type must be \"qwen3_5_text\" (found \"%s\")", where,
-                        c->model_type);
-        return vsr_err_prefix(err, "%s needs a qwen3_5_text text_config", top_name);
+    json_t *mt = json_object_get(tc, "model_type");
+    if (!json_is_string(mt) || strcmp(json_string_value(mt), "qwen3_5_text")) {
+        char shown[96];
+        if (json_is_string(mt)) snprintf(shown, sizeof shown, "found \"%.64s\"", json_string_value(mt));
+        else snprintf(shown, sizeof shown, "%s", mt ? "found a non-string" : "it is missing");
+        return vsr_err_set(err, VSR_E_UNSUPPORTED,
+                           "%s needs a qwen3_5_text text_config (text_config model_type must be \"qwen3_5_text\", %s)",
+                           top_name, shown);
     }
+    snprintf(c->model_type, sizeof c->model_type, "qwen3_5_text");
     for (size_t i = 0; i < sizeof text_int_fields / sizeof text_int_fields[0]; i++) {
         const int_field *f = &text_int_fields[i];
         json_t *v = json_object_get(tc, f->key);

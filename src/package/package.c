@@ -194,9 +194,8 @@ static vsr_status refuse_unlisted(const char **unlisted, size_t n, vsr_err *err)
     qsort(unlisted, n, sizeof *unlisted, cmp_cstr);
     vsr_py_repr_list(unlisted, n < 5 ? n : 5, list, sizeof list);
     return vsr_err_set(err, VSR_E_INTEGRITY,
-                       "%s does not list %s (files_sha256 must list every file a load reads: config.json, "
-                       "decision_config.json, readout.safetensors, the tokenizer files, chat_template.jinja, the "
-                       "weights and, with a vision config, preprocessor_config.json; unlisted files are never read)",
+                       "%s does not list %s (files_sha256 must list every file a load reads; unlisted files are "
+                       "never read)",
                        VSR_MANIFEST_NAME, list);
 }
 

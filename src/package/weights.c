@@ -150,7 +150,7 @@ static vsr_status read_index(const char *dir, json_t **root_out, char ***shards_
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm) || json_object_size(wm) == 0) {
         st = vsr_err_set(err, VSR_E_FORMAT,
-                         INDEX_NAME ": \"weight_map\" must be a non-empty object {tensor: file}");
+                         INDEX_NAME " has no weight_map (\"weight_map\" must be a non-empty object {tensor: file})");
         goto fail;
     }
     names = calloc(json_object_size(wm), sizeof *names);
@@ -263,7 +263,9 @@ vsr_status vsr_weights_open(const char *dir, vsr_weights_mode mode, vsr_weights 
         }
     } else {
         st = vsr_err_set(err, VSR_E_NOT_FOUND,
-                         "%s: neither " SINGLE_NAME " nor " INDEX_NAME " is present", dir);
+                         "%s: the package has no model*.safetensors weights (neither " SINGLE_NAME " nor " INDEX_NAME
+                         " is present)",
+                         dir);
         goto fail;
     }
 

@@ -3,7 +3,14 @@
  * Describes a package without reading a weight byte (unless --verify): where it resolved,
  * its family and format, which linears each scheme covers, parameters, bytes on disk and
  * on a device, its identity, every present device's verdict, and the seed's memory math
- * (KV cache bytes per token, DeltaNet state per sequence, tokens that fit). */
+ * (KV cache bytes per token, DeltaNet state per sequence, tokens that fit).
+ *
+ * It runs every check a load runs except hashing (vsr_package_check: tensors against the
+ * config and scheme, the readout, the manifest's parameter counts, the input limit; and for
+ * a Decision 3.0 package the chat template, tokenizer and answer-code checks of the
+ * decider), so what a load would refuse shows as every device's verdict and inspect exits
+ * 1. --verify adds the hashes and identity (it reads every byte). A device's own refusal
+ * (capability, memory) is its verdict and does not change the exit status. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +21,7 @@
 #include "commands.h"
 #include "pkg_cli.h"
 #include "vsr/catalog.h"
+#include "vsr/decision.h"
 #include "vsr/device.h"
 #include "vsr/package.h"
 #include "vsr/progress.h"
@@ -28,7 +36,10 @@ static void usage(FILE *f) {
             "family, format, the scheme of every linear group, parameters, bytes on disk and on a\n"
             "device, identity, each device's verdict, and the KV-cache memory math at a memory share\n"
             "(default 0.92) of each GPU's memory (or of --gpu-memory-gib G).\n"
-            "  --verify   hash every file and check identity and tensors (reads all bytes)\n");
+            "Every check a load runs that reads no weight byte is run (tensors, readout, parameter\n"
+            "counts, input limit, chat template, tokenizer and answer codes); a refusal is shown as\n"
+            "every device's verdict and the exit status is 1.\n"
+            "  --verify   also hash every file and check the identity (reads all bytes)\n");
 }
 
 /* 1234567 -> "1,234,567" */
@@ -177,6 +188,14 @@ int cmd_inspect(int argc, char **argv) {
     vsr_status vst = VSR_OK;
     vsr_err ve = {0};
     if (verify) vst = vsr_package_verify(p, (int)cli.threads, NULL, &ve);
+    /* What a load would refuse: the package checks that read no weight byte (verify ran
+     * them already), then the decider's (template, tokenizer, answer codes). */
+    vsr_status lst = verify ? vst : vsr_package_check(p, &ve);
+    if (!lst && p->family == VSR_FAMILY_DECISION3) {
+        vsr_decider *dec = NULL;
+        lst = vsr_decider_open(p, NULL, &dec, &ve);
+        vsr_decider_free(dec);
+    }
 
     const vsr_text_config *c = &p->config.text;
     const vsr_quant_config *q = &p->quant;
@@ -285,6 +304,8 @@ int cmd_inspect(int argc, char **argv) {
 
     /* identity */
     const char *vstate = !verify ? "not verified (run vllm-srun verify)" : vst ? "failed" : "verified";
+    json_object_set_new(J, "load", json_pack("{s:s,s:s?,s:b}", "status", lst ? "refused" : "ok", "reason",
+                                             lst ? ve.msg : NULL, "hashed", verify));
     json_object_set_new(J, "identity",
                         json_pack("{s:s?,s:s?,s:s?,s:s,s:s?}", "model_sha256", p->has_manifest ? p->manifest.model_sha256 : NULL,
                                   "manifest_sha256", p->has_manifest ? p->manifest.manifest_sha256 : NULL, "computed_model_sha256",
@@ -298,6 +319,9 @@ int cmd_inspect(int argc, char **argv) {
             printf("  no MODEL_MANIFEST.json\n");
         }
         printf("  %s%s%s\n", vstate, vst ? ": " : "", vst ? ve.msg : "");
+        printf("\nload check:  %s%s\n", lst ? "a load refuses this package: " : "ok",
+               lst ? ve.msg : verify ? " (hashes, identity, tensors, parameters, input limit, tokenizer)"
+                                     : " (tensors, parameters, input limit, tokenizer; hashes not read: --verify)");
     }
 
     /* devices */
@@ -313,9 +337,11 @@ int cmd_inspect(int argc, char **argv) {
         vsr_err ge = {0};
         vsr_status gs = vsr_gate_device(&devs.dev[i], &gr, &ge);
         vsr_device_id(&devs.dev[i], id, sizeof id);
+        /* A package refusal holds on every device; otherwise the device's own verdict. */
+        const char *why = lst ? ve.msg : gs ? ge.msg : NULL;
         json_array_append_new(JD, json_pack("{s:s,s:s,s:s,s:s?}", "device", id, "name", devs.dev[i].name, "verdict",
-                                            gs ? "refused" : "ok", "reason", gs ? ge.msg : NULL));
-        if (!json) printf("  %-8s %s: %s\n", id, devs.dev[i].name, gs ? ge.msg : "ok");
+                                            why ? "refused" : "ok", "reason", why));
+        if (!json) printf("  %-8s %s: %s%s\n", id, devs.dev[i].name, lst ? "refused: " : "", why ? why : "ok");
     }
     if (!json && !devs.count) printf("  none probed: %s\n", de.msg);
     json_object_set_new(J, "devices", JD);
@@ -375,5 +401,5 @@ int cmd_inspect(int argc, char **argv) {
     }
     json_decref(J);
     vsr_package_close(p);
-    return vst ? 1 : 0;
+    return vst || lst ? 1 : 0;
 }
