@@ -102,8 +102,64 @@ TEST(identity_edges) {
     CHECK(!strcmp(a, "c27e4702db43bd863df1752ef6e9c6e4cca3698760494aa1b6ecdc153d2db9b6"));
 }
 
+
+/* Python's repr() for the reference's messages: JSON text in, repr(json.loads(text)) out
+ * (the expected strings were printed by CPython 3). */
+TEST(python_repr) {
+    static const char *const reprs[][2] = {
+        {"\"d2\"", "'d2'"},
+        {"\"it's\"", "\"it's\""},
+        {"\"say \\\"hi\\\"\"", "'say \"hi\"'"},
+        {"\"both ' and \\\"\"", "'both \\' and \"'"},
+        {"\"tab\\there\\nnl\"", "'tab\\there\\nnl'"},
+        {"\"back\\\\slash\"", "'back\\\\slash'"},
+        {"\"caf\\u00e9\"", "'caf\xc3\xa9'"},
+        {"\"\\u007f\\u0080\\u00a0\\u00ad\"", "'\\x7f\\x80\\xa0\\xad'"},
+        {"\"\\u4e2d\"", "'\xe4\xb8\xad'"},
+        {"null", "None"},
+        {"true", "True"},
+        {"false", "False"},
+        {"3", "3"},
+        {"-7", "-7"},
+        {"0.75", "0.75"},
+        {"1.0", "1.0"},
+        {"1e-05", "1e-05"},
+        {"1e+16", "1e+16"},
+        {"1.5e+300", "1.5e+300"},
+        {"123456789.125", "123456789.125"},
+        {"0.1", "0.1"},
+        {"-0.0", "-0.0"},
+        {"100.0", "100.0"},
+        {"1000000000000000.0", "1000000000000000.0"},
+        {"1.2345678901234568e+16", "1.2345678901234568e+16"},
+        {"[1, \"a\", null]", "[1, 'a', None]"},
+        {"{\"k\": [1.5]}", "{'k': [1.5]}"},
+    };
+    char buf[256];
+    for (size_t i = 0; i < sizeof reprs / sizeof reprs[0]; i++) {
+        json_error_t je;
+        json_t *v = json_loads(reprs[i][0], JSON_DECODE_ANY, &je);
+        CHECK_MSG(v != NULL, "%s: %s", reprs[i][0], je.text);
+        vsr_py_repr_json(v, buf, sizeof buf);
+        CHECK_MSG(!strcmp(buf, reprs[i][1]), "repr(%s): got %s, want %s", reprs[i][0], buf, reprs[i][1]);
+        json_decref(v);
+    }
+    const char *names[] = {"config.json", "tokenizer.json", "it's.json"};
+    CHECK(!strcmp(vsr_py_repr_list(names, 3, buf, sizeof buf), "['config.json', 'tokenizer.json', \"it's.json\"]"));
+    CHECK(!strcmp(vsr_py_repr_list(names, 0, buf, sizeof buf), "[]"));
+    const int64_t shape[2] = {255, 2560};
+    CHECK(!strcmp(vsr_py_repr_shape(2, shape, buf, sizeof buf), "[255, 2560]"));
+    CHECK(!strcmp(vsr_py_repr_shape(0, shape, buf, sizeof buf), "[]"));
+    CHECK(!strcmp(vsr_py_repr_str("lm_head.weight", buf, sizeof buf), "'lm_head.weight'"));
+    /* truncation keeps a terminated string */
+    char small[6];
+    vsr_py_repr_str("abcdefghij", small, sizeof small);
+    CHECK(!strcmp(small, "'abcd"));
+}
+
 int main(void) {
     RUN(python_oracle_cases);
     RUN(identity_edges);
+    RUN(python_repr);
     return test_summary();
 }

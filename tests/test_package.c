@@ -953,6 +953,24 @@ TEST(quant_config_refusal_named) {
     vsr_package *pk = NULL;
     CHECK_ERR(vsr_package_open(dir, NULL, NULL, &pk, &e), e, VSR_E_UNSUPPORTED,
               "config.json: quantization_config: " VSR_QUANT_REFUSAL_FORMATS);
+    /* kv_cache_scheme null (as pkgbuild and the fixture writer write it) opens; an FP8 K/V
+     * cache request is refused by name, never ignored */
+    dir = fresh(&o);
+    CHECK_OK(open_verify(dir, &e), e);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    j = json_load_file(p, 0, &je);
+    json_object_set_new(json_object_get(j, "quantization_config"), "kv_cache_scheme",
+                        json_pack("{s:i,s:s,s:s,s:b,s:b}", "num_bits", 8, "type", "float", "strategy", "tensor",
+                                  "symmetric", 1, "dynamic", 0));
+    json_dump_file(j, p, JSON_INDENT(2));
+    json_decref(j);
+    tpkg_manifest(dir, NULL, NULL);
+    CHECK_ERR(vsr_package_open(dir, NULL, NULL, &pk, &e), e, VSR_E_UNSUPPORTED,
+              "config.json: quantization_config: " VSR_QUANT_REFUSAL_FORMATS ": quantization_config.kv_cache_scheme is "
+              "{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"symmetric\":true,\"dynamic\":false}: an "
+              "FP8 K/V cache is not supported by this runtime");
+    CHECK(strstr(e.msg, "re-export the checkpoint without kv_cache_scheme") != NULL);
+    CHECK(pk == NULL);
 }
 
 /* ---- catalogue ---- */
