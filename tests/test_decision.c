@@ -82,6 +82,78 @@ TEST(prompts_match_oracle) {
     json_decref(cases);
 }
 
+/* describe(v) is Python's json.dumps(v, ensure_ascii=False): the expected strings are what
+ * Python 3.11 prints for json.dumps(json.loads(text)). Floats are repr's shortest round trip,
+ * including powers of two, where the rounding interval is lopsided. */
+TEST(describe_is_python_json_dumps) {
+    static const char *const cases[][2] = {
+        {"7.120236347223045e-307", "7.120236347223045e-307"}, /* a power of two */
+        {"5e-324", "5e-324"},
+        {"1e16", "1e+16"},
+        {"1e15", "1000000000000000.0"},
+        {"0.1", "0.1"},
+        {"1e-7", "1e-07"},
+        {"1.5e300", "1.5e+300"},
+        {"-0.0", "-0.0"},
+        {"1E+2", "100.0"},
+        {"12345678901234567890.0", "1.2345678901234567e+19"},
+        {"0.0001", "0.0001"},
+        {"0.00001", "1e-05"},
+        {"2.2250738585072014e-308", "2.2250738585072014e-308"},
+        {"9007199254740993", "9007199254740993"},
+        {"-9223372036854775808", "-9223372036854775808"},
+        {"1.7976931348623157e308", "1.7976931348623157e+308"},
+        {"-0", "0"},
+        {"{\"b\": [1, 2.5, {}], \"a\": [], \"c\": null, \"d\": true}", "{\"b\": [1, 2.5, {}], \"a\": [], \"c\": null, \"d\": true}"},
+        {"[\"\\u00e9\\u0001\\u007f\\\"\\\\\\n\\ud83d\\ude00\\u2028\"]", "[\"\xc3\xa9\\u0001\x7f\\\"\\\\\\n\xf0\x9f\x98\x80\xe2\x80\xa8\"]"},
+        {"\"a string as it is \\n\"", "a string as it is \n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_error_t je;
+        json_t *v = json_loads(cases[i][0], JSON_DECODE_ANY, &je);
+        CHECK_MSG(v != NULL, "case %zu: %s", i, je.text);
+        if (!v) continue;
+        char *got = d3_value_text(v);
+        CHECK_MSG(got && !strcmp(got, cases[i][1]), "case %zu: %s: got %s want %s", i, cases[i][0], got, cases[i][1]);
+        free(got);
+        json_decref(v);
+    }
+    /* state and instructions defaults */
+    json_t *e = json_string(""), *o = json_object(), *a = json_array(), *z = json_integer(0);
+    char *t1 = d3_state_text(e), *t2 = d3_state_text(o), *t3 = d3_state_text(a), *t4 = d3_state_text(json_null());
+    CHECK(!strcmp(t1, "(empty)") && !strcmp(t2, "{}") && !strcmp(t3, "[]") && !strcmp(t4, "(empty)"));
+    char *i1 = d3_instructions_text(o), *i2 = d3_instructions_text(a), *i3 = d3_instructions_text(z);
+    CHECK(!strcmp(i1, D3_DEFAULT_INSTRUCTIONS) && !strcmp(i2, D3_DEFAULT_INSTRUCTIONS) &&
+          !strcmp(i3, D3_DEFAULT_INSTRUCTIONS));
+    free(t1), free(t2), free(t3), free(t4), free(i1), free(i2), free(i3);
+    json_decref(e), json_decref(o), json_decref(a), json_decref(z);
+}
+
+static void collect(void *ctx, const vsr_decision_item *it) {
+    char *buf = ctx;
+    size_t n = strlen(buf);
+    snprintf(buf + n, 512 - n, "%s/%s:%s;", it->state ? it->state : "-", it->question,
+             it->err_code ? it->err_code : it->prompt && it->ids && it->n_ids ? "ok" : "?");
+}
+
+/* vsr_decision_foreach: main request first, then each state, questions in request order. */
+TEST(foreach_order) {
+    setup();
+    if (!loaded) return;
+    const char *b = "{\"state\":\"s\",\"questions\":{\"z\":{\"type\":\"noul\",\"instructions\":\"x\"},"
+                    "\"a\":{\"type\":\"noul\",\"instructions\":\" \"}},\"states\":{\"t2\":{\"state\":{},"
+                    "\"questions\":{\"m\":{\"type\":\"noul\",\"instructions\":\"y\"}}},\"t1\":{\"state\":\"\","
+                    "\"questions\":{\"k\":{\"type\":\"noul\",\"instructions\":[]}}}}}";
+    vsr_http_error he = {0};
+    vsr_decision_job *j = vsr_decision_parse(eng.decider, b, strlen(b), NULL, &he);
+    CHECK_MSG(j != NULL, "%s", he.message);
+    if (!j) return;
+    char buf[512] = "";
+    vsr_decision_foreach(j, collect, buf);
+    CHECK_MSG(!strcmp(buf, "-/z:ok;-/a:invalid_question;t2/m:ok;t1/k:ok;"), "%s", buf);
+    vsr_decision_free(j);
+}
+
 TEST(answer_formulas) {
     double u[4] = {0.25, 0.25, 0.25, 0.25}, one[3] = {1, 0, 0};
     CHECK(fabs(d3_confidence(u, 4)) < 1e-12);
@@ -219,6 +291,39 @@ TEST(validation_messages) {
         CHECK_MSG(he.status == cases[i].status && strstr(he.message, cases[i].needle), "case %zu: %d %s", i,
                   he.status, he.message);
     }
+    /* instructions: blank text gets the reference's message (Python's whitespace, so U+3000
+     * too); other types are not text */
+    struct {
+        const char *instr, *needle;
+    } bad_instr[] = {
+        {"\"\"", "instructions must not be empty or whitespace"},
+        {"\" \\t\\n \"", "instructions must not be empty or whitespace"},
+        {"\"\\u3000\\u00a0\\u2028\\u001c\"", "instructions must not be empty or whitespace"},
+        {"0", "instructions must be non-blank text, an object or an array"},
+        {"false", "instructions must be non-blank text, an object or an array"},
+        {"null", "instructions is required"},
+    };
+    for (size_t i = 0; i < sizeof bad_instr / sizeof bad_instr[0]; i++) {
+        char b[512];
+        snprintf(b, sizeof b,
+                 "{\"state\":\"s\",\"questions\":{\"ok\":{\"type\":\"noul\",\"instructions\":\"x\"},"
+                 "\"bad\":{\"type\":\"noul\",\"instructions\":%s}}}",
+                 bad_instr[i].instr);
+        vsr_http_error h2 = {0};
+        vsr_decision_job *jb = vsr_decision_parse(eng.decider, b, strlen(b), NULL, &h2);
+        CHECK_MSG(jb != NULL, "instr case %zu: %s", i, h2.message);
+        if (!jb) continue;
+        d3_question *q = find_q(jb, "bad");
+        CHECK_MSG(q && q->err_code && !strcmp(q->err_code, "invalid_question") && strstr(q->err_msg, bad_instr[i].needle),
+                  "instr case %zu: %s", i, q && q->err_msg ? q->err_msg : "(accepted)");
+        vsr_decision_free(jb);
+    }
+    /* a null state is refused (the state is required: text, an object or an array) */
+    const char *nb = "{\"state\":null,\"questions\":{\"q\":{\"type\":\"noul\",\"instructions\":\"x\"}}}";
+    vsr_http_error h3 = {0};
+    vsr_decision_job *jn = vsr_decision_parse(eng.decider, nb, strlen(nb), NULL, &h3);
+    CHECK(jn == NULL && h3.status == 400 && strstr(h3.message, "state must be text, an object or an array"));
+    vsr_decision_free(jn);
     /* an item-level error keeps its sibling */
     const char *body = "{\"state\":\"s\",\"questions\":{\"ok\":{\"type\":\"noul\",\"instructions\":\"x\"},"
                        "\"bad\":{\"type\":\"score\",\"instructions\":\"x\",\"criteria\":[\"a\"]}}}";
@@ -244,6 +349,7 @@ TEST(decider_refusals) {
     int32_t saved = p->decision.token_ids[7];
     p->decision.token_ids[7] = saved + 1;
     vsr_status st = vsr_decider_open(p, eng.model, &d, &err);
+    CHECK_ERR(st, err, VSR_E_INTEGRITY, "checkpoint answer codes differ from its tokenizer");
     CHECK_ERR(st, err, VSR_E_INTEGRITY, "expected exactly token_ids[7]");
     p->decision.token_ids[7] = saved;
     /* an unknown chat template */
@@ -252,36 +358,76 @@ TEST(decider_refusals) {
     size_t n;
     char *orig = test_read_file(path, &n);
     test_write_file(path, "{{ messages }}", 14);
+    char want[160], sha12[65];
+    vsr_sha256_hex("{{ messages }}", 14, sha12);
+    snprintf(want, sizeof want, "chat_template.jinja (sha256 %.12s) is not a chat template the decision3 family renders",
+             sha12);
     st = vsr_decider_open(p, eng.model, &d, &err);
-    CHECK_ERR(st, err, VSR_E_UNSUPPORTED, "is not a known Decision 3.0 template");
+    CHECK_ERR(st, err, VSR_E_UNSUPPORTED, want);
     test_write_file(path, orig, n);
     free(orig);
-    /* a tokenizer that adds a BOS token */
+    /* tokenizer_config.json edited to break one published rule at a time */
     snprintf(path, sizeof path, "%s/tokenizer_config.json", p->path);
     orig = test_read_file(path, &n);
-    json_t *tc = json_loads(orig, 0, NULL);
-    json_object_set_new(tc, "add_bos_token", json_true());
-    json_dump_file(tc, path, 0);
-    json_decref(tc);
-    st = vsr_decider_open(p, eng.model, &d, &err);
-    CHECK_ERR(st, err, VSR_E_UNSUPPORTED, "adds a BOS token");
+    struct {
+        const char *key, *value; /* value as JSON; NULL: delete the key */
+        vsr_status code;
+        const char *needle;
+    } rules[] = {
+        {"add_bos_token", "true", VSR_E_UNSUPPORTED, "the tokenizer must not add a prefix space or a BOS token"},
+        {"add_prefix_space", "true", VSR_E_UNSUPPORTED, "the tokenizer must not add a prefix space or a BOS token"},
+        {"tokenizer_class", "\"LlamaTokenizerFast\"", VSR_E_UNSUPPORTED,
+         "unsupported tokenizer class 'LlamaTokenizerFast'"},
+        {"tokenizer_class", NULL, VSR_E_UNSUPPORTED, "unsupported tokenizer class 'None'"},
+        {"pad_token", "null", VSR_E_UNSUPPORTED, "the tokenizer has no pad token"},
+        {"added_tokens_decoder", "[]", VSR_E_FORMAT, "added_tokens_decoder must be an object"},
+        /* <|im_start|> listed at another id than the one it gets */
+        {"added_tokens_decoder", "{\"151643\":{\"content\":\"<|endoftext|>\"},\"151645\":{\"content\":\"<|im_start|>\"}}",
+         VSR_E_FORMAT, "special token '<|im_start|>' does not get ID 151645"},
+        /* the fast class and explicit nulls/false are accepted */
+        {"tokenizer_class", "\"Qwen2TokenizerFast\"", VSR_OK, ""},
+        {"add_prefix_space", "null", VSR_OK, ""},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        json_t *tc = json_loads(orig, 0, NULL);
+        if (rules[i].value) json_object_set_new(tc, rules[i].key, json_loads(rules[i].value, JSON_DECODE_ANY, NULL));
+        else json_object_del(tc, rules[i].key);
+        json_dump_file(tc, path, 0);
+        json_decref(tc);
+        d = NULL;
+        st = vsr_decider_open(p, eng.model, &d, &err);
+        if (rules[i].code == VSR_OK) CHECK_OK(st, err);
+        else CHECK_ERR(st, err, rules[i].code, rules[i].needle);
+        vsr_decider_free(d);
+        d = NULL;
+    }
     test_write_file(path, orig, n);
     free(orig);
     /* restored: opens again */
     st = vsr_decider_open(p, eng.model, &d, &err);
     CHECK_OK(st, err);
     vsr_decider_free(d);
-    /* the fixture's template is known */
+    /* the fixture's template and the three published ones are known, nothing else */
     char sha[65];
     vsr_sha256_hex(vsr_fixture_chat_template, strlen(vsr_fixture_chat_template), sha);
     extern const char *const vsr_d3_known_templates[];
-    bool known = false;
-    for (const char *const *t = vsr_d3_known_templates; *t; t++) known |= !strcmp(*t, sha);
-    CHECK(known);
+    const char *want_known[] = {sha, "273d8e0e683b885071fb17e08d71e5f2a5ddfb5309756181681de4f5a1822d80",
+                                "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
+                                "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041"};
+    int n_known = 0;
+    for (const char *const *t = vsr_d3_known_templates; *t; t++) n_known++;
+    CHECK(n_known == 4);
+    for (int i = 0; i < 4; i++) {
+        bool known = false;
+        for (const char *const *t = vsr_d3_known_templates; *t; t++) known |= !strcmp(*t, want_known[i]);
+        CHECK_MSG(known, "template %s is not known", want_known[i]);
+    }
 }
 
 int main(void) {
     RUN(answer_formulas);
+    RUN(describe_is_python_json_dumps);
+    RUN(foreach_order);
     RUN(prompts_match_oracle);
     RUN(answers_are_probabilities);
     RUN(validation_messages);

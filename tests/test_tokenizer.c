@@ -366,6 +366,7 @@ static void check_refused(const char *name, const char *tj, const char *cfg, vsr
 }
 
 #define MODEL_OK "\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]"
+#define QWEN2 "\"tokenizer_class\":\"Qwen2Tokenizer\""
 
 TEST(refusals) {
     vsr_tokenizer *t = (vsr_tokenizer *)1;
@@ -396,18 +397,93 @@ TEST(refusals) {
                   VSR_E_FORMAT, "is not two tokens joined by one space");
     check_refused("template", "{\"model\":{" MODEL_OK "},\"post_processor\":{\"type\":\"TemplateProcessing\"}}",
                   NULL, VSR_E_UNSUPPORTED, "post_processor type \"TemplateProcessing\" may add tokens");
-    check_refused("bos", "{\"model\":{" MODEL_OK "}}", "{\"add_bos_token\":true}", VSR_E_UNSUPPORTED,
-                  "add_bos_token is true");
-    check_refused("prefix", "{\"model\":{" MODEL_OK "}}", "{\"add_prefix_space\":true}", VSR_E_UNSUPPORTED,
-                  "add_prefix_space is true");
     check_refused("cfgjson", "{\"model\":{" MODEL_OK "}}", "{nope", VSR_E_FORMAT, "tokenizer_config.json: not valid JSON");
-    check_refused("addedid", "{\"model\":{" MODEL_OK "}}",
-                  "{\"unk_token\":null,\"eos_token\":null,\"pad_token\":null,\"added_tokens_decoder\":"
-                  "{\"7\":{\"content\":\"<x>\",\"special\":true}}}",
-                  VSR_E_FORMAT, "token \"<x>\" is listed with id 7 but tokenizers would give it id 3");
     check_refused("addedflag", "{\"model\":{" MODEL_OK "}}",
-                  "{\"added_tokens_decoder\":{\"3\":{\"content\":\"<x>\",\"lstrip\":1}}}", VSR_E_FORMAT,
+                  "{" QWEN2 ",\"added_tokens_decoder\":{\"3\":{\"content\":\"<x>\",\"lstrip\":1}}}", VSR_E_FORMAT,
                   "\"lstrip\" must be true or false");
+}
+
+/* published-d3.md "Tokenizer rules": each rule broken alone on a config that otherwise
+ * loads (the "ok" case), with the reference's message. */
+TEST(published_rules) {
+    const char *tj = "{\"model\":{" MODEL_OK "}}";
+    check_refused("rules_ok", tj, "{" QWEN2 ",\"add_bos_token\":false,\"add_prefix_space\":null}", VSR_OK, "");
+    check_refused("rules_fast", tj, "{\"tokenizer_class\":\"Qwen2TokenizerFast\"}", VSR_OK, "");
+    /* tokenizer_class */
+    check_refused("class_llama", tj, "{\"tokenizer_class\":\"LlamaTokenizer\"}", VSR_E_UNSUPPORTED,
+                  "unsupported tokenizer class 'LlamaTokenizer'");
+    check_refused("class_none", tj, "{\"add_bos_token\":false}", VSR_E_UNSUPPORTED,
+                  "unsupported tokenizer class 'None'");
+    check_refused("class_case", tj, "{\"tokenizer_class\":\"qwen2tokenizer\"}", VSR_E_UNSUPPORTED,
+                  "unsupported tokenizer class 'qwen2tokenizer'");
+    /* add_bos_token / add_prefix_space: absent, null or false only */
+    check_refused("bos", tj, "{" QWEN2 ",\"add_bos_token\":true}", VSR_E_UNSUPPORTED,
+                  "the tokenizer must not add a prefix space or a BOS token");
+    check_refused("prefix", tj, "{" QWEN2 ",\"add_prefix_space\":true}", VSR_E_UNSUPPORTED,
+                  "the tokenizer must not add a prefix space or a BOS token");
+    check_refused("prefix1", tj, "{" QWEN2 ",\"add_prefix_space\":1}", VSR_E_UNSUPPORTED,
+                  "add_prefix_space is 1: the tokenizer must not add a prefix space or a BOS token");
+    check_refused("bos_str", tj, "{" QWEN2 ",\"add_bos_token\":\"no\"}", VSR_E_UNSUPPORTED,
+                  "the tokenizer must not add a prefix space or a BOS token");
+    /* added_tokens_decoder: an object, every entry at its listed id */
+    check_refused("decoder_array", tj, "{" QWEN2 ",\"added_tokens_decoder\":[]}", VSR_E_FORMAT,
+                  "added_tokens_decoder must be an object");
+    check_refused("addedid", tj,
+                  "{" QWEN2 ",\"unk_token\":null,\"eos_token\":null,\"pad_token\":null,\"added_tokens_decoder\":"
+                  "{\"7\":{\"content\":\"<x>\",\"special\":true}}}",
+                  VSR_E_FORMAT, "special token '<x>' does not get ID 7");
+    /* the same content listed twice: the second id cannot be given */
+    check_refused("addedtwice", tj,
+                  "{" QWEN2 ",\"added_tokens_decoder\":{\"3\":{\"content\":\"<x>\"},\"4\":{\"content\":\"<x>\"}}}",
+                  VSR_E_FORMAT, "special token '<x>' does not get ID 4");
+    /* a vocabulary token listed at another id */
+    check_refused("addedvocab", tj, "{" QWEN2 ",\"added_tokens_decoder\":{\"3\":{\"content\":\"ab\"}}}",
+                  VSR_E_FORMAT, "special token 'ab' does not get ID 3");
+    /* the pad token: Qwen2Tokenizer's default when absent, none when null */
+    vsr_tokenizer *t = NULL;
+    vsr_err err = {0};
+    CHECK_OK(vsr_tokenizer_open(write_tok("pad_default", tj, "{" QWEN2 "}"), &t, &err), err);
+    if (t) {
+        CHECK(vsr_tokenizer_pad_id(t) >= 0 &&
+              !strcmp(vsr_tokenizer_token_str(t, vsr_tokenizer_pad_id(t)), "<|endoftext|>"));
+        vsr_tokenizer_free(t);
+    }
+    CHECK_OK(vsr_tokenizer_open(write_tok("pad_null", tj, "{" QWEN2 ",\"pad_token\":null}"), &t, &err), err);
+    if (t) {
+        CHECK(vsr_tokenizer_pad_id(t) == -1);
+        vsr_tokenizer_free(t);
+    }
+    CHECK_OK(vsr_tokenizer_open(write_tok("pad_obj", tj, "{" QWEN2 ",\"pad_token\":{\"content\":\"<p>\"}}"), &t, &err),
+             err);
+    if (t) {
+        CHECK(vsr_tokenizer_pad_id(t) >= 0 && !strcmp(vsr_tokenizer_token_str(t, vsr_tokenizer_pad_id(t)), "<p>"));
+        vsr_tokenizer_free(t);
+    }
+    /* added_tokens_decoder entries are added as special tokens even when marked
+     * "special": false, so without a `normalized` flag they are not normalized (tokenizers'
+     * AddedToken default): an NFD token matches the raw text, as Hugging Face tokenizers
+     * gives it ([3] for add_special_tokens([AddedToken("e\u0301", special=True)])) */
+    CHECK_OK(vsr_tokenizer_open(write_tok("special_flag", tj,
+                                          "{" QWEN2 ",\"added_tokens_decoder\":{\"3\":{\"content\":\"e\\u0301\","
+                                          "\"special\":false}}}"),
+                                &t, &err),
+             err);
+    if (t) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK_OK(vsr_tokenizer_encode(t, "e\xcc\x81", 3, &ids, &n, &err), err);
+        CHECK_MSG(n == 1 && ids[0] == 3, "got %zu ids", n);
+        free(ids);
+        vsr_tokenizer_free(t);
+    }
+    /* data/tokenizers/qwen3 (what the fixtures copy) keeps every rule */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/data/tokenizers/qwen3", getenv("VSR_REPO") ? getenv("VSR_REPO") : ".");
+    CHECK_OK(vsr_tokenizer_open(dir, &t, &err), err);
+    if (t) {
+        CHECK(vsr_tokenizer_pad_id(t) == 151643);
+        vsr_tokenizer_free(t);
+    }
 }
 
 /* The fixture with only 3 tokens: "ab" merges, unknown bytes are dropped, the named
@@ -439,6 +515,7 @@ int main(void) {
     RUN(token_lookup_and_decode);
     RUN(added_token_flags);
     RUN(refusals);
+    RUN(published_rules);
     RUN(small_tokenizer);
     vsr_tokenizer_free(tok);
     vsr_tokenizer_free(ftok);

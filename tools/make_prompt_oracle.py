@@ -1,46 +1,31 @@
 #!/usr/bin/env python3
-"""Oracle for the Decision 3.0 prompt (reference-runtime.md 2.4), written independently of the C
-renderer: the user text is built with Python's own json.dumps (ensure_ascii=False, default
-separators) for object/array values, the chat wrapper is applied by jinja2 from the fixture's
-chat_template.jinja, and the ids come from Hugging Face `tokenizers` via transformers' Qwen2
-tokenizer. Writes tests/data/decision/prompts.json: [{request, question, prompt, ids}].
+"""Oracle for the Decision 3.0 prompt (published-d3.md "Prompt (exact)"), independent of the C
+renderer: the user text follows the published rules as tools/d3_render_oracle.py writes them
+(Python's own json.dumps(ensure_ascii=False) for object/array values), the chat wrapper is
+applied by jinja2 from the package's chat_template.jinja (and must equal the published
+wrapper d3_render_oracle.render_prompt writes: the fixture's template renders the published
+format), and the ids come from Hugging Face `tokenizers` built as published-d3.md "Tokenizer
+rules" says. Writes tests/data/decision/prompts.json: [{request, question, prompt, ids}].
 
 usage: python3 tools/make_prompt_oracle.py PACKAGE_DIR   (e.g. a `vllm-srun fixture` tiny package)
 """
 import json
+import os
 import sys
 
 import jinja2
-from transformers import AutoTokenizer
 
-SYSTEM = ("You are a routing decision model. Read the state and the question, then reply with only "
-          "the code of the best option.")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import d3_render_oracle as d3  # noqa: E402
 
-def text(v):
-    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+SYSTEM = d3.SYSTEM
 
-def options(q):
-    t = q["type"]
-    if t == "choice":
-        if "criteria" in q:
-            items = list(q["criteria"].items())
-        else:
-            items = [(c["key"], c.get("description")) for c in q["choices"]]
-        return [k if d is None else f"{k}: {text(d)}" for k, d in items]
-    if t == "noul":
-        crit = q.get("criteria") or {c["key"]: c.get("description") for c in q.get("choices", [])}
-        return [text(crit["false"]) if crit.get("false") is not None else "No / false",
-                text(crit["true"]) if crit.get("true") is not None else "Yes / true"]
-    levels = q.get("criteria", q.get("levels"))
-    return [text(v) for v in levels]
 
 def user_text(state, q, codes):
-    # the reference writes `state or "(empty)"` and `instructions or "Choose the best matching option."`
-    s = text(state) if state else "(empty)"
-    instr = text(q["instructions"]) if q["instructions"] else "Choose the best matching option."
-    lines = "\n".join(f"{codes[i]}: {o}" for i, o in enumerate(options(q)))
-    return (f"State:\n{s}\n\nQuestion:\n{instr}\n\n"
-            f"Options:\n{lines}\n\nReply with only the code of the best option.")
+    lines = ["State:", d3.state_text(state), "", "Question:", d3.instructions_text(q["instructions"]), "",
+             "Options:"] + [f"{codes[i]}: {o}" for i, o in enumerate(d3.option_texts(q))] + \
+        ["", "Reply with only the code of the best option."]
+    return "\n".join(lines)
 
 REQUESTS = [
     {"state": "Write a Python function that merges two sorted lists and explain its running time.",
@@ -66,24 +51,25 @@ REQUESTS = [
                                          "criteria": {f"k{i}": None for i in range(40)}}}},
     {"state": "tabs\tand\r\nnewlines\u2028 and <|im_start|> inline", "questions": {
         "q": {"type": "noul", "instructions": "Is it?", "choices": [{"key": "true", "description": "oui"}]}}},
+    {"state": [], "questions": {"q": {"type": "noul", "instructions": "x",
+                                      "criteria": {"false": {}, "true": []}}}},
 ]
 
 def main():
     pkg = sys.argv[1]
-    dc = json.load(open(f"{pkg}/decision_config.json"))
-    codes = dc["codes"]
+    tok, codes, _, _ = d3.load_package(pkg)
     tmpl = jinja2.Environment().from_string(open(f"{pkg}/chat_template.jinja").read())
-    tok = AutoTokenizer.from_pretrained(pkg)
     out = []
     for r in REQUESTS:
         for qid, q in r["questions"].items():
             prompt = tmpl.render(messages=[{"role": "system", "content": SYSTEM},
                                            {"role": "user", "content": user_text(r["state"], q, codes)}],
                                  add_generation_prompt=True)
-            ids = tok(prompt, add_special_tokens=False)["input_ids"]
-            out.append({"request": r, "question": qid, "prompt": prompt, "ids": ids})
+            assert prompt == d3.render_prompt(r["state"], q, codes), "the template renders another format"
+            out.append({"request": r, "question": qid, "prompt": prompt, "ids": d3.encode(tok, prompt)})
     json.dump(out, open("tests/data/decision/prompts.json", "w"), ensure_ascii=False, indent=0)
     print(f"{len(out)} prompts")
+
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,11 @@ extern "C" {
 typedef struct vsr_tokenizer vsr_tokenizer;
 
 /* dir holds tokenizer.json (and tokenizer_config.json, whose added_tokens_decoder
- * entries are added as special tokens the way transformers' Qwen2Tokenizer does). */
+ * entries are added as special tokens the way transformers' Qwen2Tokenizer does).
+ * With a tokenizer_config.json, the published rules apply (published-d3.md "Tokenizer
+ * rules"): tokenizer_class Qwen2Tokenizer or Qwen2TokenizerFast, add_prefix_space and
+ * add_bos_token absent, null or false, added_tokens_decoder an object whose every entry
+ * gets its listed id. */
 vsr_status vsr_tokenizer_open(const char *dir, vsr_tokenizer **out, vsr_err *err);
 void vsr_tokenizer_free(vsr_tokenizer *t);
 
@@ -26,6 +30,10 @@ vsr_status vsr_tokenizer_encode(const vsr_tokenizer *t, const char *text, size_t
 /* Id of an exact vocabulary or added token string, or -1. */
 int32_t vsr_tokenizer_token_id(const vsr_tokenizer *t, const char *token);
 size_t vsr_tokenizer_vocab_size(const vsr_tokenizer *t);
+/* Id of the pad token (tokenizer_config.json pad_token, Qwen2Tokenizer's default
+ * <|endoftext|> when the key is absent), or -1 when there is none (pad_token null, or
+ * no tokenizer_config.json). */
+int32_t vsr_tokenizer_pad_id(const vsr_tokenizer *t);
 /* Token string of an id (GPT-2 byte alphabet for vocabulary tokens, literal text for
  * added tokens), or NULL. Owned by the tokenizer. */
 const char *vsr_tokenizer_token_str(const vsr_tokenizer *t, int32_t id);

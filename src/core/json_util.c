@@ -121,11 +121,33 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Python's float repr: the shortest digits that round-trip, written in fixed notation
- * when the decimal exponent is in [-4, 16) (integral values keep ".0"), else as
- * d.ddde+XX. */
+/* Adds delta (+1 or -1) to the decimal digit string d (nd digits, no sign) in place;
+ * returns the new digit count (nd + 1 when a carry adds a digit, and d then holds it). */
+static int digits_step(char *d, int nd, int delta) {
+    int i = nd - 1;
+    if (delta > 0) {
+        while (i >= 0 && d[i] == '9') d[i--] = '0';
+        if (i >= 0) {
+            d[i]++;
+            return nd;
+        }
+        memmove(d + 1, d, (size_t)nd);
+        d[0] = '1';
+        return nd + 1;
+    }
+    while (i >= 0 && d[i] == '0') d[i--] = '9';
+    if (i >= 0) d[i]--;
+    return nd;
+}
+
+/* Python's float repr: the shortest digit string that round-trips (David Gay's mode 0), and
+ * of those the one nearest the value, written in fixed notation when the decimal exponent
+ * is in [-4, 16) (integral values keep ".0"), else as d.ddde+XX. For each length the
+ * correctly rounded digits are tried, then their neighbours one unit in the last place
+ * away: at a power of two the rounding interval is lopsided and a neighbour can round-trip
+ * where the nearest digits do not. */
 static void put_real(vsr_strbuf *b, double d) {
-    char tmp[64], digits[32];
+    char tmp[64], digits[40], cand[40], num[80];
     if (d == 0.0) {
         puts_(b, signbit(d) ? "-0.0" : "0.0");
         return;
@@ -134,20 +156,43 @@ static void put_real(vsr_strbuf *b, double d) {
         puts_(b, isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity");
         return;
     }
-    int prec = 1;
-    for (; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, d);
-        if (strtod(tmp, NULL) == d) break;
+    bool neg = d < 0;
+    double a = neg ? -d : d;
+    int nd = 0, exp = 0;
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, a);
+        /* tmp = d.ddde[+-]XX */
+        int n = 0;
+        const char *p = tmp;
+        for (; *p && *p != 'e'; p++)
+            if (*p != '.') digits[n++] = *p;
+        digits[n] = 0;
+        int e = atoi(p + 1);
+        snprintf(num, sizeof num, "%se%d", digits, e - (n - 1));
+        if (strtod(num, NULL) == a) {
+            nd = n, exp = e;
+            break;
+        }
+        bool found = false;
+        for (int delta = -1; delta <= 1 && !found; delta += 2) {
+            memcpy(cand, digits, (size_t)n + 1);
+            int m = digits_step(cand, n, delta), ce = e + (m - n);
+            cand[m] = 0;
+            if (cand[0] == '0') { /* below 1.00eE comes 9.99e(E-1), with as many digits */
+                memset(cand, '9', (size_t)n);
+                cand[n] = 0;
+                ce = e - 1;
+            }
+            snprintf(num, sizeof num, "%se%d", cand, ce - (m - 1));
+            if (strtod(num, NULL) == a) {
+                found = true;
+                memcpy(digits, cand, (size_t)m + 1);
+                nd = m, exp = ce;
+            }
+        }
+        if (found) break;
     }
-    /* tmp = [-]d.ddde[+-]XX */
-    const char *p = tmp;
-    bool neg = *p == '-';
-    if (neg) p++;
-    int nd = 0;
-    for (; *p && *p != 'e'; p++)
-        if (*p != '.') digits[nd++] = *p;
-    digits[nd] = 0;
-    int exp = atoi(p + 1);
+    while (nd > 1 && digits[nd - 1] == '0') digits[--nd] = 0;
     char out[64];
     size_t o = 0;
     if (neg) out[o++] = '-';

@@ -10,10 +10,8 @@
 #include "decision/decision_impl.h"
 #include "vsr/hash.h"
 
-/* sha256 of the chat templates a Decision 3.0 package may carry. Ours is the
- * template `vllm-srun fixture` writes (src/fixture/); the published packages'
- * templates are not available here, so a package carrying one of those is refused
- * until its hash is added (say so in docs/packages.md). */
+/* sha256 of the chat templates a Decision 3.0 package may carry (templates.c): the three
+ * published ones and the template `vllm-srun fixture` writes. */
 extern const char *const vsr_d3_known_templates[];
 
 static bool template_known(const char *sha) {
@@ -43,24 +41,21 @@ vsr_status vsr_decider_open(const vsr_package *pkg, vsr_model *model, vsr_decide
     if ((st = vsr_sha256_file(path, sha, NULL, NULL, err)) != VSR_OK) goto fail;
     if (!template_known(sha)) {
         st = vsr_err_set(err, VSR_E_UNSUPPORTED,
-                         "%s: chat_template.jinja (sha256 %s) is not a known Decision 3.0 template",
+                         "%s: chat_template.jinja (sha256 %.12s) is not a chat template the decision3 "
+                         "family renders",
                          pkg->path, sha);
         goto fail;
     }
-    /* No BOS, no prefix space. */
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", pkg->path);
-    json_t *tc = NULL;
-    if ((st = vsr_json_load_file(path, "tokenizer_config.json", 16u << 20, &tc, err)) != VSR_OK) goto fail;
-    bool bos = json_is_true(json_object_get(tc, "add_bos_token"));
-    bool prefix = json_is_true(json_object_get(tc, "add_prefix_space"));
-    json_decref(tc);
-    if (bos || prefix) {
-        st = vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: tokenizer_config.json: the tokenizer adds %s; a "
-                         "Decision 3.0 tokenizer adds neither a BOS token nor a prefix space",
-                         pkg->path, bos ? "a BOS token" : "a prefix space");
+    /* The tokenizer rules (tokenizer class, no BOS or prefix space, added_tokens_decoder as
+     * special tokens with their listed ids) are checked as it loads (src/tokenizer). */
+    if ((st = vsr_tokenizer_open(pkg->path, &d->tok, err)) != VSR_OK) goto fail;
+    /* Rows are left-padded with the pad token, so there must be one. */
+    if (vsr_tokenizer_pad_id(d->tok) < 0) {
+        st = vsr_err_set(err, VSR_E_UNSUPPORTED,
+                         "%s: tokenizer_config.json: the tokenizer has no pad token (pad_token is null)",
+                         pkg->path);
         goto fail;
     }
-    if ((st = vsr_tokenizer_open(pkg->path, &d->tok, err)) != VSR_OK) goto fail;
     /* Every code encodes to exactly its token id. */
     for (int i = 0; i < VSR_D3_CODES; i++) {
         d->codes[i] = pkg->decision.codes[i];
@@ -74,8 +69,9 @@ vsr_status vsr_decider_open(const vsr_package *pkg, vsr_model *model, vsr_decide
         free(ids);
         if (!ok) {
             st = vsr_err_set(err, VSR_E_INTEGRITY,
-                             "%s: decision_config.json: code %d \"%s\" encodes to %zu token(s) (first %d), "
-                             "expected exactly token_ids[%d] = %d",
+                             "%s: checkpoint answer codes differ from its tokenizer: decision_config.json "
+                             "code %d \"%s\" encodes to %zu token(s) (first %d), expected exactly "
+                             "token_ids[%d] = %d",
                              pkg->path, i, d->codes[i], n, got, i, d->token_ids[i]);
             goto fail;
         }

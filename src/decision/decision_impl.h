@@ -50,12 +50,15 @@ struct vsr_decider {
 };
 
 /* render.c */
+#define D3_DEFAULT_INSTRUCTIONS "Choose the best matching option."
 char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
                        int n_opt, char *const *option_text);
-char *d3_value_text(const json_t *v); /* string as is; object/array as Python json.dumps */
-/* As d3_value_text, but "" for a value Python finds falsy ("", {}, []): the prompt writes
- * its default ("(empty)", "Choose the best matching option.") then. */
-char *d3_prompt_text(const json_t *v);
+char *d3_value_text(const json_t *v); /* describe(v): string as is, else Python json.dumps */
+bool d3_is_falsy(const json_t *v);    /* Python truthiness: null, "", {}, [], 0, 0.0, false */
+/* describe(state), or "(empty)" when the state is null or "" ({} and [] are written). */
+char *d3_state_text(const json_t *v);
+/* describe(instructions), or "Choose the best matching option." when they are falsy. */
+char *d3_instructions_text(const json_t *v);
 
 /* answer.c */
 /* probs over the first n of 255 logits at temperature t; false if not finite. */

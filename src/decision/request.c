@@ -34,9 +34,30 @@ static void http_fail(vsr_http_error *h, int status, const char *code, const cha
     va_end(ap);
 }
 
+/* Python's str.isspace() code points (what `not s.strip()` strips). */
+static bool py_space(unsigned cp) {
+    return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
+           cp == 0x205f || cp == 0x3000;
+}
+
+/* Blank as Python's `not s.strip()`: empty or only whitespace (s is valid UTF-8: jansson
+ * refuses anything else). */
 static bool is_blank(const char *s) {
-    for (; *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v') return false;
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        unsigned cp = *u;
+        int len = cp < 0x80 ? 1 : cp < 0xe0 ? 2 : cp < 0xf0 ? 3 : 4;
+        if (len > 1) {
+            cp &= 0x3fu >> (len - 1);
+            for (int i = 1; i < len; i++) {
+                if (!u[i]) return false;
+                cp = (cp << 6) | (u[i] & 0x3fu);
+            }
+        }
+        if (!py_space(cp)) return false;
+        u += len;
+    }
     return true;
 }
 
@@ -195,13 +216,11 @@ static bool q_options(d3_question *q, const json_t *jq, char ***texts_out) {
         }
         for (int i = 0; i < 2; i++) {
             keys[i] = strdup(nk[i]);
-            if (desc[i] && !json_is_null(desc[i])) {
-                if (!valid_text_value(desc[i]))
-                    OPT_FAIL("noul %s: a description must be non-blank text, an object or an array", nk[i]);
-                texts[i] = d3_value_text(desc[i]);
-            } else {
-                texts[i] = strdup(ndef[i]);
-            }
+            if (desc[i] && !json_is_null(desc[i]) && !valid_text_value(desc[i]))
+                OPT_FAIL("noul %s: a description must be non-blank text, an object or an array", nk[i]);
+            /* describe(criteria.false or "No / false"): a falsy description ({} or []) takes
+             * the default too */
+            texts[i] = desc[i] && !d3_is_falsy(desc[i]) ? d3_value_text(desc[i]) : strdup(ndef[i]);
         }
     } else {
         const json_t *lv = crit ? crit : ord;
@@ -268,16 +287,22 @@ static void q_build(const vsr_decider *d, d3_question *q, const char *id, const 
         q_fail(q, "invalid_question", "instructions is required");
         return;
     }
+    if (json_is_string(ji) && is_blank(json_string_value(ji))) {
+        q_fail(q, "invalid_question", "instructions must not be empty or whitespace");
+        return;
+    }
     if (!valid_text_value(ji)) {
         q_fail(q, "invalid_question", "instructions must be non-blank text, an object or an array");
         return;
     }
     char **texts = NULL;
     if (!q_options(q, jq, &texts)) return;
-    char *instr = d3_prompt_text(ji);
+    char *instr = d3_instructions_text(ji);
     bool pad = contains_pad(instr) || contains_pad(state_text);
     for (int i = 0; i < q->n_opt && !pad; i++) pad = contains_pad(texts[i]);
-    if (pad) {
+    if (!instr) {
+        q_fail(q, "invalid_question", "out of memory rendering the prompt");
+    } else if (pad) {
         q_fail(q, "invalid_question",
                "the state or question contains a literal <|image_pad|> or <|video_pad|> token");
     } else {
@@ -371,7 +396,7 @@ static bool build_request(const vsr_decider *d, d3_request *r, const json_t *o, 
                   where, json_object_size(jq), D3_MAX_QUESTIONS);
         return false;
     }
-    char *state_text = d3_prompt_text(js);
+    char *state_text = d3_state_text(js);
     if (!state_text) {
         http_fail(h, 500, "internal_error", "out of memory");
         return false;
@@ -603,6 +628,22 @@ void vsr_decision_outcomes(const vsr_decision_job *j,
             const d3_question *q = &j->req[r].q[i];
             fn(ctx, q->type >= 0 ? qtype_names[q->type] : "unknown",
                q->err_code ? q->err_code : q->answered ? "answered" : "unanswered");
+        }
+}
+
+void vsr_decision_foreach(const vsr_decision_job *j,
+                          void (*fn)(void *ctx, const vsr_decision_item *item), void *ctx) {
+    for (int r = 0; r < j->n_req; r++)
+        for (int i = 0; i < j->req[r].n_q; i++) {
+            const d3_question *q = &j->req[r].q[i];
+            vsr_decision_item it = {.state = j->req[r].name,
+                                    .question = q->id,
+                                    .prompt = q->err_code ? NULL : q->prompt,
+                                    .ids = q->err_code ? NULL : q->ids,
+                                    .n_ids = q->err_code ? 0 : q->n_ids,
+                                    .err_code = q->err_code,
+                                    .err_msg = q->err_msg};
+            fn(ctx, &it);
         }
 }
 

@@ -47,13 +47,14 @@ static vsr_status add_token(vsr_tokenizer *t, const char *content, size_t len, i
                             bool special, bool normalized, bool lstrip, bool rstrip, bool single_word,
                             const char *where, vsr_err *err) {
     if (len == 0) return VSR_OK; /* tokenizers ignores empty added tokens */
-    if (vsr_strmap_get(&t->added_map, content, len) >= 0) return VSR_OK;
-    int32_t id = next_added_id(t, content, len);
+    int32_t have = vsr_strmap_get(&t->added_map, content, len);
+    int32_t id = have >= 0 ? have : next_added_id(t, content, len);
     if (want_id >= 0 && id != want_id)
         return vsr_err_set(err, VSR_E_FORMAT,
-                           "%s: token \"%s\" is listed with id %lld but tokenizers would give it id %d "
-                           "(added tokens must follow the vocabulary in id order)",
+                           "%s: special token '%s' does not get ID %lld (tokenizers gives it ID %d: added "
+                           "tokens must follow the vocabulary in id order)",
                            where, content, (long long)want_id, id);
+    if (have >= 0) return VSR_OK;
     vsr_added_token *na = realloc(t->added, (t->n_added + 1) * sizeof *na);
     if (!na) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", where);
     t->added = na;
@@ -215,6 +216,12 @@ static vsr_status add_named_specials(vsr_tokenizer *t, const json_t *cfg, vsr_er
         else if (v && !json_is_null(v))
             st = vsr_err_set(err, VSR_E_FORMAT, "%s: expected a string, an object or null", where);
         if (st) return st;
+        if (!strcmp(named[i].key, "pad_token")) {
+            const char *c = !v ? named[i].dflt
+                            : json_is_string(v) ? json_string_value(v)
+                            : json_is_object(v) ? json_string_value(json_object_get(v, "content")) : NULL;
+            t->pad_id = c && *c ? vsr_strmap_get(&t->added_map, c, strlen(c)) : -1;
+        }
     }
     static const char *const lists[] = {"additional_special_tokens", "extra_special_tokens"};
     for (size_t l = 0; l < 2; l++) {
@@ -240,15 +247,9 @@ static int cmp_key_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* tokenizer_config.json: refuse BOS / prefix space; add added_tokens_decoder in id order,
+/* tokenizer_config.json (its rules already checked): add added_tokens_decoder in id order,
  * then the named special tokens (TokenizersBackend.__init__ and Qwen2Tokenizer.__init__). */
 static vsr_status load_config(vsr_tokenizer *t, const json_t *cfg, vsr_err *err) {
-    if (json_is_true(json_object_get(cfg, "add_bos_token")))
-        return vsr_err_set(err, VSR_E_UNSUPPORTED,
-                           "tokenizer_config.json: add_bos_token is true (this tokenizer adds no BOS)");
-    if (json_is_true(json_object_get(cfg, "add_prefix_space")))
-        return vsr_err_set(err, VSR_E_UNSUPPORTED,
-                           "tokenizer_config.json: add_prefix_space is true (this tokenizer adds no prefix space)");
     const json_t *dec = json_object_get(cfg, "added_tokens_decoder");
     if (dec && !json_is_object(dec))
         return vsr_err_set(err, VSR_E_FORMAT, "tokenizer_config.json: added_tokens_decoder must be an object");
@@ -278,7 +279,8 @@ static vsr_status load_config(vsr_tokenizer *t, const json_t *cfg, vsr_err *err)
             free(ids);
             return vsr_err_set(err, VSR_E_FORMAT, "%s: key is not in canonical decimal form", where);
         }
-        vsr_status st = add_token_json(t, o, ids[i], false, where, err);
+        /* every entry is added as a special token (published-d3.md "Tokenizer rules") */
+        vsr_status st = add_token_json(t, o, ids[i], true, where, err);
         if (st) {
             free(ids);
             return st;
@@ -286,6 +288,37 @@ static vsr_status load_config(vsr_tokenizer *t, const json_t *cfg, vsr_err *err)
     }
     free(ids);
     return add_named_specials(t, cfg, err);
+}
+
+/* The rules of a Qwen2 tokenizer (published-d3.md "Tokenizer rules"): the class, and no
+ * prefix space or BOS token (the flags absent, null or false). */
+static vsr_status check_config_rules(const json_t *cfg, vsr_err *err) {
+    const json_t *cls = json_object_get(cfg, "tokenizer_class");
+    if (!json_is_string(cls) ||
+        (strcmp(json_string_value(cls), "Qwen2Tokenizer") && strcmp(json_string_value(cls), "Qwen2TokenizerFast"))) {
+        char *shown = !cls ? strdup("None") : json_is_string(cls) ? strdup(json_string_value(cls))
+                                                                  : vsr_json_dumps_python(cls, false, false, false);
+        vsr_status st = vsr_err_set(err, VSR_E_UNSUPPORTED,
+                                    "tokenizer_config.json: unsupported tokenizer class '%s' (tokenizer_class must "
+                                    "be Qwen2Tokenizer or Qwen2TokenizerFast)",
+                                    shown ? shown : "?");
+        free(shown);
+        return st;
+    }
+    static const char *const flags[] = {"add_prefix_space", "add_bos_token"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(cfg, flags[i]);
+        if (v && !json_is_null(v) && !json_is_false(v)) {
+            char *shown = vsr_json_dumps_python(v, false, false, false);
+            vsr_status st = vsr_err_set(err, VSR_E_UNSUPPORTED,
+                                        "tokenizer_config.json: %s is %s: the tokenizer must not add a prefix "
+                                        "space or a BOS token",
+                                        flags[i], shown ? shown : "set");
+            free(shown);
+            return st;
+        }
+    }
+    return VSR_OK;
 }
 
 static vsr_status load(vsr_tokenizer *t, const char *dir, vsr_err *err) {
@@ -306,6 +339,7 @@ static vsr_status load(vsr_tokenizer *t, const char *dir, vsr_err *err) {
         st = vsr_err_set(err, VSR_E_FORMAT, "%s: expected a JSON object", path);
         goto out;
     }
+    if (cfg && (st = check_config_rules(cfg, err))) goto out;
     const json_t *model = json_object_get(tj, "model");
     if (!json_is_object(model)) {
         st = vsr_err_set(err, VSR_E_FORMAT, "%s/tokenizer.json: no \"model\" object", dir);
@@ -418,6 +452,7 @@ vsr_status vsr_tokenizer_open(const char *dir, vsr_tokenizer **out, vsr_err *err
     vsr_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return vsr_err_set(err, VSR_E_NOMEM, "tokenizer %s: out of memory", dir);
     snprintf(t->dir, sizeof t->dir, "%s", dir);
+    t->pad_id = -1;
     vsr_status st = load(t, dir, err);
     if (st == VSR_OK) st = vsr_pcre_split_init(&t->pcre, VSR_QWEN2_PATTERN, err);
     if (st == VSR_OK && !(t->cache = vsr_bpe_cache_new()))
@@ -457,6 +492,8 @@ int32_t vsr_tokenizer_token_id(const vsr_tokenizer *t, const char *token) {
 }
 
 size_t vsr_tokenizer_vocab_size(const vsr_tokenizer *t) { return t ? t->vocab_count : 0; }
+
+int32_t vsr_tokenizer_pad_id(const vsr_tokenizer *t) { return t ? t->pad_id : -1; }
 
 const char *vsr_tokenizer_token_str(const vsr_tokenizer *t, int32_t id) {
     return (t && id >= 0 && id < t->n_ids) ? t->id_str[id] : NULL;

@@ -128,6 +128,8 @@ struct vsr_tokenizer {
     vsr_pcre_split pcre;
     vsr_split_impl split_default;
     vsr_bpe_cache *cache;
+    int32_t pad_id;           /* tokenizer_config.json's pad token (Qwen2Tokenizer's default
+                               * <|endoftext|> when absent), -1 when null or no config */
 };
 
 /* ---- BPE (bpe.c) ---- */

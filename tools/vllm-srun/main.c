@@ -15,6 +15,7 @@ static const vsr_command commands[] = {
     {"models", cmd_models, "list known packages (built-in and published)"},
     {"fixture", cmd_fixture, "write a deterministic test package"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (or of each stdin line)"},
+    {"render", cmd_render, "print the prompt and token ids of each question of a request (no weights)"},
     {"dequant", cmd_dequant, "write a package's quantized weights dequantized to BF16 (reference code)"},
 };
 
