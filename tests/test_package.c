@@ -728,6 +728,18 @@ static void write_readout(const char *dir, int64_t rows, int64_t cols, bool seco
     tpkg_manifest(dir, NULL, NULL);
 }
 static void ed_readout_two(const char *dir) { write_readout(dir, 255, 32, true); }
+static void ed_readout_vector(const char *dir) {
+    vsr_err e = {0};
+    vsr_st_writer *w = vsr_st_writer_new();
+    static float buf[255 * 32];
+    int64_t shape[1] = {255 * 32};
+    vsr_st_writer_add(w, "weight", VSR_DT_F32, 1, shape, buf, sizeof buf, &e);
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/readout.safetensors", dir);
+    vsr_st_writer_save(w, p, &e);
+    vsr_st_writer_free(w);
+    tpkg_manifest(dir, NULL, NULL);
+}
 static void ed_readout_shape(const char *dir) { write_readout(dir, 255, 16, false); }
 static void ed_no_weights(const char *dir) {
     rm_in(dir, "model.safetensors");
@@ -789,6 +801,10 @@ static const ref_case ref_cases[] = {
     {"checkpoint tensors use mixed name prefixes", {.vision = true, .extra_tensor = "visual.merger.weight"}, NULL, NULL, NULL, NULL},
     {"readout.safetensors must hold exactly one tensor named weight", {0}, NULL, NULL, NULL, ed_readout_two},
     {"readout weight has shape [255, 16], expected [255, 32]", {0}, NULL, NULL, NULL, ed_readout_shape},
+    {"the readout weight must be a matrix: readout weight has shape [8160], expected [255, 32]", {0}, NULL, NULL, NULL,
+     ed_readout_vector},
+    {"the checkpoint has vision weights but no vision_config", {.vision = true}, "config.json", "vision_config", NULL,
+     NULL},
     {"tensor counts differ from the manifest's parameter counts", {0}, MF, "parameters.text", "1", NULL},
     {"tensor counts differ from the manifest's parameter counts", {0}, MF, "parameters.vision", NULL, NULL},
     {"tensor counts differ from the manifest's parameter counts", {.vision = true}, MF, "parameters.loaded",
