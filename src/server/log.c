@@ -18,12 +18,18 @@ int srv_log_set_level(const char *name) {
 }
 
 void srv_log(srv_log_level lv, const char *fmt, ...) {
-    if (lv > current) return;
-    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    srv_logv(lv, fmt, ap);
     va_end(ap);
+}
+
+void srv_logv(srv_log_level lv, const char *fmt, va_list ap) {
+    if (lv > current) return;
+    char line[2048];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = 0; /* libmicrohttpd's messages end in one */
     time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);

@@ -7,5 +7,7 @@ typedef enum srv_log_level { SRV_LOG_ERROR, SRV_LOG_WARN, SRV_LOG_INFO, SRV_LOG_
 /* Returns false for an unknown level name. */
 int srv_log_set_level(const char *name);
 void srv_log(srv_log_level lv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+void srv_logv(srv_log_level lv, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 #endif

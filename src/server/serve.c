@@ -1,5 +1,6 @@
 /* `vllm-srun serve`: gate, listen, load in the background, serve until SIGTERM,
- * then drain in-flight work and exit 0. */
+ * then drain: stop accepting, close idle connections and requests still being read at once,
+ * answer every request received whole, and exit 0. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include "server/http.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/serve.h"
 #include "server/worker.h"
 #include "vsr/server.h"
 
@@ -24,7 +26,15 @@ void vsr_serve_opts_default(vsr_serve_opts *o) {
     o->log_level = "info";
 }
 
-int vsr_serve(const vsr_serve_opts *o) {
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int vsr_serve(const vsr_serve_opts *o) { return srv_serve(o, NULL); }
+
+int srv_serve(const vsr_serve_opts *o, const srv_http_limits *lim) {
     if (!srv_log_set_level(o->log_level ? o->log_level : "info")) {
         fprintf(stderr, "vllm-srun serve: --log-level must be error, warn, info or debug; got '%s'\n",
                 o->log_level);
@@ -51,6 +61,8 @@ int vsr_serve(const vsr_serve_opts *o) {
             model.pkg->revision[0] ? "@" : "", model.pkg->revision, model.pkg->path, model.device_id,
             model.device.name);
     srv_http http = {.opts = o, .model = &model, .metrics = metrics, .uds_fd = -1};
+    if (lim) http.lim = *lim;
+    else srv_http_limits_default(&http.lim);
     if (srv_http_start(&http, &err) != VSR_OK || srv_model_start(&model, &err) != VSR_OK) {
         fprintf(stderr, "vllm-srun serve: %s\n", err.msg);
         srv_http_stop(&http);
@@ -64,15 +76,18 @@ int vsr_serve(const vsr_serve_opts *o) {
     int sig = 0;
     sigwait(&sigs, &sig);
     srv_log(SRV_LOG_INFO, "%s: draining in-flight work", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    double t0 = now_s();
     srv_http_quiesce(&http);
-    /* Every request already received is answered by the running scheduler before it
-     * stops (bounded: a stuck client cannot hold the process for more than 10 minutes). */
-    for (int i = 0; i < 60000 && srv_http_inflight(&http) > 0; i++) {
+    /* Every request received whole is answered by the running scheduler (the queue is bounded);
+     * idle connections and requests still being read were closed by the quiesce, and an answer
+     * being written gets --drain-write seconds (the monitor cuts it after that). */
+    while (srv_http_pipeline(&http) > 0) {
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
     srv_model_drain_and_stop(&model);
     srv_http_stop(&http);
+    srv_log(SRV_LOG_INFO, "drained in %.3f s", now_s() - t0);
     srv_model_free(&model);
     srv_metrics_free(metrics);
     srv_log(SRV_LOG_INFO, "stopped");

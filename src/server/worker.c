@@ -115,7 +115,8 @@ static void *sched_main(void *arg) {
             j->st = VSR_OK;
             j->state = JOB_DONE;
             j->t_done = now;
-            pthread_cond_signal(&j->done);
+            if (j->on_done) j->on_done(j, j->on_done_arg);
+            else pthread_cond_signal(&j->done);
             continue;
         }
         j->state = JOB_RUNNING;
@@ -129,7 +130,8 @@ static void *sched_main(void *arg) {
         j->forward_s = t_end - j->t_start;
         j->t_done = t_end;
         j->state = JOB_DONE;
-        pthread_cond_signal(&j->done);
+        if (j->on_done) j->on_done(j, j->on_done_arg);
+        else pthread_cond_signal(&j->done);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -156,7 +158,7 @@ srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
         return why;
     }
     j->state = JOB_QUEUED;
-    pthread_cond_init(&j->done, NULL);
+    if (!j->on_done) pthread_cond_init(&j->done, NULL);
     j->t_enqueue = mono();
     j->deadline = deadline_ms > 0 ? j->t_enqueue + deadline_ms / 1000.0 : 0;
     j->next = NULL;
@@ -211,6 +213,20 @@ bool srv_model_wait(srv_model *m, srv_job *j, bool (*client_gone)(void *), void 
     pthread_mutex_unlock(&m->mu);
     pthread_cond_destroy(&j->done);
     return !abandoned;
+}
+
+srv_abandon srv_model_abandon(srv_model *m, srv_job *j) {
+    pthread_mutex_lock(&m->mu);
+    srv_abandon r = ABANDON_DONE;
+    if (j->state == JOB_QUEUED && unlink_job(m, j)) {
+        j->state = JOB_DONE;
+        r = ABANDON_WITHDRAWN;
+    } else if (j->state == JOB_RUNNING) {
+        __atomic_store_n(&j->cancel, 1, __ATOMIC_RELAXED); /* stops between forwards */
+        r = ABANDON_CANCELLING;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return r;
 }
 
 int srv_model_queue_depth(srv_model *m) {

@@ -28,7 +28,11 @@ typedef struct srv_job {
     double forward_s;
     long long tokens;        /* tokens the job forwards (admission control) */
     bool expired;
-    pthread_cond_t done;     /* signalled when this job is done (the waiter owns it) */
+    pthread_cond_t done;     /* signalled when this job is done (srv_model_wait's waiter owns it) */
+    /* Called by the scheduler (with the model's lock held, as its last use of the job) when a job
+     * submitted with it is done; such a job is never waited for with srv_model_wait. */
+    void (*on_done)(struct srv_job *j, void *arg);
+    void *on_done_arg;
     struct srv_job *next;
 } srv_job;
 
@@ -71,6 +75,11 @@ srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms);
 /* Waits for the job. `client_gone` is polled; when it reports true the job is
  * withdrawn (queued) or cancelled (running). Returns false when abandoned. */
 bool srv_model_wait(srv_model *m, srv_job *j, bool (*client_gone)(void *), void *ctx);
+typedef enum srv_abandon { ABANDON_WITHDRAWN, ABANDON_CANCELLING, ABANDON_DONE } srv_abandon;
+/* For a job submitted with on_done whose client went away: WITHDRAWN when it was still queued
+ * (taken out; on_done will not be called), CANCELLING when it runs (it stops between forwards;
+ * on_done follows), DONE when it had finished already (on_done was or is being called). */
+srv_abandon srv_model_abandon(srv_model *m, srv_job *j);
 /* Waits until the queue is empty and nothing runs, then stops the threads. */
 void srv_model_drain_and_stop(srv_model *m);
 void srv_model_free(srv_model *m);

@@ -1,13 +1,16 @@
 /* vllm-srun serve MODEL[@REV] [--revision R] [--device auto|cpu|cuda[:N]|rocm[:N]] [--host H]
  *   [--port P] [--uds PATH] [--dtype auto|bfloat16] [--threads N] [--max-queue N]
  *   [--max-request-bytes N] [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]
- *   [--log-level error|warn|info|debug] */
+ *   [--log-level error|warn|info|debug] and the connection limits of server/http.h
+ *   (--max-connections, --max-connections-per-client, --request-timeout, --idle-timeout,
+ *   --max-body-memory, --max-parse-backlog, --handler-threads). */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "args.h"
 #include "commands.h"
+#include "server/serve.h"
 #include "vsr/server.h"
 
 static void usage(FILE *f) {
@@ -18,6 +21,9 @@ static void usage(FILE *f) {
             "         [--max-request-bytes 8388608]\n"
             "         [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]\n"
             "         [--log-level error|warn|info|debug]\n"
+            "         [--max-connections 2048] [--max-connections-per-client 256]\n"
+            "         [--request-timeout 30] [--idle-timeout 15] [--max-body-memory 268435456]\n"
+            "         [--max-parse-backlog 64] [--handler-threads 0]\n"
             "MODEL is org/name from the package store (Hugging Face cache layout) or an\n"
             "absolute package path. --revision takes a commit, a branch or a tag.\n");
 }
@@ -25,6 +31,8 @@ static void usage(FILE *f) {
 int cmd_serve(int argc, char **argv) {
     vsr_serve_opts o;
     vsr_serve_opts_default(&o);
+    srv_http_limits lim;
+    srv_http_limits_default(&lim);
     const char *v;
     long long x;
     for (int i = 1; i < argc; i++) {
@@ -61,6 +69,20 @@ int cmd_serve(int argc, char **argv) {
         NUM("--max-queued-tokens", max_queued_tokens, 1, 1LL << 40)
         NUM("--max-request-bytes", max_request_bytes, 1024, 1LL << 32)
 #undef NUM
+#define LIM(name, field, lo, hi)                                                                   \
+    if ((r = arg_value(argc, argv, &i, name, &v)) != 0) {                                          \
+        if (r < 0 || !arg_int("vllm-srun serve", name, v, lo, hi, &x)) return 2;                   \
+        lim.field = x;                                                                             \
+        continue;                                                                                  \
+    }
+        LIM("--max-connections", max_connections, 16, 1000000)
+        LIM("--max-connections-per-client", max_connections_per_client, 0, 1000000)
+        LIM("--request-timeout", request_timeout_s, 1, 86400)
+        LIM("--idle-timeout", idle_timeout_s, 1, 86400)
+        LIM("--max-body-memory", max_body_memory, 1024, 1LL << 40)
+        LIM("--max-parse-backlog", max_parse_backlog, 1, 1000000)
+        LIM("--handler-threads", handler_threads, 0, 256)
+#undef LIM
         if (argv[i][0] == '-') {
             fprintf(stderr, "vllm-srun serve: unknown option %s\n", argv[i]);
             usage(stderr);
@@ -91,5 +113,10 @@ int cmd_serve(int argc, char **argv) {
                 o.dtype);
         return 2;
     }
-    return vsr_serve(&o);
+    if (lim.max_body_memory < o.max_request_bytes) {
+        fprintf(stderr, "vllm-srun serve: --max-body-memory %zu is below --max-request-bytes %zu\n",
+                lim.max_body_memory, o.max_request_bytes);
+        return 2;
+    }
+    return srv_serve(&o, &lim);
 }
