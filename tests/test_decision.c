@@ -154,6 +154,35 @@ TEST(foreach_order) {
     vsr_decision_free(j);
 }
 
+/* A `states` entry is answered as its own request: its rows never share a forward with the
+ * main request's (positions run over a forward's padded length), so its answers are
+ * bit-identical to the same state sent alone. */
+TEST(states_batch_alone) {
+    setup();
+    if (!loaded) return;
+    const char *both = "{\"state\":\"a much longer main state, so that a shared forward would pad the short row on "
+                       "the left by many tokens and move its positions\",\"questions\":{\"m\":{\"type\":\"noul\","
+                       "\"instructions\":\"long?\"}},\"states\":{\"s\":{\"state\":\"short\",\"questions\":{\"q\":"
+                       "{\"type\":\"score\",\"instructions\":\"how?\",\"criteria\":[\"a\",\"b\",\"c\"]}}}}}";
+    const char *alone = "{\"state\":\"short\",\"questions\":{\"q\":{\"type\":\"score\",\"instructions\":\"how?\","
+                        "\"criteria\":[\"a\",\"b\",\"c\"]}}}";
+    vsr_http_error he = {0};
+    vsr_err err = {0};
+    vsr_decision_job *jb = vsr_decision_parse(eng.decider, both, strlen(both), NULL, &he);
+    vsr_decision_job *ja = vsr_decision_parse(eng.decider, alone, strlen(alone), NULL, &he);
+    CHECK(jb && ja);
+    if (jb && ja) {
+        CHECK_OK(vsr_decision_run(eng.decider, jb, NULL, NULL, NULL, &err), err);
+        CHECK_OK(vsr_decision_run(eng.decider, ja, NULL, NULL, NULL, &err), err);
+        CHECK(jb->n_req == 2 && jb->req[1].q[0].answered && ja->req[0].q[0].answered);
+        CHECK_MSG(!memcmp(jb->req[1].q[0].probs, ja->req[0].q[0].probs, 3 * sizeof(double)),
+                  "state answered in a shared forward: %.17g vs %.17g", jb->req[1].q[0].probs[0],
+                  ja->req[0].q[0].probs[0]);
+    }
+    vsr_decision_free(jb);
+    vsr_decision_free(ja);
+}
+
 TEST(answer_formulas) {
     double u[4] = {0.25, 0.25, 0.25, 0.25}, one[3] = {1, 0, 0};
     CHECK(fabs(d3_confidence(u, 4)) < 1e-12);
@@ -428,6 +457,7 @@ int main(void) {
     RUN(answer_formulas);
     RUN(describe_is_python_json_dumps);
     RUN(foreach_order);
+    RUN(states_batch_alone);
     RUN(prompts_match_oracle);
     RUN(answers_are_probabilities);
     RUN(validation_messages);

@@ -58,7 +58,8 @@ int64_t vsr_decision_tokens(const vsr_decision_job *j);
 double vsr_decision_deadline_ms(const vsr_decision_job *j); /* 0 = none */
 bool vsr_decision_return_meta(const vsr_decision_job *j);
 
-/* Runs the forwards (8 rows per forward, request order). A forward failure or a
+/* Runs the forwards: each request (the main one, then each `states` entry) on its own,
+ * 8 of its rows per forward, in request order. A forward failure or a
  * non-finite output returns an error (HTTP 500). `cancel` (may be NULL) is polled
  * between forwards; when it becomes true the run stops with VSR_E_INVALID. */
 /* Called after each forward with its rows, padded tokens and seconds (may be NULL). */

@@ -584,16 +584,31 @@ vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile 
                          VSR_D3_ROWS_PER_FORWARD, (long long)hidden);
         goto out;
     }
-    int k = 0;
-    for (int r = 0; r < j->n_req; r++)
+    /* Each request (the main one, then each `states` entry: the reference answers them as
+     * separate requests) forwards its own rows, 8 at a time: positions run 0..L-1 over a
+     * forward's padded length, so which rows share a forward changes the answers. */
+    int k = 0, n_batches = 0;
+    int *batch_start = malloc(sizeof *batch_start * (size_t)(n + 1));
+    if (!batch_start) {
+        st = vsr_err_set(err, VSR_E_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int r = 0; r < j->n_req; r++) {
+        int first = k;
         for (int i = 0; i < j->req[r].n_q; i++)
-            if (!j->req[r].q[i].err_code) rows[k++] = &j->req[r].q[i];
-    for (int b0 = 0; b0 < n && st == VSR_OK; b0 += VSR_D3_ROWS_PER_FORWARD) {
+            if (!j->req[r].q[i].err_code) {
+                if ((k - first) % VSR_D3_ROWS_PER_FORWARD == 0) batch_start[n_batches++] = k;
+                rows[k++] = &j->req[r].q[i];
+            }
+    }
+    batch_start[n_batches] = n;
+    for (int bi = 0; bi < n_batches && st == VSR_OK; bi++) {
+        int b0 = batch_start[bi];
         if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
             st = vsr_err_set(err, VSR_E_INVALID, "cancelled: the client went away");
             break;
         }
-        int nb = n - b0 < VSR_D3_ROWS_PER_FORWARD ? n - b0 : VSR_D3_ROWS_PER_FORWARD;
+        int nb = batch_start[bi + 1] - b0;
         const int32_t *ids[VSR_D3_ROWS_PER_FORWARD];
         int lens[VSR_D3_ROWS_PER_FORWARD];
         int maxlen = 0;
@@ -614,6 +629,7 @@ vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile 
                 q->answered = true;
         }
     }
+    free(batch_start);
 out:
     free(rows);
     free(hbuf);
