@@ -844,6 +844,31 @@ TEST(reference_messages) {
 #undef DC
 #undef MF
 
+/* Both an index and a model.safetensors: the index and its shards are the weights (as the
+ * reference's weight_files); the stray single file is neither listed nor read. */
+TEST(index_wins_over_single_file) {
+    tpkg_opts os = {.sharded = true};
+    const char *dir = fresh(&os);
+    char a[PATH_MAX + 64], b[PATH_MAX + 64];
+    snprintf(a, sizeof a, "%s/model-00001-of-00002.safetensors", dir);
+    snprintf(b, sizeof b, "%s/model.safetensors", dir);
+    size_t n;
+    char *bytes = test_read_file(a, &n);
+    CHECK(bytes && test_write_file(b, bytes, n) == 0);
+    free(bytes);
+    vsr_err e = {0};
+    vsr_package *p = NULL;
+    CHECK_OK(vsr_package_open(dir, NULL, NULL, &p, &e), e);
+    if (!p) return;
+    CHECK(vsr_weights_file_count(p->weights) == 3);
+    CHECK(!strcmp(vsr_weights_file_name(p->weights, 0), "model.safetensors.index.json"));
+    CHECK(!vsr_manifest_find(&p->manifest, "model.safetensors"));
+    CHECK_OK(vsr_package_verify(p, 1, NULL, &e), e);
+    CHECK_OK(vsr_package_map(p, &e), e);
+    CHECK(vsr_weights_file_count(p->weights) == 3);
+    vsr_package_close(p);
+}
+
 /* ---- path tricks ---- */
 static void index_escape(json_t *j, void *ctx) {
     json_object_set_new(json_object_get(j, "weight_map"), "model.language_model.norm.weight", json_string((const char *)ctx));
@@ -1050,6 +1075,7 @@ int main(void) {
     RUN(tampered_byte_in_each_file_kind);
     RUN(manifest_against_files);
     RUN(reference_messages);
+    RUN(index_wins_over_single_file);
     RUN(path_escapes);
     RUN(names_and_revisions);
     RUN(families);

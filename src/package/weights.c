@@ -1,8 +1,9 @@
 /* A checkpoint's weights across safetensors shards.
  *
- * `dir` holds either model.safetensors (used when present, as transformers does) or
- * model.safetensors.index.json = {"metadata": {"total_size": N, ...}, "weight_map": {tensor: file}}
- * plus the shards it names. The index and the shards must agree exactly: every tensor the
+ * `dir` holds either model.safetensors.index.json = {"metadata": {"total_size": N, ...},
+ * "weight_map": {tensor: file}} plus the shards it names (used when present, as the reference
+ * runtime's weight_files does, so this reader opens exactly the files the manifest check
+ * lists) or model.safetensors. The index and the shards must agree exactly: every tensor the
  * index names is in the shard it names, every tensor of a shard is named by the index for
  * that shard, and no tensor is in two shards. Shard names must stay inside `dir`; files that
  * are symlinks may resolve into `dir` or, for a hub-cache snapshot (<repo>/snapshots/<commit>),
@@ -248,19 +249,19 @@ vsr_status vsr_weights_open(const char *dir, vsr_weights_mode mode, vsr_weights 
     size_t n_shards = 0;
     vsr_status st = VSR_OK;
 
-    if (exists_l(dir, SINGLE_NAME)) {
+    if (exists_l(dir, INDEX_NAME)) {
+        if ((st = resolve_inside(dir, dreal, blobs, INDEX_NAME, "index", real, err))) goto fail;
+        if ((st = read_index(dir, &index, &shard_names, &n_shards, err))) {
+            vsr_err_prefix(err, "%s", dir);
+            goto fail;
+        }
+    } else if (exists_l(dir, SINGLE_NAME)) {
         shard_names = calloc(1, sizeof *shard_names);
         if (!shard_names || !(shard_names[0] = strdup(SINGLE_NAME))) {
             st = vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory", dir);
             goto fail;
         }
         n_shards = 1;
-    } else if (exists_l(dir, INDEX_NAME)) {
-        if ((st = resolve_inside(dir, dreal, blobs, INDEX_NAME, "index", real, err))) goto fail;
-        if ((st = read_index(dir, &index, &shard_names, &n_shards, err))) {
-            vsr_err_prefix(err, "%s", dir);
-            goto fail;
-        }
     } else {
         st = vsr_err_set(err, VSR_E_NOT_FOUND,
                          "%s: the package has no model*.safetensors weights (neither " SINGLE_NAME " nor " INDEX_NAME
