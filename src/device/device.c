@@ -6,7 +6,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,30 +27,7 @@ const char *vsr_device_id(const vsr_device *d, char *buf, size_t n) {
     return buf;
 }
 
-/* ---- BF16 by architecture ----
- * AMD: the targets hipBLASLt (ROCm's BF16/FP8 GEMM library) builds for, all with BF16
- * matrix instructions: gfx90a (MI200), gfx94x (MI300), gfx95x (MI350), gfx11xx (RDNA3),
- * gfx12xx (RDNA4). gfx908 (MI100) and older are left out: no hipBLASLt kernels. */
-static const struct {
-    const char *prefix;
-    size_t len; /* total length of a matching name: "gfx94" + one digit = 6 */
-} amd_bf16_targets[] = {{"gfx90a", 6}, {"gfx94", 6}, {"gfx95", 6}, {"gfx11", 7}, {"gfx12", 7}};
-
-bool vsr_device_bf16_by_arch(vsr_device_kind kind, int cc_major, int cc_minor, const char *gfx) {
-    (void)cc_minor;
-    switch (kind) {
-    case VSR_DEV_CPU: return true; /* software conversion; AVX512_BF16 when present */
-    case VSR_DEV_CUDA: return cc_major >= 8;
-    case VSR_DEV_ROCM:
-        if (!gfx) return false;
-        for (size_t i = 0; i < sizeof amd_bf16_targets / sizeof amd_bf16_targets[0]; i++)
-            if (!strncmp(gfx, amd_bf16_targets[i].prefix, strlen(amd_bf16_targets[i].prefix)) &&
-                strlen(gfx) == amd_bf16_targets[i].len)
-                return true;
-        return false;
-    default: return false;
-    }
-}
+/* BF16 by architecture (vsr_device_bf16_by_arch): probe_util.c, which the probes share. */
 
 /* ---- the hardware table ----
  * NVIDIA rows match compute capability major*10+minor in [cc_lo, cc_hi]; AMD rows match the
@@ -285,17 +261,6 @@ vsr_status vsr_device_from_json(const char *json, vsr_device *out, vsr_err *err)
 }
 
 /* ---- probing ---- */
-
-void vsr_probe_note(vsr_device_list *list, const char *fmt, ...) {
-    size_t len = strlen(list->notes);
-    if (len + 2 >= sizeof list->notes) return;
-    if (len) list->notes[len++] = '\n';
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(list->notes + len, sizeof list->notes - len, fmt, ap);
-    va_end(ap);
-    if (w < 0) list->notes[len ? len - 1 : 0] = '\0';
-}
 
 vsr_status vsr_devices_probe(vsr_device_list *out, vsr_err *err) {
     if (!out) return vsr_err_set(err, VSR_E_INVALID, "vsr_devices_probe: no list given");

@@ -1,6 +1,7 @@
-/* Internal: the per-vendor probes behind vsr_devices_probe, and the parsers they use,
- * exposed so tests can feed them real file formats (a /proc/meminfo text, a KFD sysfs
- * tree written under a temporary folder). */
+/* Internal: the per-vendor probes behind vsr_devices_probe (device.c calls them), and the parsers
+ * they use, exposed so tests can feed them real file formats (a /proc/meminfo text, a KFD sysfs
+ * tree written under a temporary folder). What the probes share is probe_util.h: device.c depends on
+ * the probes, the probes on probe_util.c, never back. */
 #ifndef VSR_DEVICE_PROBE_H
 #define VSR_DEVICE_PROBE_H
 
@@ -8,9 +9,6 @@
 #include <stdint.h>
 
 #include "vsr/device.h"
-
-/* Appends one line to list->notes (dropped quietly when full: notes are advisory). */
-void vsr_probe_note(vsr_device_list *list, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Fills the CPU device (index 0). Never fails: unknown values stay 0 / "CPU". */
 void vsr_probe_cpu(vsr_device *out);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "device/probe.h"
+#include "device/probe_util.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

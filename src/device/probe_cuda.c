@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "device/probe.h"
+#include "device/probe_util.h"
 
 typedef int CUresult; /* CUDA_SUCCESS = 0 */
 typedef int CUdevice;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "device/probe.h"
+#include "device/probe_util.h"
 
 #define MAX_NODES 64
 
