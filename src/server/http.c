@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <limits.h>
 #include <microhttpd.h>
 #include <poll.h>
@@ -555,9 +556,20 @@ static bool client_gone(int fd) {
  * their deadline are cut. */
 static void *monitor_main(void *arg) {
     srv_http *h = arg;
+    int idle_ticks = 0;
+    bool trimmed = true;
     while (!__atomic_load_n(&h->stop_threads, __ATOMIC_SEQ_CST)) {
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
+        /* After a busy spell, once nothing has been in flight for a second, hand the freed heap
+         * back to the system (request bodies and jobs come and go in large blocks). */
+        if (__atomic_load_n(&h->inflight, __ATOMIC_SEQ_CST) > 0) {
+            idle_ticks = 0;
+            trimmed = false;
+        } else if (!trimmed && ++idle_ticks >= 10) {
+            malloc_trim(0);
+            trimmed = true;
+        }
         pthread_mutex_lock(&h->wmu);
         for (srv_task *t = h->watch, *nx; t; t = nx) {
             nx = t->wnext;

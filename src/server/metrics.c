@@ -79,6 +79,25 @@ void srv_metrics_free(srv_metrics *m) {
     free(m);
 }
 
+/* A label value as the Prometheus text format wants it: backslash, double quote and newline
+ * escaped; the result is cut (at a character boundary of the escaped text) to fit. */
+static const char *esc(const char *in, char *out, size_t n) {
+    size_t j = 0;
+    for (const char *p = in ? in : ""; *p && j + 3 < n; p++) {
+        if (*p == '\\' || *p == '"') {
+            out[j++] = '\\';
+            out[j++] = *p;
+        } else if (*p == '\n') {
+            out[j++] = '\\';
+            out[j++] = 'n';
+        } else {
+            out[j++] = *p;
+        }
+    }
+    out[j] = 0;
+    return out;
+}
+
 static labelled *find(labelled **list, const char *key, int histogram) {
     for (labelled *l = *list; l; l = l->next)
         if (!strcmp(l->key, key)) return l;
@@ -94,20 +113,21 @@ static labelled *find(labelled **list, const char *key, int histogram) {
 }
 
 void srv_metrics_request(srv_metrics *m, const char *endpoint, int status, double seconds) {
-    char key[96];
+    char key[96], e[64];
+    esc(endpoint, e, sizeof e);
     pthread_mutex_lock(&m->mu);
-    snprintf(key, sizeof key, "endpoint=\"%s\",status=\"%d\"", endpoint, status);
+    snprintf(key, sizeof key, "endpoint=\"%s\",status=\"%d\"", e, status);
     labelled *l = find(&m->requests, key, 0);
     if (l) l->count++;
-    snprintf(key, sizeof key, "endpoint=\"%s\"", endpoint);
+    snprintf(key, sizeof key, "endpoint=\"%s\"", e);
     l = find(&m->req_dur, key, 1);
     if (l) histo_observe(&l->h, seconds);
     pthread_mutex_unlock(&m->mu);
 }
 
 void srv_metrics_question(srv_metrics *m, const char *type, const char *outcome) {
-    char key[96];
-    snprintf(key, sizeof key, "type=\"%s\",outcome=\"%s\"", type, outcome);
+    char key[96], a[40], b[40];
+    snprintf(key, sizeof key, "type=\"%s\",outcome=\"%s\"", esc(type, a, sizeof a), esc(outcome, b, sizeof b));
     pthread_mutex_lock(&m->mu);
     labelled *l = find(&m->questions, key, 0);
     if (l) l->count++;
@@ -162,6 +182,12 @@ static void render_histo(vsr_strbuf *b, const char *name, const char *labels, co
 
 char *srv_metrics_render(srv_metrics *m, const srv_model_gauges *g) {
     vsr_strbuf b = {0};
+    char model[1100], rev[300], fam[100], acc[100], dev[100];
+    esc(g->model, model, sizeof model);
+    esc(g->revision, rev, sizeof rev);
+    esc(g->family, fam, sizeof fam);
+    esc(g->accelerator, acc, sizeof acc);
+    esc(g->device, dev, sizeof dev);
     pthread_mutex_lock(&m->mu);
     vsr_strbuf_printf(
         &b, "# HELP vllm_srun_requests_total Requests answered, by endpoint and HTTP status.\n"
@@ -220,12 +246,12 @@ char *srv_metrics_render(srv_metrics *m, const srv_model_gauges *g) {
         "# HELP vllm_srun_model_memory_bytes Bytes the loaded weights take on the device.\n"
         "# TYPE vllm_srun_model_memory_bytes gauge\n"
         "vllm_srun_model_memory_bytes{model=\"%s\"} %llu\n",
-        g->model, (unsigned long long)g->memory_bytes);
+        model, (unsigned long long)g->memory_bytes);
     vsr_strbuf_printf(
         &b,
         "# HELP vllm_srun_model_info The loaded model.\n# TYPE vllm_srun_model_info gauge\n"
         "vllm_srun_model_info{model=\"%s\",revision=\"%s\",family=\"%s\",engine=\"native\","
         "accelerator=\"%s\",device=\"%s\",profile=\"exact\"} 1\n",
-        g->model, g->revision, g->family, g->accelerator, g->device);
+        model, rev, fam, acc, dev);
     return vsr_strbuf_take(&b, NULL); /* NULL when out of memory: no half page */
 }

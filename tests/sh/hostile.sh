@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The hostile-traffic suite (tests/hostile) in CI, against a worker on the built-in tiny package
+# with a short --request-timeout (4 s) and a small queue (8): 1,030 slow clients, the per-client
+# cap, bad framing, huge headers, path junk, refusals a client sending its whole body sees, a
+# burst far past the queue, clients leaving mid-forward, large states; /health under 100 ms
+# throughout, nothing accepted lost, /metrics parsed by prometheus_client, RSS back to its
+# start. Then: SIGTERM with 300 slow clients and one request in flight exits 0 within 3 s and
+# answers the request; --uds never removes a file or a live socket, only a stale one.
+# Exits 77 (skipped) without a python3 that has prometheus_client.
+set -u
+BIN=${VSR_BIN:?}
+REPO=${VSR_REPO:?}
+PY=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import prometheus_client.parser' 2>/dev/null; then PY=$p; break; fi
+done
+[ -n "$PY" ] || { echo "SKIP: no python3 with prometheus_client (install python3-prometheus-client; scripts/setup.sh does)"; exit 77; }
+ulimit -n 8192 2>/dev/null || true
+T=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+export HF_HUB_CACHE=$T/store
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+"$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null || { echo "FAIL install fixture"; exit 1; }
+PORT=$((20000 + RANDOM % 20000))
+NAME='d3-tiny "hostile" \name'
+start() {
+  "$BIN" serve vllm-sr-c/d3-tiny --device cpu --port "$PORT" --request-timeout 4 --max-queue 8 \
+    --served-model-name "$NAME" --log-level warn "$@" 2>>"$T/worker.log" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
+    kill -0 $pid 2>/dev/null || { cat "$T/worker.log"; return 1; }
+    sleep 0.1
+  done
+  return 1
+}
+start || { bad "worker did not become ready"; exit 1; }
+"$PY" "$REPO/tests/hostile/hostile.py" --port "$PORT" --pid "$pid" --request-timeout 4 --served-name "$NAME" \
+  > "$T/hostile.out" 2>&1; rc=$?
+cat "$T/hostile.out"
+[ $rc = 0 ] && ok "hostile suite passed" || bad "hostile suite: exit $rc"
+
+# ---- SIGTERM with 300 slow clients connected and a request in flight ----
+long=$("$PY" -c 'import json;print(json.dumps({"state":"x "*300,"questions":{f"q{i}":{"type":"noul","instructions":"is it %d?"%i} for i in range(60)}}))')
+"$PY" - "$PORT" > "$T/slow.out" 2>&1 <<'PYEOF' &
+import socket, sys, time
+socks = []
+for i in range(300):
+    s = socket.socket(); s.bind((f"127.0.0.{2 + i // 150}", 0)); s.connect(("127.0.0.1", int(sys.argv[1])))
+    s.sendall(b"POST /v1/decisions HTTP/1.1\r\nHost: w\r\nContent-Length: 1000\r\n\r\n{")
+    socks.append(s)
+print("connected", len(socks), flush=True)
+time.sleep(20)
+PYEOF
+spid=$!
+for _ in $(seq 50); do grep -q connected "$T/slow.out" && break; sleep 0.1; done
+curl -s "http://127.0.0.1:$PORT/v1/decisions" -d "$long" -o "$T/drain.out" -w '%{http_code}' > "$T/drain.code" &
+cpid=$!
+sleep 0.1
+t0=$(date +%s.%N)
+kill -TERM $pid; wait $pid; rc=$?
+t1=$(date +%s.%N)
+wait $cpid
+dt=$("$PY" -c "print(round($t1 - $t0, 2))")
+[ $rc = 0 ] && "$PY" -c "import sys; sys.exit(0 if $dt < 3 else 1)" && ok "SIGTERM with $(grep -o 'connected [0-9]*' "$T/slow.out") slow clients: exit 0 in $dt s" \
+  || bad "SIGTERM with slow clients: exit $rc in $dt s"
+code=$(cat "$T/drain.code")
+{ [ "$code" = 200 ] && grep -q '"q59"' "$T/drain.out"; } || [ "$code" = 503 ] \
+  && ok "the request in flight at SIGTERM was answered ($code)" || bad "in-flight request at SIGTERM: $code"
+kill $spid 2>/dev/null; wait $spid 2>/dev/null
+
+# ---- --uds: a regular file, a directory and a live socket are never removed; a stale socket is ----
+echo "precious" > "$T/file.sock"
+out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/file.sock" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "the path exists and is not a socket; refusing to remove it" && [ "$(cat "$T/file.sock")" = precious ] \
+  && ok "--uds on a regular file refused, the file kept" || bad "--uds file: $rc $out"
+mkdir "$T/dir.sock"
+out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/dir.sock" 2>&1); rc=$?
+[ $rc = 1 ] && [ -d "$T/dir.sock" ] && ok "--uds on a directory refused, kept" || bad "--uds dir: $rc $out"
+"$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/live.sock" --log-level warn 2>>"$T/worker.log" &
+upid=$!
+for _ in $(seq 1 600); do [ "$(curl -s --unix-socket "$T/live.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && break; sleep 0.1; done
+out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/live.sock" 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "another process is listening on this socket" \
+  && [ "$(curl -s --unix-socket "$T/live.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] \
+  && ok "--uds on a live socket refused, the other worker still serves" || bad "--uds live: $rc $out"
+kill -9 $upid; wait $upid 2>/dev/null   # leaves a stale socket behind
+[ -S "$T/live.sock" ] || bad "no stale socket left to test"
+"$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/live.sock" --log-level info 2>"$T/stale.log" &
+upid=$!
+for _ in $(seq 1 600); do [ "$(curl -s --unix-socket "$T/live.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && break; sleep 0.1; done
+[ "$(curl -s --unix-socket "$T/live.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && grep -q "removed a stale socket" "$T/stale.log" \
+  && ok "--uds replaces a stale socket" || bad "--uds stale: $(tail -3 "$T/stale.log")"
+kill -TERM $upid; wait $upid; [ $? = 0 ] && [ ! -e "$T/live.sock" ] && ok "uds worker exits 0 and removes its socket" || bad "uds exit"
+if grep -q "ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer" "$T/worker.log" "$T/stale.log"; then bad "sanitizer reports in the worker log"; fi
+exit $fail
