@@ -38,7 +38,7 @@ CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 endif
 
-.PHONY: all test asan tsan fuzz clean format
+.PHONY: all test asan tsan fuzz fuzz-run clean format
 all: $(BUILD)/vllm-srun $(TEST_BINS)
 
 $(BUILD)/libvsr.a: $(LIB_OBJ) $(CUDA_OBJ)
@@ -79,7 +79,8 @@ tsan:
 	$(MAKE) $(BUILD)/vllm-srun
 	VSR_BIN=$(CURDIR)/$(BUILD)/vllm-srun VSR_TSAN_BIN=$(CURDIR)/build-tsan/vllm-srun bash tests/tsan_server.sh
 
-FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CORE_SRC := $(sort $(wildcard src/core/*.c))
 FUZZ_SRC_fuzz_safetensors := src/format/dtype.c src/package/safetensors.c
 FUZZ_SRC_fuzz_decisions := src/decision/request.c src/decision/render.c src/decision/answer.c \
@@ -93,8 +94,11 @@ FUZZ_CFLAGS := $(CSTD) -Iinclude -Isrc -D_GNU_SOURCE -DVSR_DATA_DIR=\"$(abspath 
   -D__builtin_roundevenf=__builtin_nearbyintf
 FUZZ_LDLIBS := -ljansson -lcrypto -lpcre2-8 -lutf8proc -lm -pthread
 fuzz: $(FUZZ_TARGETS)
+# Each target for FUZZ_SECONDS (20) on a scratch copy of its committed seed corpus (CI runs this).
+fuzz-run: fuzz
+	FUZZ_BUILD=$(FUZZ_BUILD) bash tests/fuzz/run.sh
 .SECONDEXPANSION:
-build-fuzz/%: tests/fuzz/%.c $(FUZZ_CORE_SRC) $$(FUZZ_SRC_$$*)
+$(FUZZ_BUILD)/%: tests/fuzz/%.c $(FUZZ_CORE_SRC) $$(FUZZ_SRC_$$*)
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_CORE_SRC) $(FUZZ_SRC_$*) $(FUZZ_LDLIBS)
 

@@ -1054,7 +1054,7 @@ int main(void) {
     char why[VSR_ERR_MSG_MAX + 600];
     if (!test_find_cuda(&cuda_dev, &GB, why, sizeof why)) {
         printf("SKIP: no CUDA device (%s)\n", why);
-        return test_summary();
+        return test_summary() ? 1 : 77; /* 77: skipped (tests/run.sh) */
     }
     printf("CUDA device: %s (cc %d.%d)\n", cuda_dev.name, cuda_dev.cc_major, cuda_dev.cc_minor);
     vsr_cuda_graphs_off = 0, vsr_cuda_profile_on = 0; /* whatever the environment says */
@@ -1076,6 +1076,7 @@ int main(void) {
     vsr_backend_destroy(&GB);
 #else
     printf("SKIP: no CUDA device (this build has no CUDA: nvcc was not found at build time)\n");
+    return test_summary() ? 1 : 77; /* 77: skipped (tests/run.sh) */
 #endif
     return test_summary();
 }

@@ -662,7 +662,7 @@ int main(void) {
     char why[VSR_ERR_MSG_MAX + 600];
     if (!test_find_cuda(&cuda_dev, &GB, why, sizeof why)) {
         printf("SKIP: no CUDA device (%s)\n", why);
-        return test_summary();
+        return test_summary() ? 1 : 77; /* 77: skipped (tests/run.sh) */
     }
     vsr_err e;
     if (vsr_backend_cpu_new(2, &CB, &e)) {
@@ -684,6 +684,7 @@ int main(void) {
     vsr_backend_destroy(&CB);
 #else
     printf("SKIP: no CUDA device (this build has no CUDA: nvcc was not found at build time)\n");
+    return test_summary() ? 1 : 77; /* 77: skipped (tests/run.sh) */
 #endif
     return test_summary();
 }
