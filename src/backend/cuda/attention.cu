@@ -35,6 +35,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/ptx.cuh"
+#include "backend/cuda/ops_internal.cuh" /* the backend's shared helpers; this file's op entry (cu_*) */
 
 #define TC_WARPS 4
 #define TC_BM (TC_WARPS * 16) /* rows per block */
@@ -780,4 +781,128 @@ extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs,
     case 128: return tc_launch<128, 64>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err);
     default: return tc_launch<256, 32>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err);
     }
+}
+
+/* ---- attention: one block per (sequence, head, 8 queries); one warp per query ----
+ * Keys and values stream through shared memory in tiles of 32 rows. Scores: lane j takes
+ * key j of the tile (dot over d with the warp's query from shared memory; K rows padded by
+ * one float so lanes hit distinct banks). Online softmax in FP32 (running max and sum per
+ * query), then lane l accumulates output dims l, l+32, ... from the V tile. d <= 256. */
+#define ATT_Q 8
+#define ATT_KT 32
+#define ATT_DMAX 256
+static size_t att_smem(int d) { return sizeof(float) * ((size_t)ATT_KT * (d + 1) + (size_t)ATT_KT * d + (size_t)ATT_Q * d); }
+
+__global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restrict__ q, int64_t qs, const float *__restrict__ k,
+                                                         const float *__restrict__ v, const dsegs s, int H, int Hkv, int d,
+                                                         float scale, int causal, float *__restrict__ out) {
+    extern __shared__ float sm[];
+    float *Ks = sm, *Vs = Ks + ATT_KT * (d + 1), *Qs = Vs + ATT_KT * d;
+    const int sg = blockIdx.z, h = blockIdx.y, hk = h / (H / Hkv);
+    const int64_t L = s.len[sg], s0 = s.start[sg];
+    const int64_t qb = (int64_t)blockIdx.x * ATT_Q;
+    if (qb >= L) return;
+    const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int64_t qi = qb + w; /* this warp's query, relative to the sequence */
+    const bool qlive = qi < L;
+    const int64_t kvs = (int64_t)Hkv * d;
+    for (int i = threadIdx.x; i < ATT_Q * d; i += blockDim.x) {
+        int qq = i / d, dd = i % d;
+        Qs[i] = qb + qq < L ? q[(s0 + qb + qq) * qs + (int64_t)h * d + dd] : 0.0f;
+    }
+    float acc[ATT_DMAX / 32];
+#pragma unroll
+    for (int c = 0; c < ATT_DMAX / 32; c++) acc[c] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int64_t qmax = qb + ATT_Q - 1 < L - 1 ? qb + ATT_Q - 1 : L - 1;
+    const int64_t nk = causal ? qmax + 1 : L;
+    const float *qw = Qs + w * d;
+    for (int64_t t0 = 0; t0 < nk; t0 += ATT_KT) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < ATT_KT * d; i += blockDim.x) {
+            int j = i / d, dd = i % d;
+            bool in = t0 + j < nk;
+            int64_t row = (s0 + t0 + j) * kvs + (int64_t)hk * d + dd;
+            Ks[j * (d + 1) + dd] = in ? k[row] : 0.0f;
+            Vs[j * d + dd] = in ? v[row] : 0.0f;
+        }
+        __syncthreads();
+        if (!qlive) continue;
+        const int64_t kj = t0 + lane;
+        float sc = 0.0f;
+        const float *kr = Ks + lane * (d + 1);
+        for (int dd = 0; dd < d; dd++) sc += qw[dd] * kr[dd];
+        sc *= scale;
+        bool ok = kj < nk && (!causal || kj <= qi);
+        sc = ok ? sc : -INFINITY;
+        float mt = warp_max(sc);
+        float mn = fmaxf(m, mt);
+        /* mn is finite: key 0 is always allowed, and it is in the first tile */
+        float p = ok ? expf(sc - mn) : 0.0f;
+        float alpha = expf(m - mn); /* m = -inf on the first tile: 0 */
+        l = l * alpha + warp_sum(p);
+        m = mn;
+#pragma unroll
+        for (int c = 0; c < ATT_DMAX / 32; c++) acc[c] *= alpha;
+        int jmax = (int)(nk - t0 < ATT_KT ? nk - t0 : ATT_KT);
+        for (int j = 0; j < jmax; j++) {
+            float pj = __shfl_sync(0xffffffffu, p, j);
+            const float *vr = Vs + j * d;
+#pragma unroll
+            for (int c = 0; c < ATT_DMAX / 32; c++) {
+                int dd = lane + 32 * c;
+                if (dd < d) acc[c] += pj * vr[dd];
+            }
+        }
+    }
+    if (!qlive) return;
+    float inv = 1.0f / l;
+    float *o = out + (s0 + qi) * ((int64_t)H * d) + (int64_t)h * d;
+#pragma unroll
+    for (int c = 0; c < ATT_DMAX / 32; c++) {
+        int dd = lane + 32 * c;
+        if (dd < d) o[dd] = acc[c] * inv;
+    }
+}
+
+/* ---- activation twins (see twin) ---- */
+
+/* BF16 tensor-core flash attention (attention.cu); *taken = 0 for shapes it leaves to k_attention */
+extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs, const float *k, const float *v,
+                                        const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal,
+                                        float *out, int *taken, vsr_err *err);
+
+vsr_status cu_attention(void *ctx, const float *q, int64_t qs, const float *k, const float *v,
+                               const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal, float *out,
+                               vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (seg->n <= 0) return VSR_OK;
+    if (Hkv <= 0 || H % Hkv)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "attention: %d query heads over %d kv heads", H, Hkv);
+    if (d <= 0 || d > ATT_DMAX)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: attention: head dim %d (at most %d)", c->device, d, ATT_DMAX);
+    dsegs s;
+    int64_t rows, max_len;
+    vsr_status st = segs_to_dev(c, seg, "attention", &s, &rows, &max_len, err);
+    if (st || rows <= 0) return st;
+    PROF(c, causal ? "attention (causal)" : "attention");
+    if ((st = kp_guard(c, q, sizeof(float) * (size_t)((rows - 1) * qs + (int64_t)H * d), "attention", err)) ||
+        (st = kp_guard(c, k, sizeof(float) * (size_t)(rows * Hkv * d), "attention", err)) ||
+        (st = kp_guard(c, v, sizeof(float) * (size_t)(rows * Hkv * d), "attention", err)))
+        return st;
+    twin_clobber(c, out, sizeof(float) * (size_t)(rows * H * d));
+    int taken = 0;
+    st = cuda_attention_tc(c, q, qs, k, v, seg, H, Hkv, d, scale, causal, out, &taken, err);
+    if (st || taken) return st;
+    dim3 grid(blocks_for(max_len, ATT_Q), (unsigned)H, (unsigned)s.n);
+    k_attention<<<grid, ATT_Q * 32, att_smem(d), c->stream>>>(q, qs, k, v, s, H, Hkv, d, scale, causal, out);
+    return cuda_check_launch(c, "attention", err);
+}
+
+/* k_attention's dynamic shared memory limit (the largest head dim's tiles), once at backend creation */
+vsr_status cuda_attention_setup(cuda_ctx *c, vsr_err *err) {
+    return cuda_check(c, cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)att_smem(ATT_DMAX)),
+                      "attention: shared memory limit", err);
 }

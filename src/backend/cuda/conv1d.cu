@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/ops_internal.cuh" /* the backend's shared helpers; this file's op entry (cu_*) */
 
 #define CV_MAX_SEGS 128 /* = CUDA_MAX_SEGS of ops.cu: one call's sequences */
 
@@ -150,4 +151,22 @@ static vsr_status conv1d_run(cuda_ctx *c, const TX *x, int64_t xst, const vsr_se
 extern "C" vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const __nv_bfloat16 *xb, int64_t xst,
                                        const vsr_segs *seg, int64_t C, const float *w, int Kc, float *y, vsr_err *err) {
     return xb ? conv1d_run(c, xb, xst, seg, C, w, Kc, y, err) : conv1d_run(c, x, xst, seg, C, w, Kc, y, err);
+}
+
+vsr_status cu_conv1d_silu(void *ctx, const float *x, int64_t xs, const vsr_segs *seg, int64_t C, const float *w,
+                                 int Kc, float *y, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    PROF(c, "conv1d_silu");
+    int64_t rows = seg->n > 0 ? seg->start[seg->n - 1] + seg->len[seg->n - 1] : 0;
+    twin_clobber(c, y, sizeof(float) * (size_t)(rows > 0 ? rows * C : 0));
+    if (xs < C)
+        return vsr_err_set(err, VSR_E_INVALID, "conv1d_silu: row stride %lld is less than the %lld channels",
+                           (long long)xs, (long long)C);
+    if (rows <= 0) return VSR_OK;
+    /* x may be a stacked projection's product kept in BF16 (keep_product_bf16) */
+    const __nv_bfloat16 *xb = kp_find(c, x, rows, xs, C);
+    vsr_status st;
+    if (!xb && (st = kp_guard(c, x, sizeof(float) * (size_t)((rows - 1) * xs + C), "conv1d_silu", err))) return st;
+    return cuda_conv1d_silu(c, xb ? NULL : x, xb, xs, seg, C, w, Kc, y, err); /* conv1d.cu */
 }

@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/ptx.cuh"
+#include "backend/cuda/ops_internal.cuh" /* the backend's shared helpers; this file's op entry (cu_*) */
 
 #define DNC_C 64       /* chunk length */
 #define DNC_DK 128     /* key dim padded in shared memory */
@@ -1414,4 +1415,183 @@ extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64
     }
     *taken = 1;
     return VSR_OK;
+}
+
+/* ---- gated delta rule ----
+ * Pass 1 (k_dn_prep): per (row, key head) the l2-normalised q (times 1/sqrt(dk)) and k into
+ * scratch [rows, Hk, dk] each; per (row, value head) beta and the decay exp(g).
+ * Pass 2 (k_dn_scan): one warp per (sequence, value head, 8 value columns), the state
+ * S[dk, dv] in registers, no shared memory and no barrier. Sequential over tokens, parallel
+ * over sequences x heads x column slices (8 x 48 x 16 = 6144 warps at the 27B shape, 8x512).
+ * Not the chunked (WY/UT) form of flash-linear-attention: see docs/cuda.md. */
+__global__ void k_dn_prep(const float *__restrict__ qkv, int64_t qkv_stride, const float *__restrict__ b,
+                          const float *__restrict__ a, const float *__restrict__ A_log,
+                          const float *__restrict__ dt_bias, int64_t rows, int Hk, int Hv, int dk,
+                          float *__restrict__ qn, float *__restrict__ kn, float *__restrict__ beta,
+                          float *__restrict__ decay) {
+    /* one warp per (row, key head, q-or-k) */
+    int64_t u = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (u < rows * Hk * 2) {
+        int which = (int)(u % 2);
+        int64_t rh = u / 2, r = rh / Hk;
+        int hk = (int)(rh % Hk);
+        const float *src = qkv + r * qkv_stride + (int64_t)which * Hk * dk + (int64_t)hk * dk;
+        float ss = 0;
+        for (int i = lane; i < dk; i += 32) ss += src[i] * src[i];
+        ss = warp_sum(ss);
+        float inv = 1.0f / sqrtf(ss + 1e-6f);
+        float sc = which == 0 ? 1.0f / sqrtf((float)dk) : 1.0f;
+        float *dst = (which == 0 ? qn : kn) + rh * dk;
+        for (int i = lane; i < dk; i += 32) dst[i] = (src[i] * inv) * sc;
+    }
+    /* beta and decay: the first rows*Hv threads of the grid */
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g < rows * Hv) {
+        int h = (int)(g % Hv);
+        beta[g] = sigmoid_d(b[g]);
+        decay[g] = expf(-expf(A_log[h]) * softplus_d(a[g] + dt_bias[h]));
+    }
+}
+
+/* Lane l of a warp: column c = l / 4 of the warp's 8 columns, row group g = l % 4; it keeps
+ * rows g, g+4, ... (RPT of them) of that column of S in registers. S^T k and S^T q are a
+ * sum over the lane's rows, then two shuffles within the group of 4: the per-token chain
+ * is RPT FMAs deep instead of dk (the first version, one column per lane, ran ~6 us per
+ * token at the 27B shape, latency-bound on its 128-deep chains). */
+template <int RPT>
+__global__ void __launch_bounds__(128) k_dn_scan(const float *__restrict__ qn, const float *__restrict__ kn,
+                                                 const float *__restrict__ beta, const float *__restrict__ decay,
+                                                 const float *__restrict__ qkv, int64_t qkv_stride, const dsegs s,
+                                                 int Hk, int Hv, int dk, int dv, float *__restrict__ out) {
+    const int lane = threadIdx.x & 31, g = lane & 3;
+    const int slices = (dv + 7) / 8;
+    int64_t wid = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (wid >= (int64_t)s.n * Hv * slices) return;
+    const int sl = (int)(wid % slices), h = (int)((wid / slices) % Hv), sg = (int)(wid / slices / Hv);
+    const int hk = h / (Hv / Hk), col = sl * 8 + (lane >> 2);
+    const bool live = col < dv;
+    float S[RPT];
+#pragma unroll
+    for (int j = 0; j < RPT; j++) S[j] = 0.0f;
+    const int64_t Kd2 = 2LL * Hk * dk;
+    for (int64_t r = s.start[sg]; r < s.start[sg] + s.len[sg]; r++) {
+        const float *kr = kn + (r * Hk + hk) * dk, *qr = qn + (r * Hk + hk) * dk;
+        const float bt = beta[r * Hv + h], dc = decay[r * Hv + h];
+        const float v = live ? qkv[r * qkv_stride + Kd2 + (int64_t)h * dv + col] : 0.0f;
+        float kk[RPT], qq[RPT];
+#pragma unroll
+        for (int j = 0; j < RPT; j++) {
+            int i = g + 4 * j;
+            kk[j] = i < dk ? kr[i] : 0.0f;
+            qq[j] = i < dk ? qr[i] : 0.0f;
+        }
+        float kv0 = 0.0f, kv1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < RPT; j += 2) {
+            S[j] *= dc;
+            kv0 += S[j] * kk[j];
+            if (j + 1 < RPT) {
+                S[j + 1] *= dc;
+                kv1 += S[j + 1] * kk[j + 1];
+            }
+        }
+        float kv = kv0 + kv1;
+        kv += __shfl_xor_sync(0xffffffffu, kv, 1);
+        kv += __shfl_xor_sync(0xffffffffu, kv, 2);
+        const float delta = (v - kv) * bt;
+        float o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < RPT; j += 2) {
+            S[j] += kk[j] * delta;
+            o0 += S[j] * qq[j];
+            if (j + 1 < RPT) {
+                S[j + 1] += kk[j + 1] * delta;
+                o1 += S[j + 1] * qq[j + 1];
+            }
+        }
+        float o = o0 + o1;
+        o += __shfl_xor_sync(0xffffffffu, o, 1);
+        o += __shfl_xor_sync(0xffffffffu, o, 2);
+        if (live && g == 0) out[r * ((int64_t)Hv * dv) + (int64_t)h * dv + col] = o;
+    }
+}
+
+/* Chunked (WY/UT) gated delta rule on tensor cores (deltanet.cu); *taken = 0 for shapes it leaves to k_dn_scan */
+extern "C" vsr_status cuda_deltanet_chunked(cuda_ctx *c, const float *qkv, int64_t qkv_stride, const float *b,
+                                            const float *a, const float *A_log, const float *dt_bias,
+                                            const vsr_segs *seg, int Hk, int Hv, int dk, int dv, float *out,
+                                            int *taken, vsr_err *err);
+
+/* b and a at row stride ba_stride -> contiguous [rows, Hv] each (the deltanet kernels read them so) */
+template <typename TI>
+__global__ void k_ba_compact(const TI *__restrict__ b, const TI *__restrict__ a, int64_t s, int64_t rows, int Hv,
+                             float *__restrict__ bo, float *__restrict__ ao) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * Hv; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / Hv, h = i % Hv;
+        bo[i] = ldf(b + r * s + h), ao[i] = ldf(a + r * s + h);
+    }
+}
+
+vsr_status cu_deltanet(void *ctx, const float *qkv, int64_t qkv_stride, const float *b, const float *a,
+                              int64_t ba_stride, const float *A_log, const float *dt_bias, const vsr_segs *seg, int Hk,
+                              int Hv, int dk, int dv, float *state, float *out, vsr_err *err) {
+    (void)state; /* the state lives in registers */
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    if (dk > 128 || dk <= 0 || dv <= 0 || Hk <= 0 || Hv % Hk)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED,
+                           "cuda:%d: deltanet: key head dim up to 128 and value heads a multiple of key heads "
+                           "(dk %d, dv %d, Hk %d, Hv %d)",
+                           c->device, dk, dv, Hk, Hv);
+    dsegs s;
+    int64_t rows;
+    vsr_status st = segs_to_dev(c, seg, "deltanet", &s, &rows, NULL, err);
+    if (st || rows <= 0) return st;
+    PROF(c, "deltanet");
+    twin_clobber(c, out, sizeof(float) * (size_t)(rows * Hv * dv));
+    if (ba_stride < Hv)
+        return vsr_err_set(err, VSR_E_INVALID, "deltanet: b/a row stride %lld is less than the %d value heads",
+                           (long long)ba_stride, Hv);
+    /* b, a may be columns of a stacked projection's product kept in BF16 (keep_product_bf16) */
+    const __nv_bfloat16 *bb = kp_find(c, b, rows, ba_stride, Hv), *ab = kp_find(c, a, rows, ba_stride, Hv);
+    if ((st = kp_guard(c, qkv, sizeof(float) * (size_t)((rows - 1) * qkv_stride + (int64_t)(2 * Hk * dk + Hv * dv)),
+                       "deltanet", err)) ||
+        (!bb && (st = kp_guard(c, b, sizeof(float) * (size_t)((rows - 1) * ba_stride + Hv), "deltanet", err))) ||
+        (!ab && (st = kp_guard(c, a, sizeof(float) * (size_t)((rows - 1) * ba_stride + Hv), "deltanet", err))))
+        return st;
+    if (ba_stride != Hv || bb || ab) { /* strided or BF16: compact them (rows x 2Hv floats) into scratch2 */
+        void *ba;
+        if ((st = cuda_scratch2(c, sizeof(float) * 2 * (size_t)(rows * Hv), &ba, err))) return st;
+        float *bc = (float *)ba, *ac = bc + rows * Hv;
+        const unsigned nb = blocks_for(rows * Hv, 256) > 1024 ? 1024 : blocks_for(rows * Hv, 256);
+        if (bb && ab) k_ba_compact<<<nb, 256, 0, c->stream>>>(bb, ab, ba_stride, rows, Hv, bc, ac);
+        else if (!bb && !ab) k_ba_compact<<<nb, 256, 0, c->stream>>>(b, a, ba_stride, rows, Hv, bc, ac);
+        else
+            return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: deltanet: b and a must both or neither be a product "
+                               "kept in BF16", c->device);
+        if ((st = cuda_check_launch(c, "deltanet: b/a compaction", err))) return st;
+        b = bc, a = ac;
+    }
+    int taken = 0;
+    st = cuda_deltanet_chunked(c, qkv, qkv_stride, b, a, A_log, dt_bias, seg, Hk, Hv, dk, dv, out, &taken, err);
+    if (st || taken) return st;
+    size_t nqk = (size_t)rows * Hk * dk, nbh = (size_t)rows * Hv;
+    void *scr;
+    if ((st = cuda_scratch(c, sizeof(float) * (2 * nqk + 2 * nbh), &scr, err))) return st;
+    float *qn = (float *)scr, *kn = qn + nqk, *beta = kn + nqk, *decay = beta + nbh;
+    int64_t warps = rows * Hk * 2, threads = (int64_t)nbh;
+    int64_t blocks = (warps + 7) / 8 > (threads + 255) / 256 ? (warps + 7) / 8 : (threads + 255) / 256;
+    k_dn_prep<<<blocks_for(blocks * 256, 256), 256, 0, c->stream>>>(qkv, qkv_stride, b, a, A_log, dt_bias, rows, Hk, Hv,
+                                                                   dk, qn, kn, beta, decay);
+    if ((st = cuda_check_launch(c, "deltanet prep", err))) return st;
+    int64_t nw = (int64_t)s.n * Hv * ((dv + 7) / 8);
+    unsigned g = blocks_for(nw * 32, 128);
+#define SCAN(R) k_dn_scan<R><<<g, 128, 0, c->stream>>>(qn, kn, beta, decay, qkv, qkv_stride, s, Hk, Hv, dk, dv, out)
+    if (dk <= 16) SCAN(4);
+    else if (dk <= 32) SCAN(8);
+    else if (dk <= 64) SCAN(16);
+    else SCAN(32);
+#undef SCAN
+    return cuda_check_launch(c, "deltanet scan", err);
 }
