@@ -649,7 +649,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
              * any other reads its whole body (discarded) first, so it sees the answer. */
             bool expect = header_is(c, "Expect", "100-continue");
             bool has_body = n > 0 || header_is(c, MHD_HTTP_HEADER_TRANSFER_ENCODING, "chunked");
-            if (has_body && (expect || n > h->lim.max_discard_bytes)) {
+            if (has_body && (expect || n > h->lim.max_discard_bytes + h->opts->max_request_bytes)) {
                 rc->early_sent = true;
                 srv_metrics_request(h->metrics, rc->label, rc->reject, mono() - rc->t0);
                 timing t = {0};

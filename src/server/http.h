@@ -24,7 +24,7 @@ typedef struct srv_http_limits {
     int handler_threads;            /* 0: 2 to 4 by the CPU count (bounds concurrent parses) */
     int max_parse_backlog;          /* 64 decision requests received and waiting to be parsed */
     size_t max_body_memory;         /* 268435456: request body bytes held at once, all connections */
-    size_t max_discard_bytes;       /* 67108864: body bytes read and discarded before a refusal */
+    size_t max_discard_bytes;       /* 67108864: a refused body is read and discarded up to --max-request-bytes + this */
     int drain_write_s;              /* 5: at SIGTERM, how long an answer may take to be written */
 } srv_http_limits;
 

@@ -45,7 +45,7 @@ SCALES = {
     # slow: slow clients held at once; junk: path-junk requests; burst: requests in the burst
     "ci": dict(slow=1030, amp_kb=200, amp_q=64, amp_parallel=4, junk=300, burst=600, burst_conc=64,
                disconnects=6, rounds=1),
-    "soak": dict(slow=1030, amp_kb=1024, amp_q=256, amp_parallel=13, junk=3000, burst=5000,
+    "soak": dict(slow=1030, amp_kb=512, amp_q=256, amp_parallel=13, junk=3000, burst=5000,
                  burst_conc=128, disconnects=40, rounds=5),
 }
 
@@ -506,9 +506,13 @@ def main():
     ap.add_argument("--served-name", help="check the model label of /metrics equals this")
     ap.add_argument("--only", help="comma-separated phases")
     ap.add_argument("--rss-slack-mib", type=float, default=48)
+    ap.add_argument("--soak-rounds", type=int, help="rounds at the chosen scale (soak: 5)")
+    ap.add_argument("--health-ms", type=float, default=100, help="the /health bound (ms)")
     ap.add_argument("--rss-trace", action="store_true", help="print the worker's RSS after each phase")
     a = ap.parse_args()
-    sc = SCALES[a.scale]
+    sc = dict(SCALES[a.scale])
+    if a.soak_rounds:
+        sc["rounds"] = a.soak_rounds
     w = Worker(a.host, a.port, a.pid)
     st, _, b = w.request("GET", "/v1/models")
     if st != 200:
@@ -529,7 +533,7 @@ def main():
     lines0 = w.metrics().count("\n")
     if rss0:
         ok(f"starting RSS {rss0 / 2**20:.1f} MiB")
-    mon = HealthMonitor(w)
+    mon = HealthMonitor(w, a.health_ms / 1e3)
     mon.start()
     for r in range(sc["rounds"]):
         if sc["rounds"] > 1:
