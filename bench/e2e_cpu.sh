@@ -59,7 +59,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 W, png, rounds, schemes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-PEAK_1, PEAK_2 = 264.0, 528.0   # GFLOP/s FP32 FMA, 1 core / 2 cores (bench/NOTES.md "## CPU GEMM")
+PEAK_1, PEAK_2 = 264.0, 528.0   # GFLOP/s FP32 FMA, 1 core / 2 cores (bench/notes/cpu.md "## CPU GEMM")
 BW = 38.6                       # GB/s streaming read, 1 thread (same section)
 
 

@@ -36,7 +36,7 @@
 #define VSR_QUANT_INTERNAL_CUDA 1
 #include "backend/cuda/quant_internal.h"
 #include "vsr/quant.h"
-/* quant_int4.cu: the bulk-copy streaming int4 kernel's switch (1 on, 0 off) */
+/* quant_int4.cu (k_i4_bulk: int4_stream.cu): the bulk-copy streaming int4 kernel's switch (1 on, 0 off) */
 extern "C" int cuda_quant_force_int4_bulk(int on);
 extern "C" int cuda_quant_force_int4_mma(int on);
 
@@ -203,7 +203,7 @@ __global__ void k_fill_bf16(__nv_bfloat16 *p, int64_t n, uint32_t seed) {
     }
 }
 
-extern "C" const char *cuda_lt_last_choice(void); /* ops.cu */
+extern "C" const char *cuda_lt_last_choice(void); /* linear.cu */
 static int lt_search_bench(void) {
     struct lshape {
         const char *name;
