@@ -22,9 +22,9 @@
 #include "vsr/package.h"
 
 #define REPS 20
-extern int vsr_cuda_graphs_off, vsr_cuda_profile_on; /* ops.cu switches */
+extern int vsr_cuda_graphs_off, vsr_cuda_profile_on; /* backend.cu switches */
 void vsr_cuda_profile_report(void);
-int cuda_swiglu_set_1p(int on), cuda_gated_set_tok(int on); /* ops.cu A/B switches */
+int cuda_swiglu_set_1p(int on), cuda_gated_set_tok(int on); /* activations.cu, norms.cu A/B switches */
 static vsr_backend B;
 static vsr_err E;
 static void *sync_buf;

@@ -1,5 +1,6 @@
 /* src/backend/cuda/attention.cu: scaled dot-product attention on BF16 tensor cores
- * (flash-attention-2 style), behind the attention entry of the backend table (ops.cu).
+ * (flash-attention-2 style), behind the attention entry of the backend table (cu_attention, at the end of this
+ * file; the table is backend.cu's).
  *
  * Contract (backend.h): q FP32 [rows, H*d] at row stride qs, k, v FP32 [rows, Hkv*d], out FP32
  * [rows, H*d]; sequences packed back to back (vsr_segs); query head h reads kv head h / G,
@@ -27,7 +28,11 @@
  *
  * Takes head dims 32, 64, 128 and 256 (the fixtures' 32/64/256 and the common 128) with
  * q 16-byte aligned at a row stride that is a multiple of 4 floats and out 8-byte aligned;
- * anything else stays on the FP32 kernel of ops.cu (cuda_attention_tc says it did not take it). */
+ * anything else stays on the FP32 kernel k_attention at the end of this file (cuda_attention_tc says it did not
+ * take it).
+ * Floor: max(q, k, v read + out written / 4.19 TB/s, 4 L^2 d H (causal: half) / 774 TFLOP/s BF16) (bench_cuda's
+ * floor_us); today's figures in the 27B forward: bench/RESULTS.md. Test: tests/test_cuda_ops.c (against the CPU
+ * oracle, every head dim, GQA, causal and not; k_attention's shapes too). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,7 +44,7 @@
 
 #define TC_WARPS 4
 #define TC_BM (TC_WARPS * 16) /* rows per block */
-#define TC_MAX_SEGS 128       /* as CUDA_MAX_SEGS in ops.cu, which checks it before calling */
+#define TC_MAX_SEGS 128       /* as CUDA_MAX_SEGS (ops_internal.cuh), which cu_attention checks before calling */
 
 typedef struct tc_segs {
     int n;

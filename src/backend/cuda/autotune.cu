@@ -16,7 +16,12 @@
  *
  * File: {"format":"vsr-autotune/1","kernel":"int4_fused","device":"NVIDIA H200",
  *        "key":"n1024-k5120-g128-t2","choice":"mt2-w4-ks8","timings_us":{"mt2-w4-ks1":12.1,...},
- *        "l2":"flushed"}   ("l2": how the weight-streaming kernels were timed; see COLD_KERNELS) */
+ *        "l2":"flushed"}   ("l2": how the weight-streaming kernels were timed; see COLD_KERNELS)
+ *
+ * The tuning of the backend: this file (the cache), lt_gemm's search (linear.cu), the FP8 route and cuBLASLt
+ * algorithms (quant_fp8.cu), the int4 candidate lists (quant_int4.cu). No kernel of its own (no floor). Tests:
+ * tests/test_cuda_quant.c (autotune_two_processes: racing processes agree, a second process times nothing),
+ * tests/test_cuda_gemm.c (the widened search recorded and rebuilt). */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>

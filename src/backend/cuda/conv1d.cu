@@ -17,14 +17,16 @@
  * x may be the first C columns of a wider row (row stride xst, e.g. a stacked projection's output);
  * y is contiguous. x may also be BF16 (a stacked projection's product kept in BF16 by the linear,
  * backend.h keep_product_bf16): the same kernels, each element widened to FP32 as it is loaded.
- * Numerics: FP32 FMAs in tap order, silu as the CPU op (device_math.cuh). */
+ * Numerics: FP32 FMAs in tap order, silu as the CPU op (device_math.cuh).
+ * Floor: bytes read and written / 4.19 TB/s (7.5 us at 3 x 128, 80.1 us at 8 x 512 on the 27B shape; bench/notes/2026-11-29-cuda-first.md
+ * "DeltaNet v2 and conv1d_silu in conv1d.cu"). Test: tests/test_cuda_ops.c (against the CPU oracle, both kernels, BF16 input). */
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/ops_internal.cuh" /* the backend's shared helpers; this file's op entry (cu_*) */
 
-#define CV_MAX_SEGS 128 /* = CUDA_MAX_SEGS of ops.cu: one call's sequences */
+#define CV_MAX_SEGS 128 /* = CUDA_MAX_SEGS of ops_internal.cuh: one call's sequences */
 
 /* x element loads, FP32 or BF16 (4 channels: 16 or 8 bytes, aligned) */
 __device__ __forceinline__ float cv_ld(const float *p) { return *p; }

@@ -2,11 +2,10 @@
  * Only files under src/backend/cuda include this (and CUDA headers); the rest of the tree
  * sees the backend table (src/backend/backend.h) and src/backend/backend_cuda.h.
  *
- * The quantized linears (FP8 W8A8, int4 W4A16) live in quant_*.cu and plug in through the
- * hooks at the end of this file: ops.cu calls them for VSR_WK_FP8 / VSR_WK_INT4. Until a
- * quant_*.cu defines them, weak defaults in weak_quant.cu refuse those kinds with a clear
- * message (that file sorts after quant_*.cu in libvsr.a, so a strong definition is found
- * first by the archive scan; see weak_quant.cu). */
+ * The quantized linears (FP8 W8A8, int4 W4A16) live in quant_fp8.cu and quant_int4.cu (their
+ * kernels in fp8_gemm.cu, int4_stream.cu, int4_tile.cu) and plug in through the hooks at the end of
+ * this file: linear.cu calls them for VSR_WK_FP8 / VSR_WK_INT4. The op files' own C++ helpers
+ * (device helpers, the private state, the cu_* ops of the table) are in ops_internal.cuh. */
 #ifndef VSR_CUDA_INTERNAL_H
 #define VSR_CUDA_INTERNAL_H
 
@@ -67,7 +66,7 @@ struct vsr_bweight {
     void *q;           /* private to the quant hook that uploaded it (freed by cuda_quant_release) */
 };
 
-/* ---- helpers (ops.cu) ---- */
+/* ---- helpers (backend.cu; cuda_gemm_bf16*, cuda_f32_to_bf16: linear.cu; cuda_add_into: activations.cu) ---- */
 
 /* VSR_OK, or VSR_E_DEVICE "cuda:N: <what>: <cudaGetErrorString>" (clears the sticky error
  * when it can). */
@@ -109,7 +108,7 @@ vsr_status cuda_gemm_bf16(cuda_ctx *c, const __nv_bfloat16 *A, int64_t M, const 
 vsr_status cuda_conv1d_silu(cuda_ctx *c, const float *x, const __nv_bfloat16 *xb, int64_t xs, const vsr_segs *seg,
                             int64_t C, const float *w, int Kc, float *y, vsr_err *err);
 
-/* ---- hooks for the quantized linears (quant_*.cu; weak refusing defaults in weak_quant.cu) ---- */
+/* ---- hooks for the quantized linears (quant_fp8.cu, quant_int4.cu) ---- */
 
 /* Upload: v->kind is the hook's kind, v->N, v->K > 0 and v->w != NULL are checked, b is
  * zeroed with b->v = *v and b->name set. The hook fills b->w/scale/zp/g_idx (device copies,

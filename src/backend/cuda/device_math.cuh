@@ -1,4 +1,4 @@
-/* Device helpers shared by the CUDA kernels (ops.cu, deltanet.cu): the activations exactly as
+/* Device helpers shared by the CUDA kernels (norms.cu, activations.cu, deltanet.cu, conv1d.cu, quant_fp8.cu): the activations exactly as
  * the CPU oracle computes them, and the segment lookup over packed sequences. */
 #ifndef VSR_CUDA_DEVICE_MATH_CUH
 #define VSR_CUDA_DEVICE_MATH_CUH

@@ -37,7 +37,10 @@
  * width 128, none at 256), behind cuBLASLt's outer-vector-scaled kernels (1,200-1,270 as whole
  * linears). ncu (gate_up, 4,096 rows, width 128): SM throughput 76 %, L2 64 %, issue slots 48 %. Not
  * done: an epilogue overlapped with the next tile's products, TMA multicast in 2-CTA clusters. Reached
- * through quant_fp8.cu's route (timed per shape) or VSR_FP8_GEMM=1. */
+ * through quant_fp8.cu's route (timed per shape) or VSR_FP8_GEMM=1.
+ * Floor: 2 M N K / 1,345 TFLOP/s (the H200's dense FP8 peak) or the bytes / 4.19 TB/s at few rows; target and today's
+ * figures: bench/RESULTS.md, "FP8 GEMM". Test: tests/test_cuda_quant.c (the own kernel against the same-quantized
+ * reference in double, both accumulation modes, every tile width, adding into y). */
 #include <cuda_bf16.h>
 #include <cuda.h> /* CUtensorMap and the encode function's types only: no libcuda link */
 #include <pthread.h>

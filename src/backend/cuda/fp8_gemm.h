@@ -23,7 +23,7 @@ typedef struct fp8_gemm_wcache {
 /* A TMA descriptor (the 128 bytes of a CUtensorMap, 64-byte aligned) for a 2-D tensor [rows, cols] of 1- or 2-byte
  * elements (BF16 when 2), row stride row_bytes (a multiple of 16), p 16-byte aligned: box [box_rows, 128 bytes], in
  * wgmma's 128-byte swizzle, out-of-bounds elements read as zero. 1 on success, 0 where the driver exports no encoder
- * or refuses the layout. (Also used by quant_int4.cu's wgmma kernel.) */
+ * or refuses the layout. (Also used by quant_int4.cu for int4_tile.cu's wgmma kernel.) */
 int tma_encode_2d_sw128(void *map, int elem_bytes, const void *p, int64_t rows, int64_t cols, int64_t row_bytes,
                         int box_rows);
 /* The kernel exists for this device (compute capability 9.0 and the sm_90a build) and the driver

@@ -1,5 +1,5 @@
 /* src/backend/cuda/ptx.cuh: the PTX synchronisation and copy primitives the CUDA kernels share
- * (attention.cu, fp8_gemm.cu, quant_int4.cu), written once from the PTX ISA's cp.async, mbarrier
+ * (attention.cu, fp8_gemm.cu, int4_stream.cu, int4_tile.cu), written once from the PTX ISA's cp.async, mbarrier
  * and wgmma sections. Device code only; include from .cu files.
  *   smem_u32          a generic pointer to shared memory as the 32-bit shared address PTX takes
  *   cp_async_*        commit / wait for cp.async groups (sm_80+)

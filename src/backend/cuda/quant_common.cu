@@ -1,5 +1,7 @@
 /* src/backend/cuda/quant_common.cu: state and knobs shared by the quantized linears
- * (quant_fp8.cu, quant_int4.cu) and the autotune cache (autotune.cu). */
+ * (quant_fp8.cu, quant_int4.cu) and the autotune cache (autotune.cu): the per-ctx workspaces, the forced
+ * paths and the last path taken (for tests and bench/gemm_cuda.cu). No kernel of its own (no floor).
+ * Test: tests/test_cuda_quant.c (the knobs and paths it reports). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -36,7 +36,10 @@
  * Two steps: cuda_fp8_linear quantizes x (fp8_quantize) and calls cuda_fp8_linear_prequant, which a
  * producer op that quantizes its own output can call directly. On capability 9.0 the route below times
  * the own sm_90a wgmma kernel (fp8_gemm.cu: scales and accumulate in its epilogue) against these paths
- * per shape with --autotune-cache; VSR_FP8_GEMM=1 puts every product on it. */
+ * per shape with --autotune-cache; VSR_FP8_GEMM=1 puts every product on it.
+ * Floor: max(bytes / 4.19 TB/s, 2 M N K / 1,345 TFLOP/s FP8); targets and today's figures: bench/RESULTS.md ("FP8 GEMM",
+ * "27B-shaped end to end"). Test: tests/test_cuda_quant.c (every path against the same-quantized reference, the
+ * quantizer bit for bit, routes, kept products), tests/test_cuda_fused.c (FP8 twins read by these linears). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -88,7 +88,7 @@ extern "C" {
 #endif
 
 /* Per-ctx private state of the quant paths (cuda_ctx.quant_state). Grow-only device buffers
- * owned here, so the quant hooks never depend on how ops.cu uses c->scratch. */
+ * owned here, so the quant hooks never depend on how the op files use c->scratch. */
 typedef struct quant_state {
     void *act;        /* staged activations (bf16 fragments / bf16 rows / e4m3 rows) */
     size_t act_bytes;
@@ -115,7 +115,7 @@ typedef struct quant_state {
  * FP8:  w e4m3 [N, Kp] (rows zero-padded to Kp = K rounded up to 16, cuBLASLt's FP8 rule),
  *       scale FP32 [N] (the stored BF16 scales widened once).
  * int4: w u32 tiles [Np/16][Kp/64][32 lanes][4] in mma.m16n8k16 A-fragment order (see
- *       quant_int4.cu), scale u32 [G][Np] = bf16(128 + zero point) | bf16(scale) << 16,
+ *       int4_kernels.cuh), scale u32 [G][Np] = bf16(128 + zero point) | bf16(scale) << 16,
  *       g_idx = the column permutation (int32 [Kp], -1 = padding) when act-order groups were
  *       sorted, dev = int32 [Kp/16] group of each 16-column block of the (permuted) K. */
 typedef struct quant_wmeta {
