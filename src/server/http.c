@@ -527,7 +527,8 @@ static void *handler_main(void *arg) {
     srv_http *h = arg;
     for (;;) {
         pthread_mutex_lock(&h->pmu);
-        while (!h->q_head && !h->stop_threads) pthread_cond_wait(&h->pcond, &h->pmu);
+        while (!h->q_head && !__atomic_load_n(&h->stop_threads, __ATOMIC_SEQ_CST))
+            pthread_cond_wait(&h->pcond, &h->pmu);
         srv_task *t = h->q_head;
         if (!t) {
             pthread_mutex_unlock(&h->pmu);
@@ -949,8 +950,8 @@ void srv_http_quiesce(srv_http *h) {
 
 void srv_http_stop(srv_http *h) {
     if (h->sync_ready) {
+        pthread_mutex_lock(&h->pmu); /* the handler threads read the flag under this lock */
         __atomic_store_n(&h->stop_threads, 1, __ATOMIC_SEQ_CST);
-        pthread_mutex_lock(&h->pmu);
         pthread_cond_broadcast(&h->pcond);
         pthread_mutex_unlock(&h->pmu);
         if (h->monitor_started) pthread_join(h->monitor, NULL);
