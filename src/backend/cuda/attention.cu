@@ -721,7 +721,7 @@ static vsr_status wg_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_
     return cuda_check_launch(c, "attention (wgmma)", err);
 }
 
-/* Which kernel (bench/NOTES.md "Attention on wgmma"): VSR_CUDA_ATTN_V1=1 or VSR_CUDA_ATTN_VER=1:
+/* Which kernel (bench/notes/2026-11-29-cuda-sessions.md "Attention on wgmma"): VSR_CUDA_ATTN_V1=1 or VSR_CUDA_ATTN_VER=1:
  * v1 (mma.sync); VSR_CUDA_ATTN_VER=2 (the default: fastest on the H200, 2026-11-29): wgmma
  * without overlap; VSR_CUDA_ATTN_VER=3: wgmma with the softmax overlapping P V.
  * VSR_CUDA_ATTN_QBATCH=0: v2 / v3 with the Q load serial (the Q load batched is the default since its

@@ -179,7 +179,7 @@ static vsr_status write_file(cuda_ctx *c, const char *path, const char *kernel, 
  * rounds, the candidates interleaved, time each over a window of about TUNE_WINDOW_US of back-to-back
  * launches, and the median round counts. Five launches alone ranked candidates within a few per cent
  * of each other by how they ran in a short burst at boost clocks, not under the sustained load of a
- * forward (bench/NOTES.md "Widened cuBLASLt search for the BF16 GEMMs"); interleaving also spreads clock drift over all. */
+ * forward (bench/notes/2026-11-29-cuda-sessions.md "Widened cuBLASLt search for the BF16 GEMMs"); interleaving also spreads clock drift over all. */
 #define TUNE_REPS 5
 #define TUNE_ROUNDS 3
 #define TUNE_WINDOW_US 2000.0f

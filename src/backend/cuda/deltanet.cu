@@ -21,11 +21,11 @@
  * 16; only T crosses device memory, the design since v3), and a state kernel per (sequence, value
  * head, 64 value columns) that carries S across the sequence's chunks. The earlier generations
  * (W, U and P of every chunk through device memory; v3's state kernel; v4, which v5 matched bit for
- * bit) were removed once their successors ran on the H200 (bench/NOTES.md "Chunked DeltaNet" to
+ * bit) were removed once their successors ran on the H200 (bench/notes/2026-11-29-cuda-first.md "Chunked DeltaNet" to
  * "DeltaNet v6" keep their measurements).
  * Matrix products: tensor cores, mma.sync m16n8k8 TF32 (v7's state kernel: wgmma m64n64k8 TF32;
  * inputs rounded to TF32, FP32 accumulate). Normalised error vs the FP32 CPU op ~1e-3 (see
- * tests/test_cuda_ops.c and the numpy prototype's numbers in bench/NOTES.md "### Chunked DeltaNet").
+ * tests/test_cuda_ops.c and the numpy prototype's numbers in bench/notes/2026-11-29-cuda-first.md "### Chunked DeltaNet").
  * Shapes taken: dk <= 128, dv <= 128, both multiples of 4 (16-byte copies), Hv a multiple of Hk, at most DNC_MAX_SEGS sequences,
  * longest sequence >= DNC_MIN_LEN; anything else is left to the recurrent kernel (k_dn_scan, at the end of this file).
  * Floor: the bytes of qkv, b, a read and out written / 4.19 TB/s (bench_cuda's floor_us; the state kernels stay
@@ -596,7 +596,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn5_state(const float *__restrict_
 
 /* ==== v6 (the default; VSR_CUDA_DN_V5=1 runs v5) ====
  * Two changes to v5, both aimed at the per-chunk latency of the state kernel and the repeated
- * work of the intra kernel (bench/NOTES.md "DeltaNet v6"):
+ * work of the intra kernel (bench/notes/2026-11-29-cuda-sessions.md "DeltaNet v6"):
  *  - q and k are l2-normalised (q times 1/sqrt(dk)) and rounded to TF32 once per (chunk, key
  *    head) by the intra kernel, which writes them to scratch Qn, Kn [rows][Hk][dk]. The state
  *    kernel stages those rows as they are: its norm pass (32 loads, 32 stores per thread) and the
@@ -1007,7 +1007,7 @@ __global__ void __launch_bounds__(DN3_T, 1) k_dn6_state(const float *__restrict_
 }
 
 /* ==== v7 (VSR_CUDA_DN_V7=1; opt-in, sm_90a only) ====
- * v6's state kernel on wgmma (bench/NOTES.md "A sketch for the next step: DeltaNet's state kernel on
+ * v6's state kernel on wgmma (bench/notes/2026-11-29-cuda-sessions.md "A sketch for the next step: DeltaNet's state kernel on
  * wgmma"): v6 is bound by shared-memory reads because every warp loads its own A and B fragments of
  * its 16 x 16 output tile by ldmatrix (~470 KB per chunk for the K S / Q S / Q K^T step alone);
  * wgmma.m64n64k8.tf32 reads each operand once per warpgroup of 64 rows, straight into the tensor

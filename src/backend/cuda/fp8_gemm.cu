@@ -32,7 +32,7 @@
  * never launched: fp8_gemm_usable() requires capability 9.0). Written from the PTX ISA's wgmma,
  * cp.async.bulk.tensor and mbarrier sections, after the structure of CUTLASS's sm90 warp-specialized
  * kernels and DeepGEMM (no code taken from either).
- * Measured (H200, bench/NOTES.md "FP8 wgmma kernel" and "fifth session"): correct on every test;
+ * Measured (H200, bench/notes/2026-11-29-cuda-first.md "FP8 wgmma kernel" and "fifth session"): correct on every test;
  * at 4,096 rows 950-1,150 TFLOP/s promoted (the pipelined pieces: 7-10 % over the serial schedule at
  * width 128, none at 256), behind cuBLASLt's outer-vector-scaled kernels (1,200-1,270 as whole
  * linears). ncu (gate_up, 4,096 rows, width 128): SM throughput 76 %, L2 64 %, issue slots 48 %. Not

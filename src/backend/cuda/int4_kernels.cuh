@@ -245,7 +245,7 @@ static __host__ __device__ constexpr int i4m_stage(int wm, int wn, int nn, int s
 /* Where kind 8's A operand comes from (the template's RS): a shared-memory buffer written by stmatrix (SS), or
  * registers, each chunk's products waited for before the next decode (RS). The eleventh session measured two more
  * forms on the H200 and removed them, slower at every shape: RS with two register sets, the next chunk decoded while
- * one runs; and a persistent stream-K grid (bench/NOTES.md "Eleventh session"). */
+ * one runs; and a persistent stream-K grid (bench/notes/2026-11-30-cuda-sessions.md "Eleventh session"). */
 
 /* shared memory of one stage (1024-aligned: the activation rows come first and are wgmma's operand): activation
  * rows, packed tiles, scale rows */

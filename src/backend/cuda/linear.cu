@@ -121,7 +121,7 @@ static int lt_launch(cuda_ctx *c, int cand, void *arg, void *out, vsr_err *err) 
  * (cublasLtMatmulAlgoInit + the nine config attributes) and check it, so split-K's summation order
  * is reproduced bit for bit; a name the device rejects is refused with the file's name.
  * Off by default: VSR_CUDA_LT_SEARCH=1 turns it on (first H200 run, 2026-11-29: no reliable gain over
- * the heuristic's 16 once a later process loads the winner; bench/NOTES.md "Widened cuBLASLt search").
+ * the heuristic's 16 once a later process loads the winner; bench/notes/2026-11-29-cuda-sessions.md "Widened cuBLASLt search").
  * Otherwise the previous behaviour (the heuristic's 16, recorded by index under "lt_gemm"). */
 
 /* tile id -> rows x columns of D's tile, index = cublasLtMatmulTile_t (CUDA 13 header, ids 0-634) */

@@ -37,7 +37,7 @@ CUDA_ENV_KNOB(, quant_int4_stream_on, cuda_quant_force_int4_stream, "VSR_CUDA_IN
  * tensor cores' partial sums go straight into the accumulator, without a promotion into FP32 every
  * K block, as vLLM's FP8 W8A8 GEMMs on Hopper run (CUTLASS's KernelTmaWarpSpecialized*FP8FastAccum).
  * OFF by default; VSR_CUDA_FP8_FAST_ACCUM=1 (read once) turns it on; the knob below overrides both.
- * On the H200 it makes the 27B-shaped FP8 forward ~8 % faster (bench/NOTES.md "FP8 fast
+ * On the H200 it makes the 27B-shaped FP8 forward ~8 % faster (bench/notes/2026-11-29-cuda-sessions.md "FP8 fast
  * accumulation"), but its error (~1e-3 relative, growing like sqrt(K)) depends on the algorithm
  * cuBLASLt picks for each row count, and FP8 activations re-quantized downstream amplify it: the FP8
  * tiny built-in's answers moved by 0.052 (past the self-check's 0.02), so a request's answer would

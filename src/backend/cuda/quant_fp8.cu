@@ -594,7 +594,7 @@ extern "C" vsr_status cuda_fp8_upload(cuda_ctx *c, const vsr_weight_view *v, vsr
 /* The own sm_90a kernel (fp8_gemm.cu): VSR_FP8_GEMM=1 puts every FP8 linear on it (FP32 products, its own
  * width rule) on capability 9.0; 0 keeps every one on cuBLASLt; unset (-1), the route below decides per
  * shape (timed with --autotune-cache, else cuBLASLt). As a whole linear it is level with cuBLASLt at
- * 4096-8192 rows and slower at 128-1024 (bench/NOTES.md "FP8 wgmma kernel", "The FP8 route"). */
+ * 4096-8192 rows and slower at 128-1024 (bench/notes/2026-11-29-cuda-first.md "FP8 wgmma kernel", "The FP8 route"). */
 static int fp8_wgmma_mode(void) {
     const char *s = getenv("VSR_FP8_GEMM");
     return s && *s ? atoi(s) : -1;
@@ -740,7 +740,7 @@ static vsr_status lt_linear(cuda_ctx *c, quant_state *q, const uint8_t *xq, cons
  * ROUTE_LT is lt_linear (the product by cuBLASLt, then a scaling pass that also does y +=); ROUTE_WG*
  * is fp8_gemm.cu's kernel with the scales and y += in its epilogue, at tile width 128 or 256. With
  * --autotune-cache the three are timed once per (M, N, K, accumulate, fast, BF16 products) as kernel
- * "fp8_route" and the fastest is recorded (bench/NOTES.md "FP8 route"): the own kernel saves the pass
+ * "fp8_route" and the fastest is recorded (bench/notes/2026-11-29-cuda-sessions.md "FP8 route"): the own kernel saves the pass
  * over y where cuBLASLt's GEMM is no faster (the += projections). Without a cache: ROUTE_LT. Under
  * BF16 products the own kernel rounds each product to BF16 before its scales, as (b') does, so a
  * route changes only the order of the sums, as cuBLASLt's own algorithm choice per shape does.
