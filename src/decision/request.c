@@ -353,7 +353,9 @@ static bool check_fields(const json_t *o, const char *const *allowed, const char
     return true;
 }
 
-static bool media_check(const json_t *o, const char *where, vsr_http_error *h) {
+/* Images and videos: this runtime is text-only. A package without a vision tower has no such
+ * modality at all; one with a tower (the published packages) has it verified but not loaded. */
+static bool media_check(const vsr_decider *d, const json_t *o, const char *where, vsr_http_error *h) {
     static const char *const media[] = {"images", "videos"};
     for (int m = 0; m < 2; m++) {
         const json_t *v = json_object_get(o, media[m]);
@@ -363,9 +365,14 @@ static bool media_check(const json_t *o, const char *where, vsr_http_error *h) {
             return false;
         }
         if (json_array_size(v) > 0) {
-            http_fail(h, 400, "invalid_request",
-                      "%sthis model has no %s modality: its package carries no vision tower", where,
-                      m ? "video" : "image");
+            if (d->pkg && d->pkg->config.has_vision)
+                http_fail(h, 400, "invalid_request",
+                          "%sthis model has no %s modality here: vllm-srun answers text only; the package's "
+                          "vision tower is verified but not loaded", where, m ? "video" : "image");
+            else
+                http_fail(h, 400, "invalid_request",
+                          "%sthis model has no %s modality: its package carries no vision tower", where,
+                          m ? "video" : "image");
             return false;
         }
     }
@@ -375,7 +382,7 @@ static bool media_check(const json_t *o, const char *where, vsr_http_error *h) {
 /* Builds one request (main or a `states` entry). */
 static bool build_request(const vsr_decider *d, d3_request *r, const json_t *o, const char *where,
                           vsr_http_error *h) {
-    if (!media_check(o, where, h)) return false;
+    if (!media_check(d, o, where, h)) return false;
     const json_t *js = json_object_get(o, "state");
     if (!js) {
         http_fail(h, 400, "invalid_request", "%sstate is required", where);

@@ -66,6 +66,17 @@ for spec in vllm-sr/d3:11 d3-flash:4 d3-mini:2 d3-nano:1 d3-lite:1; do
   else bad "$name: decide: $rc $a $(cat "$T/err")"; fi
 done
 
+# A request with an image: the tower is in the package but not loaded, and the refusal says so.
+python3 - "$T/req.json" "$T/req_img.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); r["images"] = ["data:image/png;base64,iVBORw0KGgo="]
+json.dump(r, open(sys.argv[2], "w"))
+PY
+a=$("$BIN" decide "$T/d3-lite" --device cpu --request "$T/req_img.json" 2>&1); rc=$?
+if [ $rc != 0 ] && grep -q "no image modality here: vllm-srun answers text only; the package's vision tower is verified but not loaded" <<<"$a"; then
+  ok "d3-lite: an image request is refused: the tower is verified, not loaded"
+else bad "d3-lite: image request: rc=$rc $a"; fi
+
 # The index names every tensor once; d3's first shard holds only vision tensors: change its
 # last byte (a vision weight, never loaded) and verify refuses the file by its hash.
 idx="$T/d3/model.safetensors.index.json"
