@@ -12,14 +12,16 @@ record: writes a fixture package (`vllm-srun fixture --size SIZE --scheme SCHEME
         the readout and softmax(logits[:n] / temperature), and writes the answer
         probabilities to tests/data/reference/d3-SIZE-SCHEME-answers.json.
 compare: runs `vllm-srun decide` on the same package for each request and compares every
-        probability with the recorded one (tolerance 1e-5); writes the log to
+        probability with the recorded one (tolerance 1e-5 on the CPU); writes the log to
         tests/data/reference/d3-SIZE-SCHEME-compare.log and exits 1 on any difference.
+        --device cuda:0 --tol 0.02 --log FILE runs the same comparison on a GPU (the GPU
+        tolerance of the golden self-check), e.g. on the H200.
 
 The requests: the golden request and three lines of tests/data/decision/render_corpus.jsonl
 (unicode, a JSON state with floats, several named states).
 
 usage: tools/d3_transformers_answers.py record|compare --scheme bf16|w4a16-gptq [--size lite]
-           [--vsr-bin build/vllm-srun] [--package DIR]
+           [--vsr-bin build/vllm-srun] [--package DIR] [--device cpu|cuda:0] [--tol T] [--log FILE]
 """
 import argparse
 import json
@@ -130,14 +132,14 @@ def compare(a, pkg):
     rec = json.load(open(path))
     want = {(r["line"], r["state"], r["question"]): r["probabilities"] for r in rec["answers"]}
     log = [f"# {a.vsr_bin} decide on {rec['fixture_command']}, against {os.path.relpath(path, REPO)} "
-           f"(transformers {rec['versions']['transformers']}), tolerance {TOL}"]
+           f"(transformers {rec['versions']['transformers']}), device {a.device}, tolerance {a.tol}"]
     worst, bad, count = 0.0, 0, 0
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for line_no, body in requests():
             rf = os.path.join(tmp, "req.json")
             open(rf, "w", encoding="utf-8").write(body)
-            r = subprocess.run([a.vsr_bin, "decide", pkg, "--device", "cpu", "--request", rf],
+            r = subprocess.run([a.vsr_bin, "decide", pkg, "--device", a.device, "--request", rf],
                                capture_output=True, text=True, env={**os.environ, "VSR_NO_PROGRESS": "1"})
             if r.returncode != 0:
                 log.append(f"line {line_no}: decide failed: {r.stderr.strip()}")
@@ -160,14 +162,14 @@ def compare(a, pkg):
                         d = max(abs(x - y) for x, y in zip(got, w)) if len(got) == len(w) else float("inf")
                     count += 1
                     worst = max(worst, d)
-                    ok = d <= TOL
+                    ok = d <= a.tol
                     bad += not ok
                     log.append(f"line {line_no} {name or '-'}/{qid} ({ans['type']}, {len(w)} options): "
                                f"max |ours - transformers| = {d:.3g} {'ok' if ok else 'FAIL'}")
     log.append(f"{count} answers compared in {time.time() - t0:.1f} s, worst difference {worst:.3g}, "
                f"{bad} failures")
     text = "\n".join(log) + "\n"
-    out = os.path.join(REPO, "tests", "data", "reference", f"d3-{a.size}-{a.scheme}-compare.log")
+    out = a.log or os.path.join(REPO, "tests", "data", "reference", f"d3-{a.size}-{a.scheme}-compare.log")
     open(out, "w").write(text)
     sys.stdout.write(text)
     return 1 if bad else 0
@@ -180,6 +182,9 @@ def main():
     ap.add_argument("--size", default="lite")
     ap.add_argument("--vsr-bin", default=os.path.join(REPO, "build", "vllm-srun"))
     ap.add_argument("--package", help="an already-written package (same fixture options)")
+    ap.add_argument("--device", default="cpu", help="compare: the device decide runs on")
+    ap.add_argument("--tol", type=float, default=TOL, help="compare: the tolerance (GPU: 0.02)")
+    ap.add_argument("--log", help="compare: where to write the log (default tests/data/reference/)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         pkg = a.package or os.path.join(tmp, "pkg")
