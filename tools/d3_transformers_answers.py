@@ -52,6 +52,28 @@ def fixture(vsr_bin, out, size, scheme):
     return " ".join(["vllm-srun"] + cmd[1:2] + ["OUT"] + cmd[3:])
 
 
+def run_case(model, rows, pad_id, noncausal, dev):
+    """make_transformers_reference.run_case on `dev`: rows left-padded, positions 0..L-1."""
+    import torch
+
+    import make_transformers_reference as ref
+    L = max(len(r) for r in rows)
+    ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), L), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, L - len(r):] = torch.tensor(r)
+        mask[i, L - len(r):] = 1
+    pos = torch.arange(L).unsqueeze(0).expand(len(rows), L)
+    if noncausal:
+        am = {"full_attention": ref.noncausal_mask(mask).to(dev),
+              "linear_attention": None if bool(mask.all()) else mask.to(dev)}
+    else:
+        am = mask.to(dev)
+    with torch.no_grad():
+        out = model(input_ids=ids.to(dev), attention_mask=am, position_ids=pos.to(dev))
+    return out.last_hidden_state[:, -1, :]
+
+
 def record(a, pkg, fixture_cmd):
     import torch
     import transformers
@@ -69,7 +91,9 @@ def record(a, pkg, fixture_cmd):
     missing, unexpected = model.load_state_dict(ref.text_state_dict(pkg, cfg), strict=False)
     assert not unexpected, unexpected
     assert all("rotary" in k for k in missing), missing
-    R = load_file(os.path.join(pkg, "readout.safetensors"))["weight"]
+    dev, dtype = torch.device(a.torch_device), getattr(torch, a.torch_dtype)
+    model = model.to(dtype).to(dev)  # the stored BF16 (or BF16-rounded dequantized) values: exact in either
+    R = load_file(os.path.join(pkg, "readout.safetensors"))["weight"].to(dev)
     temp = float(dcfg["temperature"])
     noncausal = dcfg["attention_mode"] == "noncausal_full_attention"
     tok, codes, max_len, _ = d3.load_package(pkg)
@@ -92,8 +116,8 @@ def record(a, pkg, fixture_cmd):
             parts[-1].append(o)
         batches = [p[b0:b0 + ROWS_PER_FORWARD] for p in parts for b0 in range(0, len(p), ROWS_PER_FORWARD)]
         for batch in batches:
-            h = ref.run_case(model, [o["ids"] for o in batch], pad_id, noncausal)
-            logits = (h.to(torch.bfloat16) @ R.T).float() if R.dtype == torch.bfloat16 else h @ R.float().T
+            h = run_case(model, [o["ids"] for o in batch], pad_id, noncausal, dev)
+            logits = (h.to(torch.bfloat16) @ R.T).float() if R.dtype == torch.bfloat16 else h.float() @ R.float().T
             for i, o in enumerate(batch):
                 n = nopt[(o["state"], o["question"])]
                 p = torch.softmax(logits[i, :n].double() / temp, 0)
@@ -106,15 +130,15 @@ def record(a, pkg, fixture_cmd):
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
                      "tokenizers": __import__("tokenizers").__version__,
                      "compressed_tensors": __import__("compressed_tensors").__version__},
-        "numerics": "Qwen3_5TextModel in FP32, eager attention; readout and softmax in float64 after the "
-                    "float32 logits",
+        "numerics": f"Qwen3_5TextModel in {a.torch_dtype} on {a.torch_device}, eager attention; readout and "
+                    "softmax in float64 after the float32 logits",
         "prompt": "tools/d3_render_oracle.py (published-d3.md), ids from Hugging Face tokenizers",
         "requests": f"tests/data/decision/render_corpus.jsonl lines {list(CORPUS_LINES)}",
         "temperature": temp,
         "seconds": round(time.time() - t0, 1),
         "answers": out,
     }
-    path = os.path.join(REPO, "tests", "data", "reference", f"d3-{a.size}-{a.scheme}-answers.json")
+    path = a.answers or os.path.join(REPO, "tests", "data", "reference", f"d3-{a.size}-{a.scheme}-answers.json")
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
@@ -128,7 +152,7 @@ def decide_probs(answer, n):
 
 
 def compare(a, pkg):
-    path = os.path.join(REPO, "tests", "data", "reference", f"d3-{a.size}-{a.scheme}-answers.json")
+    path = a.answers or os.path.join(REPO, "tests", "data", "reference", f"d3-{a.size}-{a.scheme}-answers.json")
     rec = json.load(open(path))
     want = {(r["line"], r["state"], r["question"]): r["probabilities"] for r in rec["answers"]}
     log = [f"# {a.vsr_bin} decide on {rec['fixture_command']}, against {os.path.relpath(path, REPO)} "
@@ -185,6 +209,11 @@ def main():
     ap.add_argument("--device", default="cpu", help="compare: the device decide runs on")
     ap.add_argument("--tol", type=float, default=TOL, help="compare: the tolerance (GPU: 0.02)")
     ap.add_argument("--log", help="compare: where to write the log (default tests/data/reference/)")
+    ap.add_argument("--answers", help="the answers file to write (record) or read (compare); default "
+                    "tests/data/reference/d3-SIZE-SCHEME-answers.json")
+    ap.add_argument("--torch-device", default="cpu", help="record: where transformers runs (cpu, cuda)")
+    ap.add_argument("--torch-dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="record: the model's dtype (the reference runtime's GPU numerics: bfloat16)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         pkg = a.package or os.path.join(tmp, "pkg")
