@@ -52,6 +52,14 @@ def fixture(vsr_bin, out, size, scheme):
     return " ".join(["vllm-srun"] + cmd[1:2] + ["OUT"] + cmd[3:])
 
 
+def compressed_tensors_version():
+    """The library's version where it is installed (a BF16 package needs none of it)."""
+    try:
+        return __import__("compressed_tensors").__version__
+    except ImportError:
+        return None
+
+
 def run_case(model, rows, pad_id, noncausal, dev):
     """make_transformers_reference.run_case on `dev`: rows left-padded, positions 0..L-1."""
     import torch
@@ -129,7 +137,7 @@ def record(a, pkg, fixture_cmd):
         "made_by": "tools/d3_transformers_answers.py record",
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
                      "tokenizers": __import__("tokenizers").__version__,
-                     "compressed_tensors": __import__("compressed_tensors").__version__},
+                     "compressed_tensors": compressed_tensors_version()},
         "numerics": f"Qwen3_5TextModel in {a.torch_dtype} on {a.torch_device}, eager attention; readout and "
                     "softmax in float64 after the float32 logits",
         "prompt": "tools/d3_render_oracle.py (published-d3.md), ids from Hugging Face tokenizers",

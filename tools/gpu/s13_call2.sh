@@ -8,6 +8,7 @@
 # Carried: .gpuc/w.tar.xz (.gpuw/ of HEAD).
 set -u
 python3 -c "import tarfile; tarfile.open('.gpuc/w.tar.xz').extractall('.')"
+if ls .whl/*.whl >/dev/null 2>&1; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site; fi
 . tools/gpu/cuda_env.sh
 export LD_LIBRARY_PATH="$PWD/.gpuw/lib:${LD_LIBRARY_PATH:-}" VSR_REPO=$PWD VSR_NO_PROGRESS=1 HF_HUB_CACHE=/tmp/store
 B=$PWD/.gpuw/vllm-srun
