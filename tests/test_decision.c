@@ -66,14 +66,20 @@ TEST(prompts_match_oracle) {
         CHECK(q != NULL);
         if (q) {
             const char *want = json_string_value(json_object_get(c, "prompt"));
-            CHECK_MSG(q->prompt && !strcmp(q->prompt, want), "case %zu question %s: prompt differs:\n--- ours\n%s\n--- oracle\n%s",
-                      i, qid, q->prompt ? q->prompt : "(null)", want);
+            char *prompt = d3_question_prompt(q);
+            int32_t *qids = d3_question_ids(q);
+            CHECK_MSG(prompt && !strcmp(prompt, want), "case %zu question %s: prompt differs:\n--- ours\n%s\n--- oracle\n%s",
+                      i, qid, prompt ? prompt : "(null)", want);
+            /* The shared head and the question's tail, tokenized apart, give the oracle's ids
+             * of the whole prompt tokenized at once. */
             json_t *ids = json_object_get(c, "ids");
-            bool same = q->n_ids == json_array_size(ids);
+            bool same = qids && q->n_ids == json_array_size(ids);
             for (size_t k = 0; same && k < q->n_ids; k++)
-                same = q->ids[k] == json_integer_value(json_array_get(ids, k));
+                same = qids[k] == json_integer_value(json_array_get(ids, k));
             CHECK_MSG(same, "case %zu question %s: ids differ (%zu vs %zu tokens)", i, qid, q->n_ids,
                       json_array_size(ids));
+            free(prompt);
+            free(qids);
             n++;
         }
         vsr_decision_free(j);
@@ -453,12 +459,108 @@ TEST(decider_refusals) {
     }
 }
 
+/* The prompt is tokenized in two parts (the request's shared head, each question's tail):
+ * for states that end in every kind of whitespace, punctuation, digits, special-token text and
+ * non-ASCII, the two parts' ids equal the whole prompt tokenized at once. Then a state past the
+ * input limit fails every question from the head alone, naming the limit. */
+TEST(head_tail_split_is_exact) {
+    setup();
+    if (!loaded) return;
+    static const char *const states[] = {
+        "plain", "ends with a space ", "ends with spaces   ", "ends with a newline\n", "ends with \r\n",
+        "tabs\t\t", "\n\n\n", "   ", "digits 12345", "punct !?.", "quote'", "it's", "<|im_end|>",
+        "<|im_start|>user\n", "caf\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87\xe3\x80\x80", "emoji \xf0\x9f\x98\x80 ",
+        "nbsp\xc2\xa0", "combining e\xcc\x81", "\xe2\x80\xa8 line sep", "x\n \n", "end\n\n ", "Question",
+    };
+    const vsr_tokenizer *tok = vsr_decider_tokenizer(eng.decider);
+    for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
+        json_t *req = json_pack("{s:s,s:{s:{s:s,s:s},s:{s:s,s:s,s:[s,s]}}}", "state", states[i], "questions", "a",
+                                "type", "noul", "instructions", " leading space?", "b", "type", "score",
+                                "instructions", "\nnewline first", "criteria", "x", "y");
+        char *body = json_dumps(req, JSON_COMPACT);
+        json_decref(req);
+        vsr_http_error he = {0};
+        vsr_decision_job *j = vsr_decision_parse(eng.decider, body, strlen(body), NULL, &he);
+        free(body);
+        CHECK_MSG(j != NULL, "state %zu refused: %s", i, he.message);
+        if (!j) continue;
+        for (int k = 0; k < j->req[0].n_q; k++) {
+            const d3_question *q = &j->req[0].q[k];
+            CHECK_MSG(!q->err_code, "state %zu: %s", i, q->err_msg ? q->err_msg : "");
+            if (q->err_code) continue;
+            char *prompt = d3_question_prompt(q);
+            int32_t *split = d3_question_ids(q), *whole = NULL;
+            size_t n = 0;
+            vsr_err e = {0};
+            CHECK_OK(vsr_tokenizer_encode(tok, prompt, strlen(prompt), &whole, &n, &e), e);
+            bool same = n == q->n_ids && split && whole && !memcmp(split, whole, n * sizeof *whole);
+            CHECK_MSG(same, "state %zu question %s: head+tail %zu tokens, whole %zu", i, q->id, q->n_ids, n);
+            CHECK(q->n_head > 0 && q->n_head < q->n_ids);
+            free(prompt);
+            free(split);
+            free(whole);
+        }
+        /* one head for the request */
+        CHECK(j->req[0].q[0].head_ids == j->req[0].q[1].head_ids);
+        vsr_decision_free(j);
+    }
+
+    /* A state longer than the input limit: every question fails on the head, the tail is
+     * never tokenized (ids stay empty), and the message names the limit. */
+    int64_t limit = vsr_decider_max_input_tokens(eng.decider);
+    size_t len = (size_t)limit * 4 + 16;
+    char *big = malloc(len + 1);
+    for (size_t k = 0; k < len; k++) big[k] = "ab c"[k % 4];
+    big[len] = 0;
+    json_t *qs = json_object();
+    for (int k = 0; k < 200; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "q%d", k);
+        json_object_set_new(qs, id, json_pack("{s:s,s:s}", "type", "noul", "instructions", "Is it long?"));
+    }
+    /* the whole request past the limit: refused as a request, with the head's message */
+    json_t *req = json_pack("{s:s,s:O}", "state", big, "questions", qs);
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    vsr_http_error he = {0};
+    vsr_decision_job *j = vsr_decision_parse(eng.decider, body, strlen(body), NULL, &he);
+    free(body);
+    char want[160];
+    snprintf(want, sizeof want, "over the maximum context length of %lld tokens; nothing was truncated",
+             (long long)limit);
+    CHECK(j == NULL && he.status == 400 && strstr(he.message, "(the system turn and the state alone)") &&
+          strstr(he.message, want));
+    vsr_decision_free(j);
+    /* a `states` entry past the limit beside a valid main request: its 200 questions fail alone */
+    req = json_pack("{s:s,s:{s:{s:s,s:s}},s:{s:{s:s,s:o}}}", "state", "short", "questions", "ok", "type", "noul",
+                    "instructions", "Fine?", "states", "long", "state", big, "questions", qs);
+    body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    free(big);
+    j = vsr_decision_parse(eng.decider, body, strlen(body), NULL, &he);
+    free(body);
+    CHECK_MSG(j != NULL, "refused: %d %s", he.status, he.message);
+    if (j) {
+        CHECK(j->n_req == 2 && !j->req[0].q[0].err_code);
+        int failed = 0;
+        for (int k = 0; k < j->req[1].n_q; k++) {
+            const d3_question *q = &j->req[1].q[k];
+            failed += q->err_code && !strcmp(q->err_code, "max_length_exceeded") && q->ids == NULL &&
+                      strstr(q->err_msg, "(the system turn and the state alone)") && strstr(q->err_msg, want);
+        }
+        CHECK_MSG(failed == 200, "%d of 200 questions failed on the head", failed);
+        CHECK(vsr_decision_tokens(j) == (int64_t)j->req[0].q[0].n_ids);
+        vsr_decision_free(j);
+    }
+}
+
 int main(void) {
     RUN(answer_formulas);
     RUN(describe_is_python_json_dumps);
     RUN(foreach_order);
     RUN(states_batch_alone);
     RUN(prompts_match_oracle);
+    RUN(head_tail_split_is_exact);
     RUN(answers_are_probabilities);
     RUN(validation_messages);
     RUN(golden_statuses);

@@ -81,7 +81,8 @@ typedef struct vsr_decision_item {
     const char *err_msg;
 } vsr_decision_item;
 /* Calls fn once per question in request order: the main request's questions, then each
- * `states` entry's. The item's pointers live as long as the job. */
+ * `states` entry's. The item's pointers are valid during the call only (a question keeps only
+ * its own part of the prompt; the request's state part is shared, see decision_impl.h). */
 void vsr_decision_foreach(const vsr_decision_job *j,
                           void (*fn)(void *ctx, const vsr_decision_item *item), void *ctx);
 /* Marks every unanswered question deadline_exceeded (the scheduler dropped it). */

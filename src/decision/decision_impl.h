@@ -14,9 +14,16 @@ typedef struct d3_question {
     int n_opt;
     char **keys;           /* answer keys, n_opt */
     char **legend;         /* score: level text per level (canonical JSON when not a string) */
-    char *prompt;          /* the rendered prompt, for tests and debugging */
-    int32_t *ids;
-    size_t n_ids;
+    /* The prompt is the request's head (system turn, state: shared by its questions, rendered
+     * and tokenized once) followed by this question's tail ("Question:\n..." to the assistant
+     * prefix). The split is exact: no pre-token of the Qwen2 split pattern spans the "\n" before
+     * "Question", so tokens(head + tail) = tokens(head) + tokens(tail) (tests/test_decision.c). */
+    char *prompt;          /* the tail's text */
+    int32_t *ids;          /* the tail's token ids */
+    size_t n_ids;          /* tokens of the whole prompt: head + tail */
+    const char *head;      /* the request's head text and ids (not owned) */
+    const int32_t *head_ids;
+    size_t n_head;
     const char *err_code;  /* item-level error code (static string) or NULL */
     char *err_msg;         /* malloc'd or NULL */
     bool answered;
@@ -28,6 +35,11 @@ typedef struct d3_request {
     int n_q;
     d3_question *q;
     int64_t tokens;        /* tokens forwarded for this request's questions */
+    char *head;            /* the shared head of its prompts, and its ids (NULL until needed) */
+    int32_t *head_ids;
+    size_t n_head;
+    char *head_err;        /* why the head could not be built (every question fails with it) */
+    bool state_has_pad;    /* the state holds a literal image/video pad token */
 } d3_request;
 
 struct vsr_decision_job {
@@ -51,6 +63,13 @@ struct vsr_decider {
 
 /* render.c */
 #define D3_DEFAULT_INSTRUCTIONS "Choose the best matching option."
+/* The shared head: system turn, user turn up to and including the state and "\n\n". */
+char *d3_render_head(const char *state_text);
+/* A question's tail: "Question:\n" to the assistant prefix. */
+char *d3_render_tail(const char *instructions, const char *const *codes, int n_opt, char *const *option_text);
+/* A question's whole prompt text and ids (head + tail), malloc'd; NULL on no memory. */
+char *d3_question_prompt(const d3_question *q);
+int32_t *d3_question_ids(const d3_question *q);
 char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
                        int n_opt, char *const *option_text);
 char *d3_value_text(const json_t *v); /* describe(v): string as is, else Python json.dumps */

@@ -43,13 +43,49 @@ char *d3_instructions_text(const json_t *v) {
     return d3_value_text(v);
 }
 
-char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
-                       int n_opt, char *const *option_text) {
+char *d3_render_head(const char *state_text) {
     vsr_strbuf b = {0};
     vsr_strbuf_puts(&b, "<|im_start|>system\n" VSR_D3_SYSTEM_PROMPT
                         "<|im_end|>\n<|im_start|>user\nState:\n");
     vsr_strbuf_puts(&b, state_text);
-    vsr_strbuf_puts(&b, "\n\nQuestion:\n");
+    vsr_strbuf_puts(&b, "\n\n");
+    return vsr_strbuf_take(&b, NULL);
+}
+
+char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
+                       int n_opt, char *const *option_text) {
+    char *head = d3_render_head(state_text), *tail = d3_render_tail(instructions, codes, n_opt, option_text);
+    char *all = NULL;
+    if (head && tail && (all = malloc(strlen(head) + strlen(tail) + 1))) {
+        strcpy(all, head);
+        strcat(all, tail);
+    }
+    free(head);
+    free(tail);
+    return all;
+}
+
+char *d3_question_prompt(const d3_question *q) {
+    if (!q->head || !q->prompt) return NULL;
+    size_t a = strlen(q->head), b = strlen(q->prompt);
+    char *s = malloc(a + b + 1);
+    if (!s) return NULL;
+    memcpy(s, q->head, a);
+    memcpy(s + a, q->prompt, b + 1);
+    return s;
+}
+
+int32_t *d3_question_ids(const d3_question *q) {
+    int32_t *ids = malloc((q->n_ids ? q->n_ids : 1) * sizeof *ids);
+    if (!ids) return NULL;
+    memcpy(ids, q->head_ids, q->n_head * sizeof *ids);
+    memcpy(ids + q->n_head, q->ids, (q->n_ids - q->n_head) * sizeof *ids);
+    return ids;
+}
+
+char *d3_render_tail(const char *instructions, const char *const *codes, int n_opt, char *const *option_text) {
+    vsr_strbuf b = {0};
+    vsr_strbuf_puts(&b, "Question:\n");
     vsr_strbuf_puts(&b, instructions);
     vsr_strbuf_puts(&b, "\n\nOptions:\n");
     for (int i = 0; i < n_opt; i++) {

@@ -250,8 +250,21 @@ fail:
 #undef OPT_FAIL
 }
 
+/* The request's shared head (system turn and state), rendered and tokenized once, on its first
+ * valid question: a request's state costs one tokenization whatever its number of questions.
+ * Returns NULL when it is ready, else the item error message (r->head_err) for every question. */
+static const char *request_head(const vsr_decider *d, d3_request *r, const char *state_text) {
+    if (r->head || r->head_err) return r->head_err;
+    r->head = d3_render_head(state_text);
+    if (!r->head) return r->head_err = strdup("out of memory rendering the prompt");
+    vsr_err e = {0};
+    if (vsr_tokenizer_encode(d->tok, r->head, strlen(r->head), &r->head_ids, &r->n_head, &e) != VSR_OK)
+        return r->head_err = strdup(e.msg[0] ? e.msg : "the state could not be tokenized");
+    return NULL;
+}
+
 /* Validates, renders and tokenizes one question. Item errors stay in q. */
-static void q_build(const vsr_decider *d, d3_question *q, const char *id, const json_t *jq,
+static void q_build(const vsr_decider *d, d3_request *r, d3_question *q, const char *id, const json_t *jq,
                     const char *state_text) {
     q->id = strdup(id);
     q->type = -1;
@@ -298,7 +311,7 @@ static void q_build(const vsr_decider *d, d3_question *q, const char *id, const 
     char **texts = NULL;
     if (!q_options(q, jq, &texts)) return;
     char *instr = d3_instructions_text(ji);
-    bool pad = contains_pad(instr) || contains_pad(state_text);
+    bool pad = contains_pad(instr) || r->state_has_pad;
     for (int i = 0; i < q->n_opt && !pad; i++) pad = contains_pad(texts[i]);
     if (!instr) {
         q_fail(q, "invalid_question", "out of memory rendering the prompt");
@@ -306,7 +319,7 @@ static void q_build(const vsr_decider *d, d3_question *q, const char *id, const 
         q_fail(q, "invalid_question",
                "the state or question contains a literal <|image_pad|> or <|video_pad|> token");
     } else {
-        q->prompt = d3_render_prompt(state_text, instr, (const char *const *)d->codes, q->n_opt, texts);
+        q->prompt = d3_render_tail(instr, (const char *const *)d->codes, q->n_opt, texts);
     }
     free(instr);
     for (int i = 0; i < q->n_opt; i++) free(texts[i]);
@@ -316,11 +329,28 @@ static void q_build(const vsr_decider *d, d3_question *q, const char *id, const 
         q_fail(q, "invalid_question", "out of memory rendering the prompt");
         return;
     }
+    const char *herr = request_head(d, r, state_text);
+    if (herr) {
+        q_fail(q, "invalid_input", "%s", herr);
+        return;
+    }
+    q->head = r->head;
+    q->head_ids = r->head_ids;
+    q->n_head = r->n_head;
+    if ((int64_t)r->n_head >= d->max_input_tokens) { /* the tail adds at least one token */
+        q_fail(q, "max_length_exceeded",
+               "the prompt of question '%s' has more than %zu tokens (the system turn and the state alone), "
+               "over the maximum context length of %lld tokens; nothing was truncated",
+               id, r->n_head, (long long)d->max_input_tokens);
+        return;
+    }
     vsr_err e = {0};
-    if (vsr_tokenizer_encode(d->tok, q->prompt, strlen(q->prompt), &q->ids, &q->n_ids, &e) != VSR_OK) {
+    size_t n_tail = 0;
+    if (vsr_tokenizer_encode(d->tok, q->prompt, strlen(q->prompt), &q->ids, &n_tail, &e) != VSR_OK) {
         q_fail(q, "invalid_input", "%s", e.msg);
         return;
     }
+    q->n_ids = r->n_head + n_tail;
     if ((int64_t)q->n_ids > d->max_input_tokens) {
         q_fail(q, "max_length_exceeded",
                "the prompt of question '%s' has %zu tokens, over the maximum context length of %lld "
@@ -408,6 +438,7 @@ static bool build_request(const vsr_decider *d, d3_request *r, const json_t *o, 
         http_fail(h, 500, "internal_error", "out of memory");
         return false;
     }
+    r->state_has_pad = contains_pad(state_text);
     r->n_q = (int)json_object_size(jq);
     r->q = calloc((size_t)r->n_q, sizeof *r->q);
     if (!r->q) {
@@ -419,7 +450,7 @@ static bool build_request(const vsr_decider *d, d3_request *r, const json_t *o, 
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)jq, k, v) {
-        q_build(d, &r->q[i], k, v, state_text);
+        q_build(d, r, &r->q[i], k, v, state_text);
         r->tokens += (int64_t)r->q[i].n_ids;
         i++;
     }
@@ -617,15 +648,20 @@ vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile 
         }
         int nb = batch_start[bi + 1] - b0;
         const int32_t *ids[VSR_D3_ROWS_PER_FORWARD];
+        int32_t *own[VSR_D3_ROWS_PER_FORWARD] = {0};
         int lens[VSR_D3_ROWS_PER_FORWARD];
         int maxlen = 0;
-        for (int b = 0; b < nb; b++) {
-            ids[b] = rows[b0 + b]->ids;
+        for (int b = 0; b < nb && st == VSR_OK; b++) {
+            /* head + tail of this row, for this forward only */
+            if (!(own[b] = d3_question_ids(rows[b0 + b])))
+                st = vsr_err_set(err, VSR_E_NOMEM, "out of memory for a row of %zu tokens", rows[b0 + b]->n_ids);
+            ids[b] = own[b];
             lens[b] = (int)rows[b0 + b]->n_ids;
             if (lens[b] > maxlen) maxlen = lens[b];
         }
         double t0 = now_seconds();
-        st = vsr_model_forward_last(d->model, nb, ids, lens, hbuf, logits, err);
+        if (st == VSR_OK) st = vsr_model_forward_last(d->model, nb, ids, lens, hbuf, logits, err);
+        for (int b = 0; b < nb; b++) free(own[b]);
         if (on_forward) on_forward(cb_ctx, nb, (int64_t)nb * maxlen, now_seconds() - t0);
         for (int b = 0; b < nb && st == VSR_OK; b++) {
             d3_question *q = rows[b0 + b];
@@ -659,14 +695,19 @@ void vsr_decision_foreach(const vsr_decision_job *j,
     for (int r = 0; r < j->n_req; r++)
         for (int i = 0; i < j->req[r].n_q; i++) {
             const d3_question *q = &j->req[r].q[i];
+            char *prompt = q->err_code ? NULL : d3_question_prompt(q);
+            int32_t *ids = q->err_code ? NULL : d3_question_ids(q);
+            bool oom = !q->err_code && (!prompt || !ids);
             vsr_decision_item it = {.state = j->req[r].name,
                                     .question = q->id,
-                                    .prompt = q->err_code ? NULL : q->prompt,
-                                    .ids = q->err_code ? NULL : q->ids,
-                                    .n_ids = q->err_code ? 0 : q->n_ids,
-                                    .err_code = q->err_code,
-                                    .err_msg = q->err_msg};
+                                    .prompt = oom ? NULL : prompt,
+                                    .ids = oom ? NULL : ids,
+                                    .n_ids = q->err_code || oom ? 0 : q->n_ids,
+                                    .err_code = oom ? "internal_error" : q->err_code,
+                                    .err_msg = oom ? "out of memory rendering the prompt" : q->err_msg};
             fn(ctx, &it);
+            free(prompt);
+            free(ids);
         }
 }
 
@@ -724,6 +765,9 @@ void vsr_decision_free(vsr_decision_job *j) {
     for (int r = 0; r < j->n_req; r++) {
         for (int i = 0; i < j->req[r].n_q; i++) q_clear(&j->req[r].q[i]);
         free(j->req[r].q);
+        free(j->req[r].head);
+        free(j->req[r].head_ids);
+        free(j->req[r].head_err);
         free(j->req[r].name);
     }
     free(j->req);
