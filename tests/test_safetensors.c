@@ -908,8 +908,44 @@ TEST(weights_absent) {
     expect_weights_refused(dir2, VSR_E_NOT_FOUND, "weights file \"model.safetensors\" is missing");
 }
 
+/* A header whose __metadata__ holds 80,000 keys in scrambled order (the hostile case of issue 20:
+ * sorted insertion made this quadratic, 18 s): every key is found with its value, and a key that
+ * is not there is not. */
+TEST(many_metadata_keys) {
+    enum { N = 80000 };
+    size_t cap = (size_t)N * 40 + 256, len = 8;
+    uint8_t *b = malloc(cap);
+    len += (size_t)snprintf((char *)b + len, cap - len, "{\"__metadata__\":{");
+    for (int i = 0; i < N; i++) {
+        int k = (int)(((long long)i * 48271) % N); /* a permutation of 0..N-1 (N and 48271 coprime) */
+        len += (size_t)snprintf((char *)b + len, cap - len, "%s\"key%06d\":\"v%d\"", i ? "," : "", k, k);
+    }
+    len += (size_t)snprintf((char *)b + len, cap - len, "}}");
+    uint64_t hl = len - 8;
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(hl >> (8 * i));
+    vsr_st_file *f = NULL;
+    vsr_err err = {0};
+    vsr_status st = vsr_st_parse("many", b, len, &f, &err);
+    CHECK_OK(st, err);
+    if (st == VSR_OK) {
+        int found = 0;
+        for (int k = 0; k < N; k++) {
+            char key[16], want[16];
+            snprintf(key, sizeof key, "key%06d", k);
+            snprintf(want, sizeof want, "v%d", k);
+            const char *v = vsr_st_metadata(f, key);
+            found += v && !strcmp(v, want);
+        }
+        CHECK_MSG(found == N, "%d of %d keys found", found, N);
+        CHECK(vsr_st_metadata(f, "key080000") == NULL && vsr_st_metadata(f, "") == NULL);
+    }
+    vsr_st_close(f);
+    free(b);
+}
+
 int main(void) {
     RUN(writer_round_trip);
+    RUN(many_metadata_keys);
     RUN(writer_is_deterministic_and_header_exact);
     RUN(writer_same_size_dtypes_follow_reference_rank);
     RUN(writer_refusals);

@@ -93,9 +93,20 @@ static bool numel_bytes(int64_t numel, int bits, uint64_t *nbits) {
 
 /* Metadata, in the reader and the writer alike: parallel key/value arrays sorted by key. */
 static size_t meta_lower_bound(char *const *keys, size_t n, const char *key) {
-    size_t pos = 0;
-    while (pos < n && strcmp(keys[pos], key) < 0) pos++;
-    return pos;
+    size_t lo = 0, hi = n; /* binary search: the first key >= key */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(keys[mid], key) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+typedef struct meta_pair {
+    char *k, *v;
+} meta_pair;
+static int cmp_meta_pair(const void *a, const void *b) {
+    return strcmp(((const meta_pair *)a)->k, ((const meta_pair *)b)->k);
 }
 
 /* Inserts the owned pair (k, v) at pos; the arrays have room for n + 1 entries. */
@@ -151,24 +162,36 @@ static vsr_status parse_metadata(vsr_st_file *f, json_t *meta, vsr_err *err) {
     f->meta_vals = calloc(n ? n : 1, sizeof *f->meta_vals);
     if (!f->meta_keys || !f->meta_vals)
         return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory reading " METADATA_KEY, f->label);
+    /* Collected, then sorted once (O(n log n): a hostile header may hold many keys). The header
+     * has no duplicate keys (JSON_REJECT_DUPLICATES), so the order is total. */
+    meta_pair *pp = calloc(n ? n : 1, sizeof *pp);
+    if (!pp) return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory reading " METADATA_KEY, f->label);
+    size_t m = 0;
+    vsr_status st = VSR_OK;
     const char *k;
     json_t *v;
     json_object_foreach(meta, k, v) {
-        if (!json_is_string(v))
-            return vsr_err_set(err, VSR_E_FORMAT,
-                               "%s: " METADATA_KEY " value of \"%s\" must be a string", f->label, k);
-        /* Insertion sort keeps the keys sorted; metadata maps are tiny. The header has no
-         * duplicate keys (JSON_REJECT_DUPLICATES), so the place is unique. */
-        char *kc = strdup(k), *vc = strdup(json_string_value(v));
-        if (!kc || !vc) {
-            free(kc);
-            free(vc);
-            return vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory reading " METADATA_KEY, f->label);
+        if (!json_is_string(v)) {
+            st = vsr_err_set(err, VSR_E_FORMAT, "%s: " METADATA_KEY " value of \"%s\" must be a string", f->label, k);
+            break;
         }
-        meta_insert(f->meta_keys, f->meta_vals, &f->n_meta,
-                    meta_lower_bound(f->meta_keys, f->n_meta, kc), kc, vc);
+        pp[m].k = strdup(k);
+        pp[m].v = strdup(json_string_value(v));
+        m++;
+        if (!pp[m - 1].k || !pp[m - 1].v) {
+            st = vsr_err_set(err, VSR_E_NOMEM, "%s: out of memory reading " METADATA_KEY, f->label);
+            break;
+        }
     }
-    return VSR_OK;
+    if (st == VSR_OK) qsort(pp, m, sizeof *pp, cmp_meta_pair);
+    /* the arrays own every string made, so vsr_st_close frees them on failure too */
+    for (size_t i = 0; i < m; i++) {
+        f->meta_keys[i] = pp[i].k;
+        f->meta_vals[i] = pp[i].v;
+    }
+    f->n_meta = m;
+    free(pp);
+    return st;
 }
 
 /* A JSON integer in [0, INT64_MAX]. */
@@ -610,9 +633,8 @@ const vsr_tensor *vsr_st_find(const vsr_st_file *f, const char *name) {
 
 const char *vsr_st_metadata(const vsr_st_file *f, const char *key) {
     if (!f || !key) return NULL;
-    for (size_t i = 0; i < f->n_meta; i++)
-        if (!strcmp(f->meta_keys[i], key)) return f->meta_vals[i];
-    return NULL;
+    size_t i = meta_lower_bound(f->meta_keys, f->n_meta, key); /* the keys are sorted */
+    return i < f->n_meta && !strcmp(f->meta_keys[i], key) ? f->meta_vals[i] : NULL;
 }
 
 uint64_t vsr_st_file_bytes(const vsr_st_file *f) { return f ? f->file_bytes : 0; }
