@@ -27,7 +27,7 @@
 
 #ifdef VSR_HAVE_CUDA
 extern int64_t vsr_cuda_stat_twin_hits, vsr_cuda_stat_graph_records, vsr_cuda_stat_graph_replays;
-extern int vsr_cuda_graphs_off, vsr_cuda_profile_on, vsr_cuda_sole_twins_off; /* ops.cu switches */
+extern int vsr_cuda_graphs_off, vsr_cuda_profile_on, vsr_cuda_sole_twins_off; /* backend.cu switches */
 
 static vsr_backend GB;
 /* frees the device buffers given (any number of them) */
@@ -444,7 +444,7 @@ TEST(mul_sigmoid_fp8_twin) {
  * is: the same output bit for bit (the model declares some norms and not others, and golden answers must not
  * depend on which), over widths of one to four warps' worth and one past a warp boundary; 64 takes the row
  * kernel both ways. (The first run on the H200 differed at 64, when the warp kernel took it: the two kernels'
- * sums of squares were fused in different orders; sq4 in ops.cu now fixes the order.) */
+ * sums of squares were fused in different orders; sq4 in ops_internal.cuh now fixes the order.) */
 TEST(rmsnorm_narrow_declared) {
     vsr_err e;
     static const int64_t Ds[] = {64, 128, 132, 256, 384, 500, 512};

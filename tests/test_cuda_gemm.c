@@ -1,5 +1,5 @@
 /* tests/test_cuda_gemm.c: the BF16 cuBLASLt GEMM's widened configuration search under an autotune
- * cache (src/backend/cuda/ops.cu, lt_choose_wide): results against a double reference, bit-identical
+ * cache (src/backend/cuda/linear.cu, lt_choose_wide): results against a double reference, bit-identical
  * answers across processes that share the cache (the recorded configuration, split-K included, is
  * rebuilt exactly), the previous search when VSR_CUDA_LT_SEARCH is not 1, and cache entries the
  * device cannot run refused with the file's name. The search is off by default; this program sets
@@ -24,7 +24,7 @@
 #include "backend/backend_cuda.h"
 #include "backend/cuda/quant_internal.h"
 #include "vsr/dtype.h"
-/* from src/backend/cuda/ops.cu: the BF16 GEMM's last configuration decision ("lt:<config>,<timed|cache>") */
+/* from src/backend/cuda/linear.cu: the BF16 GEMM's last configuration decision ("lt:<config>,<timed|cache>") */
 const char *cuda_lt_last_choice(void);
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -3,7 +3,7 @@
  *
  * Error measure: normalised error max|gpu - cpu| / max|cpu| over the output. Thresholds per
  * op (stated at each check): ops computed in FP32 on both sides agree to ~1e-6 and are held
- * to 1e-4; linears round activations to BF16 on the GPU (ops.cu says why) and are held to
+ * to 1e-4; linears round activations to BF16 on the GPU (linear.cu says why) and are held to
  * 1e-2; the BF16 readout rounds its result to bf16 on both sides (1 bf16 ulp = 2^-8).
  *
  * Without CUDA in the build, or without a usable device, the device-independent checks run
@@ -631,7 +631,7 @@ static void e2e(const char *scheme, const char *mode) {
         CHECK_MSG(maxdp <= 0.02, "answers differ by %.3g (limit 0.02)", maxdp);
         /* The answers are held to the issue's 0.02. The hidden states (max |diff| / max |ref| over 5 x
          * 64 values, after BF16 activations in every linear and BF16 q, k, v, p in attention) measured
-         * 0.0046 to 0.0215 over the inputs of five H200 runs (bench/gpu_logs: the ids then came from
+         * 0.0046 to 0.0215 over the inputs of five H200 runs (bench/records: the ids then came from
          * the shared stream, so every op test added above changed them); the limit leaves that spread
          * room without hiding a real fault (an FP32-vs-BF16 slip or a wrong kernel is 10x larger). */
         CHECK_MSG(herr <= 3e-2, "hidden states normalised error %.3g (limit 3e-2)", herr);

@@ -461,7 +461,7 @@ vsr_status vsr_tokenizer_open(const char *dir, vsr_tokenizer **out, vsr_err *err
         vsr_tokenizer_free(t);
         return st;
     }
-    /* The fast splitter is the default: bench/NOTES.md "## Tokenizer" has the figures
+    /* The fast splitter is the default: bench/RESULTS.md and bench/notes/cpu.md have the figures
      * (VSR_TOKENIZER_SPLIT=pcre2 selects the oracle, for checking). */
     const char *env = getenv("VSR_TOKENIZER_SPLIT");
     t->split_default = env && !strcmp(env, "pcre2") ? VSR_SPLIT_PCRE2 : VSR_SPLIT_FAST;

@@ -10,7 +10,7 @@ PY=""
 for p in python3 /usr/bin/python3; do
   if command -v "$p" >/dev/null && "$p" -c 'import jsonschema, yaml' 2>/dev/null; then PY=$p; break; fi
 done
-[ -n "$PY" ] || { echo "SKIP: no python3 with jsonschema and yaml (install python3-jsonschema python3-yaml)"; exit 0; }
+[ -n "$PY" ] || { echo "SKIP: no python3 with jsonschema and yaml (install python3-jsonschema python3-yaml)"; exit 77; }
 T=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 export HF_HUB_CACHE=$T/store
