@@ -22,5 +22,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_golden(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@ static const vsr_command commands[] = {
     {"serve", cmd_serve, "serve a package over HTTP (/v1/decisions, /v1/models, /health, /metrics)"},
     {"decide", cmd_decide, "answer one /v1/decisions request body from the command line"},
     {"bench", cmd_bench, "drive a running worker: requests/s, latency percentiles, Server-Timing phases"},
+    {"compare", cmd_compare, "answer the same requests with two packages and compare (the quantization gate)"},
     {"golden", cmd_golden, "run the golden self-check (or --record its answers)"},
     {"devices", cmd_devices, "list devices and what each can run"},
     {"inspect", cmd_inspect, "describe a package: format, schemes, bytes, identity, device verdicts"},
