@@ -218,6 +218,11 @@ int cmd_compare(int argc, char **argv) {
     vsr_progress_done(prog);
     free(line);
     if (failed) goto out;
+    if (vsr_compare_count(&c) == 0) {
+        fprintf(stderr, "vllm-srun compare: no question was answered by both packages (%ld requests refused)\n",
+                refused);
+        goto out;
+    }
 
     vsr_compare_report(&c, pkg[0], pkg[1], stdout);
     if (refused) printf("(%ld requests refused by both packages and not compared)\n", refused);
