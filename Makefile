@@ -22,11 +22,13 @@ endif
 LIB_SRC   := $(shell find src -name '*.c' | sort)
 CUDA_SRC  := $(shell find src -name '*.cu' | sort)
 TOOL_SRC  := $(shell find tools/vllm-srun -name '*.c' | sort)
+SR_SRC    := $(shell find tools/vllm-sr -name '*.c' | sort)
 TEST_SRC  := $(shell find tests -maxdepth 1 -name 'test_*.c' | sort)
 TEST_LIB  := $(filter-out $(TEST_SRC),$(shell find tests -maxdepth 1 -name '*.c' | sort))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+SR_OBJ    := $(SR_SRC:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB_OBJ := $(TEST_LIB:%.c=$(BUILD)/%.o)
 
@@ -39,7 +41,7 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++ -Wl,-rpa
 endif
 
 .PHONY: all test asan tsan fuzz fuzz-run clean format
-all: $(BUILD)/vllm-srun $(TEST_BINS)
+all: $(BUILD)/vllm-srun $(BUILD)/vllm-sr $(TEST_BINS)
 
 $(BUILD)/libvsr.a: $(LIB_OBJ) $(CUDA_OBJ)
 	@mkdir -p $(@D)
@@ -48,6 +50,10 @@ $(BUILD)/libvsr.a: $(LIB_OBJ) $(CUDA_OBJ)
 
 $(BUILD)/vllm-srun: $(TOOL_OBJ) $(BUILD)/libvsr.a
 	$(CC) $(CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libvsr.a $(LDFLAGS) $(LDLIBS)
+
+# the router front end (issue #21), on the same library
+$(BUILD)/vllm-sr: $(SR_OBJ) $(BUILD)/libvsr.a
+	$(CC) $(CFLAGS) -o $@ $(SR_OBJ) $(BUILD)/libvsr.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB_OBJ) $(BUILD)/libvsr.a
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_LIB_OBJ) $(BUILD)/libvsr.a $(LDFLAGS) $(LDLIBS)
@@ -108,5 +114,5 @@ clean:
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(shell find include -name '*.h')
 
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BINS:=.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(SR_OBJ:.o=.d) $(TEST_BINS:=.d)
 -include $(CUDA_OBJ:.o=.d)

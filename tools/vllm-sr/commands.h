@@ -1,0 +1,27 @@
+/* The vllm-sr subcommands. Each lives in its own cmd_<name>.c and returns the process exit
+ * status (0 ok, 1 refused/failed, 2 usage). */
+#ifndef VSR_SR_COMMANDS_H
+#define VSR_SR_COMMANDS_H
+
+#include <stddef.h>
+
+typedef struct sr_command {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+    const char *summary;
+} sr_command;
+
+int cmd_validate(int argc, char **argv);
+int cmd_model(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
+
+/* --name VALUE or --name=VALUE: 1 matched (value in *out), 0 not, -1 value missing. */
+int sr_arg_value(int argc, char **argv, int *i, const char *name, const char **out);
+/* The state folder ($VLLM_SR_STATE_DIR, else ~/.local/state/vllm-sr) into buf. */
+const char *sr_state_dir(char *buf, size_t n);
+/* The active deployment state file into buf. */
+const char *sr_state_file(char *buf, size_t n);
+
+#endif
