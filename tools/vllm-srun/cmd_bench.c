@@ -1,7 +1,11 @@
 /* vllm-srun bench: drives a running worker with concurrent /v1/decisions requests.
  *   vllm-srun bench [--host H] [--port P | --uds PATH] [--concurrency 1,8,64] [--requests N]
  *                   [--requests-file FILE.jsonl] [--verify] [--csv FILE]
+ *                   [--sla-ms S [--max-concurrency M] [--variant NAME] [--eval FILE.json]]
  * Reports requests/s, p50/p95/p99 latency and the Server-Timing phases per level.
+ * --sla-ms searches the largest concurrency whose p95 stays at or under S ms with no error and
+ * no 429 (doubling from 1, then bisecting), and prints the load-test table row: variant, device,
+ * max concurrency at SLA, its p95 and requests/s, and the eval agreement `compare --json` wrote.
  * --verify first sends every distinct request alone, then checks that every
  * concurrent answer is 200 with an identical body, or 429 (overloaded). */
 #include <math.h>
@@ -10,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <jansson.h>
 
 #include "args.h"
 #include "commands.h"
@@ -147,9 +153,164 @@ static int load_requests(const char *path, bench_req **out) {
     return n;
 }
 
+typedef struct bench_cfg {
+    const char *host, *uds;
+    int port;
+    bench_req *reqs;
+    int n_reqs;
+    long long requests;
+    int verify;
+} bench_cfg;
+
+typedef struct level_result {
+    int conc, n_ok, n_429, n_err, n_mismatch;
+    double p95, rps;
+} level_result;
+
+/* Runs one concurrency level, prints its row (and CSV row); returns 1 on errors or mismatches. */
+static int run_level(const bench_cfg *g, int conc, FILE *cf, level_result *out) {
+    long long requests = g->requests;
+    int verify = g->verify, failed = 0;
+    bench_run b = {.host = g->host, .uds = g->uds, .port = g->port, .reqs = g->reqs, .n_reqs = g->n_reqs,
+                   .total = (int)requests, .verify = verify};
+    pthread_mutex_init(&b.mu, NULL);
+    b.samples = calloc((size_t)requests, sizeof *b.samples);
+    pthread_t *t = calloc((size_t)conc, sizeof *t);
+    double t0 = now_ms();
+    for (int i = 0; i < conc; i++) pthread_create(&t[i], NULL, client_main, &b);
+    for (int i = 0; i < conc; i++) pthread_join(t[i], NULL);
+    double wall = now_ms() - t0;
+    double *lat = malloc(sizeof(double) * (size_t)requests), *ovh = malloc(sizeof(double) * (size_t)requests);
+    double mean[7] = {0};
+    int n = 0;
+    for (int i = 0; i < requests; i++)
+        if (b.samples[i].status == 200) {
+            lat[n] = b.samples[i].latency_ms;
+            /* what HTTP, JSON and tokenizing add: latency minus waiting and forwards */
+            ovh[n] = b.samples[i].latency_ms - b.samples[i].phase[2] - b.samples[i].phase[3];
+            for (int p = 0; p < 7; p++) mean[p] += b.samples[i].phase[p];
+            n++;
+        }
+    for (int p = 0; p < 7; p++) mean[p] = n ? mean[p] / n : NAN;
+    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+    qsort(ovh, (size_t)n, sizeof *ovh, cmp_double);
+    double rps = requests / (wall / 1e3);
+    printf("%6d %7lld %6d %6d %6d %9.1f %8.2f %8.2f %8.2f | %.3f %.3f %.3f %.3f %.3f %.3f %.3f; %.3f\n", conc,
+           requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99), mean[0],
+           mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50));
+    if (cf)
+        fprintf(cf, "%d,%lld,%d,%d,%d,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", conc,
+                requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99),
+                mean[0], mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50));
+    if (b.n_err || b.n_mismatch) {
+        failed = 1;
+        fprintf(stderr, "vllm-srun bench: concurrency %d: %d errors, %d answers differ from the same request "
+                        "alone; first: %s\n", conc, b.n_err, b.n_mismatch, b.first_error);
+    }
+    if (verify)
+        printf("verify: concurrency %d: %d of %lld answered 200 identical to the request alone, %d answered 429, "
+               "%d errors, %d mismatches\n", conc, b.n_ok - b.n_mismatch, requests, b.n_429, b.n_err,
+               b.n_mismatch);
+    *out = (level_result){.conc = conc, .n_ok = b.n_ok, .n_429 = b.n_429, .n_err = b.n_err,
+                          .n_mismatch = b.n_mismatch, .p95 = pct(lat, n, 95), .rps = rps};
+    free(lat);
+    free(ovh);
+    free(t);
+    free(b.samples);
+    pthread_mutex_destroy(&b.mu);
+    return failed;
+}
+
+/* The eval column from `compare --json`: "agreement (flips of questions)". */
+static int read_eval(const char *path, char *cell, size_t n) {
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    json_t *ag = o ? json_object_get(o, "agreement") : NULL;
+    json_t *fl = o ? json_object_get(o, "flips") : NULL, *q = o ? json_object_get(o, "questions") : NULL;
+    if (!json_is_number(ag) || !json_is_integer(fl) || !json_is_integer(q)) {
+        fprintf(stderr, "vllm-srun bench: --eval %s: %s\n", path,
+                o ? "not a `vllm-srun compare --json` summary (agreement, flips, questions)" : je.text);
+        json_decref(o);
+        return 1;
+    }
+    snprintf(cell, n, "%.4f agreement (%lld flips of %lld)", json_number_value(ag), (long long)json_integer_value(fl),
+             (long long)json_integer_value(q));
+    json_decref(o);
+    return 0;
+}
+
+/* Variant and device from the worker's /v1/models ("id (scheme)", "device_name (device)"). */
+static void model_card(const bench_cfg *g, char *variant, size_t vn, char *device, size_t dn) {
+    snprintf(variant, vn, "?");
+    snprintf(device, dn, "?");
+    http_conn c;
+    http_conn_init(&c, g->host, g->port, g->uds);
+    http_response r;
+    char err[256];
+    if (http_request(&c, "GET", "/v1/models", NULL, 0, &r, err, sizeof err) == 0) {
+        json_t *o = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
+        json_t *card = json_array_get(json_object_get(o, "data"), 0);
+        const char *id = json_string_value(json_object_get(card, "id"));
+        const char *sch = json_string_value(json_object_get(json_object_get(card, "quantization"), "scheme"));
+        const char *dev = json_string_value(json_object_get(card, "device"));
+        const char *dname = json_string_value(json_object_get(card, "device_name"));
+        if (id) snprintf(variant, vn, "%s (%s)", id, sch ? sch : "?");
+        if (dev) snprintf(device, dn, "%s (%s)", dname ? dname : dev, dev);
+        json_decref(o);
+        http_response_free(&r);
+    }
+    http_conn_close(&c);
+}
+
+/* A level meets the SLA: every request answered 200 (no 429, no error) with p95 <= sla. */
+static bool meets(const level_result *r, long long requests, double sla) {
+    return r->n_ok == requests && r->n_mismatch == 0 && r->p95 <= sla;
+}
+
+/* Doubles the concurrency from 1 while the SLA holds (up to max), then bisects between the last
+ * level that held and the first that did not. Prints the load-test table row. */
+static int sla_search(const bench_cfg *g, double sla, int max, FILE *cf, const char *variant,
+                      const char *eval_cell) {
+    level_result best = {0}, lr;
+    int failed = 0, lo = 0, hi = 0;
+    for (int c = 1;; c = c * 2 > max && c < max ? max : c * 2) {
+        if (run_level(g, c, cf, &lr)) failed = 1;
+        if (!meets(&lr, g->requests, sla)) {
+            hi = c;
+            break;
+        }
+        best = lr;
+        lo = c;
+        if (c >= max) break;
+    }
+    while (hi && hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (run_level(g, mid, cf, &lr)) failed = 1;
+        if (meets(&lr, g->requests, sla)) {
+            best = lr;
+            lo = mid;
+        } else
+            hi = mid;
+    }
+    char var[160], dev[160];
+    model_card(g, var, sizeof var, dev, sizeof dev);
+    if (variant) snprintf(var, sizeof var, "%s", variant);
+    printf("\n| Variant | Device | Max concurrency at SLA (p95 <= %g ms) | p95 ms | Requests/s | Eval |\n", sla);
+    printf("|---|---|---|---|---|---|\n");
+    if (lo)
+        printf("| %s | %s | %d%s | %.2f | %.1f | %s |\n", var, dev, lo, hi ? "" : " (the --max-concurrency)",
+               best.p95, best.rps, eval_cell);
+    else
+        printf("| %s | %s | 0 (concurrency 1 misses the SLA: p95 %.2f ms) | - | - | %s |\n", var, dev, lr.p95,
+               eval_cell);
+    return failed;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *host = "127.0.0.1", *uds = NULL, *levels = "1,8,64", *file = NULL, *csv = NULL, *v;
-    long long port = 8100, requests = 200;
+    const char *variant = NULL, *eval = NULL;
+    long long port = 8100, requests = 200, max_conc = 256;
+    double sla_ms = -1;
     int verify = 0;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -160,8 +321,24 @@ int cmd_bench(int argc, char **argv) {
         if ((r = arg_value(argc, argv, &i, "--host", &host)) || (r = arg_value(argc, argv, &i, "--uds", &uds)) ||
             (r = arg_value(argc, argv, &i, "--concurrency", &levels)) ||
             (r = arg_value(argc, argv, &i, "--requests-file", &file)) ||
-            (r = arg_value(argc, argv, &i, "--csv", &csv))) {
+            (r = arg_value(argc, argv, &i, "--csv", &csv)) ||
+            (r = arg_value(argc, argv, &i, "--variant", &variant)) ||
+            (r = arg_value(argc, argv, &i, "--eval", &eval))) {
             if (r < 0) return 2;
+            continue;
+        }
+        if ((r = arg_value(argc, argv, &i, "--sla-ms", &v))) {
+            char *end;
+            if (r < 0) return 2;
+            sla_ms = strtod(v, &end);
+            if (!*v || *end || !(sla_ms > 0) || !isfinite(sla_ms)) {
+                fprintf(stderr, "vllm-srun bench: --sla-ms must be a positive number of milliseconds (found '%s')\n", v);
+                return 2;
+            }
+            continue;
+        }
+        if ((r = arg_value(argc, argv, &i, "--max-concurrency", &v))) {
+            if (r < 0 || !arg_int("vllm-srun bench", "--max-concurrency", v, 1, 4096, &max_conc)) return 2;
             continue;
         }
         if ((r = arg_value(argc, argv, &i, "--port", &v))) {
@@ -173,9 +350,16 @@ int cmd_bench(int argc, char **argv) {
             continue;
         }
         fprintf(stderr, "usage: vllm-srun bench [--host H] [--port P | --uds PATH] [--concurrency 1,8,64]\n"
-                        "         [--requests N] [--requests-file FILE.jsonl] [--verify] [--csv FILE]\n");
+                        "         [--requests N] [--requests-file FILE.jsonl] [--verify] [--csv FILE]\n"
+                        "         [--sla-ms S [--max-concurrency M] [--variant NAME] [--eval FILE.json]]\n");
         return 2;
     }
+    if ((eval || variant) && sla_ms < 0) {
+        fprintf(stderr, "vllm-srun bench: --eval and --variant go with --sla-ms\n");
+        return 2;
+    }
+    char eval_cell[96] = "-";
+    if (eval && read_eval(eval, eval_cell, sizeof eval_cell)) return 2;
     bench_req *reqs = NULL;
     int n_reqs = load_requests(file, &reqs);
     if (n_reqs <= 0) {
@@ -208,57 +392,20 @@ int cmd_bench(int argc, char **argv) {
     printf("%6s %7s %6s %6s %6s %9s %8s %8s %8s | %s\n", "conc", "reqs", "ok", "429", "err", "req/s", "p50 ms",
            "p95 ms", "p99 ms", "mean Server-Timing ms: parse tokenize queue forward post serialize total; overhead p50 (latency-queue-forward)");
     int failed = 0;
-    char *save = NULL, *lv = strdup(levels);
-    for (char *tok = strtok_r(lv, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int conc = atoi(tok);
-        if (conc < 1) continue;
-        bench_run b = {.host = host, .uds = uds, .port = (int)port, .reqs = reqs, .n_reqs = n_reqs,
-                       .total = (int)requests, .verify = verify};
-        pthread_mutex_init(&b.mu, NULL);
-        b.samples = calloc((size_t)requests, sizeof *b.samples);
-        pthread_t *t = calloc((size_t)conc, sizeof *t);
-        double t0 = now_ms();
-        for (int i = 0; i < conc; i++) pthread_create(&t[i], NULL, client_main, &b);
-        for (int i = 0; i < conc; i++) pthread_join(t[i], NULL);
-        double wall = now_ms() - t0;
-        double *lat = malloc(sizeof(double) * (size_t)requests), *ovh = malloc(sizeof(double) * (size_t)requests);
-        double mean[7] = {0};
-        int n = 0;
-        for (int i = 0; i < requests; i++)
-            if (b.samples[i].status == 200) {
-                lat[n] = b.samples[i].latency_ms;
-                /* what HTTP, JSON and tokenizing add: latency minus waiting and forwards */
-                ovh[n] = b.samples[i].latency_ms - b.samples[i].phase[2] - b.samples[i].phase[3];
-                for (int p = 0; p < 7; p++) mean[p] += b.samples[i].phase[p];
-                n++;
-            }
-        for (int p = 0; p < 7; p++) mean[p] = n ? mean[p] / n : NAN;
-        qsort(lat, (size_t)n, sizeof *lat, cmp_double);
-        qsort(ovh, (size_t)n, sizeof *ovh, cmp_double);
-        double rps = requests / (wall / 1e3);
-        printf("%6d %7lld %6d %6d %6d %9.1f %8.2f %8.2f %8.2f | %.3f %.3f %.3f %.3f %.3f %.3f %.3f; %.3f\n", conc,
-               requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99), mean[0],
-               mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50));
-        if (cf)
-            fprintf(cf, "%d,%lld,%d,%d,%d,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", conc,
-                    requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99),
-                    mean[0], mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50));
-        if (b.n_err || b.n_mismatch) {
-            failed = 1;
-            fprintf(stderr, "vllm-srun bench: concurrency %d: %d errors, %d answers differ from the same request "
-                            "alone; first: %s\n", conc, b.n_err, b.n_mismatch, b.first_error);
+    bench_cfg cfg = {.host = host, .uds = uds, .port = (int)port, .reqs = reqs, .n_reqs = n_reqs,
+                     .requests = requests, .verify = verify};
+    if (sla_ms > 0) {
+        failed = sla_search(&cfg, sla_ms, (int)max_conc, cf, variant, eval_cell);
+    } else {
+        char *save = NULL, *lv = strdup(levels);
+        for (char *tok = strtok_r(lv, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            int conc = atoi(tok);
+            if (conc < 1) continue;
+            level_result lr;
+            if (run_level(&cfg, conc, cf, &lr)) failed = 1;
         }
-        if (verify)
-            printf("verify: concurrency %d: %d of %lld answered 200 identical to the request alone, %d answered 429, "
-                   "%d errors, %d mismatches\n", conc, b.n_ok - b.n_mismatch, requests, b.n_429, b.n_err,
-                   b.n_mismatch);
-        free(lat);
-        free(ovh);
-        free(t);
-        free(b.samples);
-        pthread_mutex_destroy(&b.mu);
+        free(lv);
     }
-    free(lv);
     if (cf) fclose(cf);
     for (int i = 0; i < n_reqs; i++) {
         free(reqs[i].body);
