@@ -104,4 +104,24 @@ out=$("$BIN" compare "$T/bf16" "$T/w4" --requests "$REQ" --max-flip-rate x 2>&1)
 [ $rc = 2 ] && echo "$out" | grep -q "max-flip-rate must be a non-negative number (found 'x')" && ok "bad --max-flip-rate" || bad "bad rate: $rc $out"
 out=$("$BIN" compare "$T/bf16" "$T/w4" --requests "$REQ" --plot-size 5x5 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q "plot-size must be WxH" && ok "bad --plot-size" || bad "bad plot size: $rc $out"
+
+# bench --sla-ms: the load-test row, with the eval column from compare --json
+"$BIN" serve "$T/w4" --device cpu --uds "$T/s.sock" >"$T/serve.log" 2>&1 & SP=$!
+for _ in $(seq 100); do
+  [ -S "$T/s.sock" ] && curl -s --unix-socket "$T/s.sock" http://x/health | grep -q '"status":"ready"' && break; sleep 0.1
+done
+out=$("$BIN" bench --uds "$T/s.sock" --sla-ms 100000 --max-concurrency 3 --requests 6 --eval "$T/w4.json" 2>&1); rc=$?
+flips=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["flips"])' "$T/w4.json")
+[ $rc = 0 ] && echo "$out" | grep -q "^| w4 (int4) | .*(cpu) | 3 (the --max-concurrency) | [0-9.]* | [0-9.]* | [01]\.[0-9]* agreement ($flips flips of $nq) |$" \
+  && [ "$(echo "$out" | grep -cE '^ +[0-9]+ +6 +6 ')" = 3 ] \
+  && ok "bench --sla-ms: a loose SLA reaches --max-concurrency (1, 2, 3), eval column from --json" || bad "sla loose: rc=$rc $out"
+out=$("$BIN" bench --uds "$T/s.sock" --sla-ms 0.001 --requests 4 --variant W4A16 2>&1); rc=$?
+[ $rc = 0 ] && echo "$out" | grep -q "^| W4A16 | .* | 0 (concurrency 1 misses the SLA: p95 .* ms) | - | - | - |$" \
+  && ok "bench --sla-ms: an SLA nothing meets gives 0" || bad "sla tight: rc=$rc $out"
+echo '{"x":1}' > "$T/noteval.json"
+out=$("$BIN" bench --uds "$T/s.sock" --sla-ms 10 --eval "$T/noteval.json" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "not a \`vllm-srun compare --json\` summary" && ok "bench --eval refuses a file that is not a compare summary" || bad "eval: rc=$rc $out"
+out=$("$BIN" bench --uds "$T/s.sock" --sla-ms -3 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "sla-ms must be a positive number" && ok "bench --sla-ms -3 refused" || bad "sla -3: rc=$rc $out"
+kill "$SP"; wait "$SP" 2>/dev/null
 exit $fail
