@@ -112,7 +112,7 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 format:
-	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(shell find include -name '*.h')
+	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(SR_SRC) $(TEST_SRC) $(shell find include -name '*.h')
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(SR_OBJ:.o=.d) $(TEST_BINS:=.d)
 -include $(CUDA_OBJ:.o=.d)

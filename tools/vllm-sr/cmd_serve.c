@@ -139,18 +139,6 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "vllm-sr serve: --revision applies only to Hub repositories (%s is a local path)\n", repo);
         return 2;
     }
-    char commit[41] = "", snap[PATH_MAX] = "";
-    if (!local) {
-        const char *want = rev ? rev : vsr_catalog_default_revision(repo);
-        vsr_err e = {0};
-        if (vsr_store_resolve(store, repo, want ? want : "main", snap, sizeof snap, commit, &e)) {
-            if (rev)
-                fprintf(stderr, "vllm-sr serve: %s@%s: Model revision is not cached; connect to the Hub or specify a "
-                                "cached commit (%s)\n", repo, rev, e.msg);
-            else fprintf(stderr, "vllm-sr serve: %s\n", e.msg);
-            return 1;
-        }
-    }
     /* --platform: the accelerator family the worker must use; a host without it fails now. */
     if (platform) {
         const char *kind = platform_kind(platform);
@@ -178,12 +166,26 @@ int cmd_serve(int argc, char **argv) {
             if (at < sizeof seen) at += (size_t)snprintf(seen + at, sizeof seen - at, "%s%s", i ? ", " : "", id);
         }
         if (!found) {
+            for (char *q = devs.notes; *q; q++)
+                if (*q == '\n') *q = ';';
             fprintf(stderr, "vllm-sr serve: --platform %s: this host has no %s device (devices: %s)%s%s\n", platform,
                     !strcmp(kind, "cuda") ? "NVIDIA (CUDA)" : !strcmp(kind, "rocm") ? "AMD (ROCm)" : "CPU", seen,
                     devs.notes[0] ? "; " : "", devs.notes);
             return 1;
         }
         if (!device || !strcmp(device, "auto")) device = kind;
+    }
+    char commit[41] = "", snap[PATH_MAX] = "";
+    if (!local) {
+        const char *want = rev ? rev : vsr_catalog_default_revision(repo);
+        vsr_err e = {0};
+        if (vsr_store_resolve(store, repo, want ? want : "main", snap, sizeof snap, commit, &e)) {
+            if (rev)
+                fprintf(stderr, "vllm-sr serve: %s@%s: Model revision is not cached; connect to the Hub or specify a "
+                                "cached commit (%s)\n", repo, rev, e.msg);
+            else fprintf(stderr, "vllm-sr serve: %s\n", e.msg);
+            return 1;
+        }
     }
     if (!device) device = "auto";
 
