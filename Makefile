@@ -8,7 +8,7 @@ CSTD    := -std=c17
 WARN    := -Wall -Wextra -Wshadow -Wpointer-arith -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 OPT     ?= -O2 -g
 ARCHFLAGS ?= -march=x86-64-v2 -mtune=native
-CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE -DVSR_DATA_DIR=\"$(abspath data)\"
+CPPFLAGS += -Iinclude -Isrc -Itools -D_GNU_SOURCE -DVSR_DATA_DIR=\"$(abspath data)\"
 CFLAGS  += $(CSTD) $(WARN) $(OPT) $(ARCHFLAGS) -pthread -fPIC
 LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lmicrohttpd -lyaml -lpng -ldl -lm -pthread
 
@@ -21,8 +21,9 @@ endif
 
 LIB_SRC   := $(shell find src -name '*.c' | sort)
 CUDA_SRC  := $(shell find src -name '*.cu' | sort)
-TOOL_SRC  := $(shell find tools/vllm-srun -name '*.c' | sort)
-SR_SRC    := $(shell find tools/vllm-sr -name '*.c' | sort)
+CLI_SRC   := $(shell find tools/common -name '*.c' | sort)
+TOOL_SRC  := $(shell find tools/vllm-srun -name '*.c' | sort) $(CLI_SRC)
+SR_SRC    := $(shell find tools/vllm-sr -name '*.c' | sort) $(CLI_SRC)
 TEST_SRC  := $(shell find tests -maxdepth 1 -name 'test_*.c' | sort)
 TEST_LIB  := $(filter-out $(TEST_SRC),$(shell find tests -maxdepth 1 -name '*.c' | sort))
 
@@ -112,7 +113,7 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 format:
-	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(SR_SRC) $(TEST_SRC) $(shell find include -name '*.h')
+	clang-format -i $(LIB_SRC) $(sort $(TOOL_SRC) $(SR_SRC)) $(TEST_SRC) $(shell find include -name '*.h')
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(SR_OBJ:.o=.d) $(TEST_BINS:=.d)
 -include $(CUDA_OBJ:.o=.d)

@@ -60,28 +60,6 @@ def compressed_tensors_version():
         return None
 
 
-def run_case(model, rows, pad_id, noncausal, dev):
-    """make_transformers_reference.run_case on `dev`: rows left-padded, positions 0..L-1."""
-    import torch
-
-    import make_transformers_reference as ref
-    L = max(len(r) for r in rows)
-    ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), L), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, L - len(r):] = torch.tensor(r)
-        mask[i, L - len(r):] = 1
-    pos = torch.arange(L).unsqueeze(0).expand(len(rows), L)
-    if noncausal:
-        am = {"full_attention": ref.noncausal_mask(mask).to(dev),
-              "linear_attention": None if bool(mask.all()) else mask.to(dev)}
-    else:
-        am = mask.to(dev)
-    with torch.no_grad():
-        out = model(input_ids=ids.to(dev), attention_mask=am, position_ids=pos.to(dev))
-    return out.last_hidden_state[:, -1, :]
-
-
 def record(a, pkg, fixture_cmd):
     import torch
     import transformers
@@ -124,7 +102,7 @@ def record(a, pkg, fixture_cmd):
             parts[-1].append(o)
         batches = [p[b0:b0 + ROWS_PER_FORWARD] for p in parts for b0 in range(0, len(p), ROWS_PER_FORWARD)]
         for batch in batches:
-            h = run_case(model, [o["ids"] for o in batch], pad_id, noncausal, dev)
+            h = ref.run_case(model, [o["ids"] for o in batch], pad_id, noncausal, dev)
             logits = (h.to(torch.bfloat16) @ R.T).float() if R.dtype == torch.bfloat16 else h.float() @ R.float().T
             for i, o in enumerate(batch):
                 n = nopt[(o["state"], o["question"])]

@@ -132,7 +132,8 @@ def noncausal_mask(mask2d):
     return m.masked_fill(~allowed, torch.finfo(torch.float32).min)
 
 
-def run_case(model, rows, pad_id, noncausal):
+def run_case(model, rows, pad_id, noncausal, dev="cpu"):
+    """Rows left-padded with pad_id, positions 0..L-1 over the padded length; tensors on `dev`."""
     L = max(len(r) for r in rows)
     ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), L), dtype=torch.long)
@@ -141,11 +142,12 @@ def run_case(model, rows, pad_id, noncausal):
         mask[i, L - len(r):] = 1
     pos = torch.arange(L).unsqueeze(0).expand(len(rows), L)
     if noncausal:
-        am = {"full_attention": noncausal_mask(mask), "linear_attention": None if bool(mask.all()) else mask}
+        am = {"full_attention": noncausal_mask(mask).to(dev),
+              "linear_attention": None if bool(mask.all()) else mask.to(dev)}
     else:
-        am = mask
+        am = mask.to(dev)
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=am, position_ids=pos)
+        out = model(input_ids=ids.to(dev), attention_mask=am, position_ids=pos.to(dev))
     return out.last_hidden_state[:, -1, :]
 
 

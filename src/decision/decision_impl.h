@@ -70,8 +70,6 @@ char *d3_render_tail(const char *instructions, const char *const *codes, int n_o
 /* A question's whole prompt text and ids (head + tail), malloc'd; NULL on no memory. */
 char *d3_question_prompt(const d3_question *q);
 int32_t *d3_question_ids(const d3_question *q);
-char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
-                       int n_opt, char *const *option_text);
 char *d3_value_text(const json_t *v); /* describe(v): string as is, else Python json.dumps */
 bool d3_is_falsy(const json_t *v);    /* Python truthiness: null, "", {}, [], 0, 0.0, false */
 /* describe(state), or "(empty)" when the state is null or "" ({} and [] are written). */

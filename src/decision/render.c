@@ -52,19 +52,6 @@ char *d3_render_head(const char *state_text) {
     return vsr_strbuf_take(&b, NULL);
 }
 
-char *d3_render_prompt(const char *state_text, const char *instructions, const char *const *codes,
-                       int n_opt, char *const *option_text) {
-    char *head = d3_render_head(state_text), *tail = d3_render_tail(instructions, codes, n_opt, option_text);
-    char *all = NULL;
-    if (head && tail && (all = malloc(strlen(head) + strlen(tail) + 1))) {
-        strcpy(all, head);
-        strcat(all, tail);
-    }
-    free(head);
-    free(tail);
-    return all;
-}
-
 char *d3_question_prompt(const d3_question *q) {
     if (!q->head || !q->prompt) return NULL;
     size_t a = strlen(q->head), b = strlen(q->prompt);

@@ -79,18 +79,30 @@ static bool is_hex(const char *s, size_t n) {
     return true;
 }
 
+/* A published BF16 entry: repo and revision from the file, the family's fixed fields. */
+static vsr_builtin *published_entry(vsr_builtin *b, const char *repo, json_t *e, const char *what,
+                                    const char *release) {
+    b->repo = strdup(repo);
+    if (!b->repo) die(what, "out of memory");
+    b->revision = dup_str(json_object_get(e, "revision"), what, "revision");
+    if (!is_hex(b->revision, 40)) die(what, repo);
+    b->family = "decision3";
+    b->scheme = VSR_SCHEME_BF16;
+    b->scheme_note = "BF16 (unquantized), FP32 readout";
+    b->published = true;
+    b->release = release;
+    return b;
+}
+
 static void parse_pins(json_t *root, vsr_builtin *out, size_t *n) {
     const char *what = "data/catalog/published-d3-pins.json";
     const char *repo;
     json_t *e;
     json_object_foreach(root, repo, e) {
-        vsr_builtin *b = &out[(*n)++];
-        b->repo = strdup(repo);
-        if (!b->repo) die(what, "out of memory");
-        b->revision = dup_str(json_object_get(e, "revision"), what, "revision");
+        vsr_builtin *b = published_entry(&out[(*n)++], repo, e, what, "pinned");
         b->model_sha256 = dup_str(json_object_get(e, "model_sha256"), what, "model_sha256");
         b->manifest_sha256 = dup_str(json_object_get(e, "manifest_sha256"), what, "manifest_sha256");
-        if (!is_hex(b->revision, 40) || !is_hex(b->model_sha256, 64) || !is_hex(b->manifest_sha256, 64))
+        if (!is_hex(b->model_sha256, 64) || !is_hex(b->manifest_sha256, 64))
             die(what, repo);
         json_t *lp = json_object_get(e, "loaded_parameters"), *mg = json_object_get(e, "min_device_memory_gib");
         if (!json_is_integer(lp) || !json_is_integer(mg)) die(what, repo);
@@ -111,11 +123,6 @@ static void parse_pins(json_t *root, vsr_builtin *out, size_t *n) {
         }
         b->files = f;
         b->n_files = k;
-        b->family = "decision3";
-        b->scheme = VSR_SCHEME_BF16;
-        b->scheme_note = "BF16 (unquantized), FP32 readout";
-        b->published = true;
-        b->release = "pinned";
         b->default_revision = true;
     }
 }
@@ -127,20 +134,12 @@ static void parse_golden(json_t *root, vsr_builtin *out, size_t *n) {
     json_object_foreach(root, repo, e) {
         bool has_pinned = false;
         for (size_t i = 0; i < *n; i++) has_pinned |= !strcmp(out[i].repo, repo);
-        vsr_builtin *b = &out[(*n)++];
-        b->repo = strdup(repo);
-        b->revision = dup_str(json_object_get(e, "revision"), what, "revision");
-        if (!b->repo || !is_hex(b->revision, 40)) die(what, repo);
+        vsr_builtin *b = published_entry(&out[(*n)++], repo, e, what, "v3.1.0");
         json_t *answers = json_object_get(e, "answers");
         if (!json_is_object(answers) || json_object_size(answers) == 0) die(what, "answers");
         char *g = json_dumps(answers, JSON_COMPACT | JSON_REAL_PRECISION(17));
         if (!g) die(what, "out of memory");
         b->golden_json = g;
-        b->family = "decision3";
-        b->scheme = VSR_SCHEME_BF16;
-        b->scheme_note = "BF16 (unquantized), FP32 readout";
-        b->published = true;
-        b->release = "v3.1.0";
         /* d3-edge has no pinned revision: its v3.1.0 revision is the one `serve` loads. */
         b->default_revision = !has_pinned;
     }

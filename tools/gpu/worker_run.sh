@@ -14,12 +14,12 @@ if [ "${1:-}" = build ]; then
   BUILD=build-gpuw
   make -j2 BUILD=$BUILD $BUILD/libvsr.a $BUILD/tests/test_cuda_ops.o $BUILD/tests/test_cuda_quant.o \
     $BUILD/tests/harness.o $BUILD/tests/pkgbuild.o >/dev/null
-  make -j2 BUILD=$BUILD $(ls tools/vllm-srun/*.c | sed "s|^|$BUILD/|; s|\.c$|.o|") >/dev/null
+  make -j2 BUILD=$BUILD $(ls tools/vllm-srun/*.c tools/common/*.c | sed "s|^|$BUILD/|; s|\.c$|.o|") >/dev/null
   mkdir -p .gpuw/lib
   CUDA=/usr/local/cuda
   STATIC="-Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -lyaml -lcrypto -Wl,-Bdynamic"
   DYN="-L$CUDA/lib64 -lcudart_static -lcublasLt -lstdc++ -ldl -lrt -lm -pthread -Wl,-rpath,$CUDA/lib64 -Wl,-rpath,\$ORIGIN/lib"
-  cc -O2 -pthread -o .gpuw/vllm-srun $BUILD/tools/vllm-srun/*.o $BUILD/libvsr.a $STATIC -lmicrohttpd $DYN
+  cc -O2 -pthread -o .gpuw/vllm-srun $BUILD/tools/vllm-srun/*.o $BUILD/tools/common/*.o $BUILD/libvsr.a $STATIC -lmicrohttpd $DYN
   for t in test_cuda_ops test_cuda_quant; do
     cc -O2 -pthread -o .gpuw/$t $BUILD/tests/$t.o $BUILD/tests/harness.o $BUILD/tests/pkgbuild.o $BUILD/libvsr.a $STATIC $DYN
   done

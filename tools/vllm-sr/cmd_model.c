@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "common/cli.h"
 #include "vsr/catalog.h"
 #include "vsr/package.h"
 #include "vsr/router.h"
@@ -73,8 +74,8 @@ int cmd_model(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if ((r = sr_arg_value(argc, argv, &i, "--config", &file))) { if (r < 0) return 2; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--config", &file))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; continue; }
         if (argv[i][0] == '-') {
             fprintf(stderr, "vllm-sr model: unknown option %s\n", argv[i]);
             return 2;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "common/cli.h"
 #include "vsr/catalog.h"
 #include "vsr/device.h"
 #include "vsr/package.h"
@@ -68,14 +69,14 @@ int cmd_serve(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--engine") || !strcmp(a, "-e")) { engine = true; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--revision", &revision))) { if (r < 0) return 2; have_revision = true; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--platform", &platform))) { if (r < 0) return 2; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--device", &device))) { if (r < 0) return 2; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--host", &host))) { if (r < 0) return 2; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--port", &port))) { if (r < 0) return 2; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--config", &config))) { if (r < 0) return 2; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--model", &a))) { if (r < 0) return 2; }
+        if ((r = arg_value(argc, argv, &i, "--revision", &revision))) { if (r < 0) return 2; have_revision = true; continue; }
+        if ((r = arg_value(argc, argv, &i, "--platform", &platform))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--device", &device))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--host", &host))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--port", &port))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--config", &config))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--model", &a))) { if (r < 0) return 2; }
         else if (a[0] == '-') {
             fprintf(stderr, "vllm-sr serve: unknown option %s\n", a);
             usage(stderr);

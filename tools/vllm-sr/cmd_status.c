@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "common/cli.h"
 
 static json_t *load_state(char *file, size_t n) {
     sr_state_file(file, n);
@@ -73,7 +74,7 @@ int cmd_stop(int argc, char **argv) {
                    "grace period (10 s).\n");
             return 0;
         }
-        if ((r = sr_arg_value(argc, argv, &i, "--grace", &v))) {
+        if ((r = arg_value(argc, argv, &i, "--grace", &v))) {
             if (r < 0) return 2;
             char *end;
             grace = strtol(v, &end, 10);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "common/cli.h"
 #include "vsr/router.h"
 
 static void usage(FILE *f) {
@@ -21,8 +22,8 @@ int cmd_validate(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if ((r = sr_arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; continue; }
-        if ((r = sr_arg_value(argc, argv, &i, "--config", &file))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--store", &store))) { if (r < 0) return 2; continue; }
+        if ((r = arg_value(argc, argv, &i, "--config", &file))) { if (r < 0) return 2; continue; }
         if (argv[i][0] == '-' || file) {
             fprintf(stderr, "vllm-sr validate: unexpected argument %s\n", argv[i]);
             usage(stderr);

@@ -5,11 +5,7 @@
 
 #include <stddef.h>
 
-typedef struct sr_command {
-    const char *name;
-    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
-    const char *summary;
-} sr_command;
+#include "common/cli.h"
 
 int cmd_validate(int argc, char **argv);
 int cmd_model(int argc, char **argv);
@@ -17,8 +13,6 @@ int cmd_serve(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 
-/* --name VALUE or --name=VALUE: 1 matched (value in *out), 0 not, -1 value missing. */
-int sr_arg_value(int argc, char **argv, int *i, const char *name, const char **out);
 /* The state folder ($VLLM_SR_STATE_DIR, else ~/.local/state/vllm-sr) into buf. */
 const char *sr_state_dir(char *buf, size_t n);
 /* The active deployment state file into buf. */

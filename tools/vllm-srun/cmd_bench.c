@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "http_client.h"
 #include "vsr/decision.h"

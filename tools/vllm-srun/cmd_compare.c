@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "vsr/compare.h"
 #include "vsr/engine.h"

@@ -8,36 +8,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "vsr/engine.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: vllm-srun decide PKG [--revision R] [--device auto|cpu|cuda[:N]|rocm[:N]]\n"
                "         [--store DIR] [--threads N] --request FILE.json|-\n");
-}
-
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    for (size_t r; b && (r = fread(b + len, 1, cap - len, f)) > 0;) {
-        len += r;
-        if (len == cap) {
-            char *q = realloc(b, cap *= 2);
-            if (!q) {
-                free(b);
-                b = NULL;
-            }
-            b = q;
-        }
-    }
-    if (f != stdin) fclose(f);
-    if (b) {
-        *n = len;
-    }
-    return b;
 }
 
 static double now_ms(void) {
@@ -80,7 +57,7 @@ int cmd_decide(int argc, char **argv) {
         return 2;
     }
     size_t len = 0;
-    char *body = read_all(request, &len);
+    char *body = cli_read_file(request, &len);
     if (!body) {
         fprintf(stderr, "vllm-srun decide: cannot read --request %s\n", request);
         return 2;

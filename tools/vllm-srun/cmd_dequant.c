@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "core/json_util.h"
 #include "vsr/quant.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "fixture/builtin.h"
 #include "vsr/fixture.h"

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "vsr/engine.h"
 

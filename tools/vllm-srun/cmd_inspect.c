@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "pkg_cli.h"
 #include "vsr/catalog.h"

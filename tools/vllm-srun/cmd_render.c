@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "core/json_util.h"
 #include "core/strbuf.h"
@@ -25,29 +25,6 @@ static void usage(FILE *f) {
                "Prints, for every question of the request body, the rendered prompt and its token\n"
                "ids as one JSON line: {\"state\",\"question\",\"prompt\",\"ids\"}, or {\"state\",\"question\",\n"
                "\"error\":{\"code\",\"message\"}} for a question that fails validation. No weight is read.\n");
-}
-
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    for (size_t r; b && (r = fread(b + len, 1, cap - len, f)) > 0;) {
-        len += r;
-        if (len == cap) {
-            char *q = realloc(b, cap *= 2);
-            if (!q) free(b);
-            b = q;
-        }
-    }
-    bool bad = ferror(f);
-    if (f != stdin) fclose(f);
-    if (bad) {
-        free(b);
-        return NULL;
-    }
-    if (b) *n = len;
-    return b;
 }
 
 static void put_str(vsr_strbuf *b, const char *s) {
@@ -113,7 +90,7 @@ int cmd_render(int argc, char **argv) {
         return 2;
     }
     size_t len = 0;
-    char *body = read_all(request, &len);
+    char *body = cli_read_file(request, &len);
     if (!body) {
         fprintf(stderr, "vllm-srun render: cannot read --request %s\n", request);
         return 2;

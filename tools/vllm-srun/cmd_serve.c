@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "server/serve.h"
 #include "vsr/server.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "args.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "vsr/package.h"

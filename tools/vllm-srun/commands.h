@@ -3,11 +3,7 @@
 #ifndef VSR_TOOLS_COMMANDS_H
 #define VSR_TOOLS_COMMANDS_H
 
-typedef struct vsr_command {
-    const char *name;
-    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
-    const char *summary;
-} vsr_command;
+#include "common/cli.h"
 
 int cmd_devices(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

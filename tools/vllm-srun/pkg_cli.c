@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "args.h"
+#include "common/cli.h"
 
 int pkg_cli_parse(pkg_cli *c, const char *cmd, void (*usage)(FILE *), pkg_cli_option own, void *ctx,
                   int argc, char **argv) {
