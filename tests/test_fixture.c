@@ -590,7 +590,7 @@ static void dir_listing(const char *d, char *out, size_t n) {
 
 static void expected_listing(int shards, char *out, size_t n) {
     const char *v[32];
-    char shard[16][40];
+    char shard[16][64];
     int k = 0;
     for (const char *const *c = like_common; *c; c++) v[k++] = *c;
     if (shards == 1) {

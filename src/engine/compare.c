@@ -524,7 +524,7 @@ vsr_status vsr_compare_plot_png(const vsr_compare *c, const char *path, int widt
     for (int k = 0; k <= 9; k++) {
         int x = left + (int)((1 + 2 * k) * bw);
         fill(&cv, x - 1, bottom + 2, x + 1, bottom + 7, 0x000000);
-        char lab[8];
+        char lab[16];
         snprintf(lab, sizeof lab, "%d", k - 9);
         text(&cv, x - text_width(lab, scale) / 2, bottom + 9, lab, scale, 0x000000);
     }
