@@ -10,7 +10,7 @@ OPT     ?= -O2 -g
 ARCHFLAGS ?= -march=x86-64-v2 -mtune=native
 CPPFLAGS += -Iinclude -Isrc -Itools -D_GNU_SOURCE -DVSR_DATA_DIR=\"$(abspath data)\"
 CFLAGS  += $(CSTD) $(WARN) $(OPT) $(ARCHFLAGS) -pthread -fPIC
-LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lmicrohttpd -lyaml -lpng -ldl -lm -pthread
+LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lmicrohttpd -lyaml -lpng -lcurl -ldl -lm -pthread
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null)
 ifneq ($(NVCC),)
