@@ -4,13 +4,18 @@
  * routing needs) the supervisor keeps one replica per `replicas` entry (one when the deployment
  * has no list):
  *  - managed (provider model_runtime, no endpoint): one `vllm-srun serve <artifact>
- *    [--revision R] --device D --profile P --served-model-name <key> --uds <sock>` process per
- *    replica. Sockets live in a private directory (0700, symlinks refused) under the state dir;
- *    worker stdout/stderr go to <state>/logs/<key>-<replica>.log. Readiness: GET /ready over
- *    the socket. A worker that exits (or stops answering /health) is restarted after a back-off
+ *    [--revision R] --device D --served-model-name <key> --uds <sock> [--threads N]` process
+ *    per replica (this worker serves only the exact profile; another profile is refused).
+ *    Sockets live in a private directory (0700, ours, symlinks refused) under the state dir,
+ *    or /tmp/vsr-<8hex> when a socket path would pass 100 bytes; worker stdout/stderr go to
+ *    <state>/logs/<key>-<replica>.log. Readiness: GET /health over the socket answers 200. A worker that exits (or stops answering /health) is restarted after a back-off
  *    of 1 s doubling to 60 s; the back-off resets once a worker has stayed ready for 60 s.
  *    Workers get PR_SET_PDEATHSIG(SIGKILL), so they die with the router.
- *  - attached (endpoint [+ served_name]): health-checked (GET /ready), never started.
+ *  - attached (endpoint [+ served_name]; provider http is always attached): GET /health
+ *    decides ready; never started.
+ * Fork happens on the monitor thread only (PR_SET_PDEATHSIG fires when the forking THREAD
+ * ends), which lives until vsr_sup_stop has reaped every worker. The caller must not set
+ * SIGCHLD to SIG_IGN (workers are reaped with waitpid on their pids).
  *
  * A monitor thread does all waiting; no call blocks on a worker except vsr_sup_stop and
  * vsr_sup_wait_ready. Every function is thread-safe (pick/release run on HTTP handler threads).
@@ -30,8 +35,8 @@ extern "C" {
 typedef struct vsr_sup vsr_sup;
 
 typedef struct vsr_sup_opts {
-    const char *state_dir;  /* the socket dir and logs go here; NULL: $XDG_STATE_HOME/vllm-sr or
-                               ~/.local/state/vllm-sr */
+    const char *state_dir;  /* sockets/ (0700) and logs/ go here; NULL: $VLLM_SR_STATE_DIR or
+                               ~/.local/state/vllm-sr (as the rest of vllm-sr) */
     const char *worker_bin; /* vllm-srun; NULL: "vllm-srun" beside /proc/self/exe */
     const char *store_dir;  /* passed to workers as --store; NULL: the worker's default */
     int grace_ms;           /* SIGTERM -> SIGKILL on stop and on retiring a replica; 0: 10000 */
@@ -41,7 +46,10 @@ typedef struct vsr_sup_opts {
     int backoff_min_ms;     /* first restart delay; 0: 1000 */
     int backoff_max_ms;     /* cap; 0: 60000 */
     int stable_ms;          /* ready this long resets the back-off; 0: 60000 */
-    bool quiet;             /* no log lines on stderr (tests) */
+    bool quiet;             /* no log lines at all */
+    /* Where log lines go (one line, no newline); NULL: stderr as "vllm-sr: <line>". */
+    void (*log)(void *ctx, const char *line);
+    void *log_ctx;
 } vsr_sup_opts;
 
 typedef struct vsr_sup_target { /* one replica you may call now */
@@ -69,9 +77,12 @@ void vsr_sup_release(vsr_sup *s, const vsr_sup_target *t);
  * ready until its next successful health check. Does not release. */
 void vsr_sup_report_failure(vsr_sup *s, const vsr_sup_target *t);
 
-/* Swaps in a new config. Replicas whose deployment and placement are unchanged keep running
- * (and keep their restart counts); new ones start; removed or changed ones stop being picked at
- * once and are stopped (SIGTERM, then SIGKILL after grace) when their picks are released.
+/* Swaps in a new config. Replicas whose deployment key and placement (artifact, revision,
+ * device, profile, endpoint, served name, ordinal) are unchanged keep running (and keep their
+ * restart counts); new ones start; removed or changed ones are retired: a retired replica is
+ * picked only while its deployment has no ready new replica (so a deployment switched from
+ * BF16 to FP8 keeps serving while the new worker loads), then, once its picks are released (or
+ * grace_ms passed), gets SIGTERM (the worker drains) and SIGKILL after grace_ms.
  * On error nothing changes. */
 vsr_status vsr_sup_reload(vsr_sup *s, const vsr_router_config *c, const char *const *used,
                           int n_used, vsr_err *err);
