@@ -41,6 +41,16 @@ uint64_t vsr_model_memory_bytes(const vsr_model *m);
 vsr_status vsr_model_forward_last(vsr_model *m, int n_rows, const int32_t *const *ids,
                                   const int *lens, float *hidden, float *logits, vsr_err *err);
 
+/* Activation tap (calibration, issue 22): when set, `fn` is called before every linear of the
+ * backbone with that linear's module name (package prefix included, e.g.
+ * "model.language_model.layers.3.mlp.gate_proj") and its FP32 input x [rows, K], copied to the
+ * host. Linears that read one input (q,k,v; gate,up; the DeltaNet in_proj_*) are each called
+ * with it. While a tap is set every layer runs on all tokens (the last layer too, whose
+ * o_proj/out_proj and MLP otherwise see only each row's last token) and no forward is replayed
+ * from a recording, so calibration sees what transformers' hooks see. fn == NULL removes it. */
+typedef void (*vsr_model_tap_fn)(void *ctx, const char *module, const float *x, int64_t rows, int64_t K);
+void vsr_model_set_tap(vsr_model *m, vsr_model_tap_fn fn, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -75,8 +75,13 @@ struct vsr_model {
     float *inv_freq;
     /* activation arena */
     void *arena;
-    int64_t arena_tokens, arena_rows;
+    int64_t arena_tokens, arena_rows, arena_gather; /* gather: rows the last layer finishes (>= rows) */
     pthread_mutex_t lock; /* one forward at a time: the arena is shared */
+    /* activation tap (calibration): see vsr_model_set_tap */
+    vsr_model_tap_fn tap;
+    void *tap_ctx;
+    float *tap_host;      /* host copy of the tapped input */
+    size_t tap_host_cap;  /* floats */
 };
 
 /* ---- allocation bookkeeping ---- */
@@ -384,7 +389,8 @@ out:
  *   t2, t3 [T, max(Vd, Hkv d)]
  *   t4 [T, Hd]                   tb, ta [T, Hv] (tb [T, 2Hv] when b|a are stacked)
  *   mg, mu [min(T, MLP_CHUNK), I]  MLP intermediates
- *   xl, cl [R, max(D, Vd, Hd, 255)] last-token rows of the final layer; logits
+ *   xl, cl [G, max(D, Vd, Hd, 255)] gathered rows of the final layer (each row's last token, or
+ *                                the positions vsr_model_forward_gather asks for); logits
  *   st [R, Hv, dk, dv]           per-row DeltaNet state */
 typedef struct arena {
     float *x, *h, *t0, *t1, *t2, *t3, *t4, *tb, *ta, *mg, *mu, *xl, *cl, *st;
@@ -394,14 +400,14 @@ static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a
 
 static int64_t mlp_chunk(const vsr_model *m) { return m->be.ops->mlp_rows > 0 ? m->be.ops->mlp_rows : MLP_CHUNK; }
 
-static size_t arena_layout(const vsr_model *m, int64_t T, int64_t R, arena *a, float *base) {
+static size_t arena_layout(const vsr_model *m, int64_t T, int64_t R, int64_t G, arena *a, float *base) {
     int64_t w0 = max3(m->C, 2LL * m->H * m->hd, m->Vd), w1 = max3(m->C, (int64_t)m->H * m->hd, 0);
     if (m->in_stacked && w0 < m->C + m->Vd + 2LL * m->Hv) w0 = m->C + m->Vd + 2LL * m->Hv;
     if (m->qz_stacked && w0 < m->C + m->Vd) w0 = m->C + m->Vd;
     int64_t w2 = max3(m->Vd, (int64_t)m->Hkv * m->hd, 0), w4 = (int64_t)m->H * m->hd;
     int64_t wl = max3(max3(m->D, m->Vd, w4), VSR_D3_CODES, 0), ch = T < mlp_chunk(m) ? T : mlp_chunk(m);
     int64_t sizes[] = {T * m->D, T * m->D, T * w0, T * w1, T * w2, T * w2, T * w4, T * m->Hv * (m->ba_stacked ? 2 : 1), T * m->Hv,
-                       ch * m->I * (m->mlp_stacked ? 2 : 1), ch * m->I, R * wl, R * wl, R * m->Hv * m->dk * m->dv};
+                       ch * m->I * (m->mlp_stacked ? 2 : 1), ch * m->I, G * wl, G * wl, R * m->Hv * m->dk * m->dv};
     float **slots[] = {&a->x, &a->h, &a->t0, &a->t1, &a->t2, &a->t3, &a->t4, &a->tb, &a->ta,
                        &a->mg, &a->mu, &a->xl, &a->cl, &a->st};
     _Static_assert(sizeof sizes / sizeof *sizes == sizeof slots / sizeof *slots, "one size per slot");
@@ -413,16 +419,18 @@ static size_t arena_layout(const vsr_model *m, int64_t T, int64_t R, arena *a, f
     return off * sizeof(float);
 }
 
-static vsr_status arena_reserve(vsr_model *m, int64_t T, int64_t R, vsr_err *err) {
-    if (T <= m->arena_tokens && R <= m->arena_rows) return VSR_OK;
+static vsr_status arena_reserve(vsr_model *m, int64_t T, int64_t R, int64_t G, vsr_err *err) {
+    if (G < R) G = R;
+    if (T <= m->arena_tokens && R <= m->arena_rows && G <= m->arena_gather) return VSR_OK;
     if (T < m->arena_tokens) T = m->arena_tokens;
     if (R < m->arena_rows) R = m->arena_rows;
-    size_t bytes = arena_layout(m, T, R, &(arena){0}, NULL);
+    if (G < m->arena_gather) G = m->arena_gather;
+    size_t bytes = arena_layout(m, T, R, G, &(arena){0}, NULL);
     void *p;
     vsr_status st = m->be.ops->buf_alloc(m->be.ctx, bytes, &p, err);
     if (st) return vsr_err_prefix(err, "activations for %lld tokens x %lld rows", (long long)T, (long long)R);
     m->be.ops->buf_free(m->be.ctx, m->arena);
-    m->arena = p, m->arena_tokens = T, m->arena_rows = R;
+    m->arena = p, m->arena_tokens = T, m->arena_rows = R, m->arena_gather = G;
     return VSR_OK;
 }
 
@@ -443,6 +451,7 @@ void vsr_model_free(vsr_model *m) {
     free(m->bufs);
     free(m->layers);
     free(m->inv_freq);
+    free(m->tap_host);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -588,7 +597,7 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
     if (max_tokens <= 0) max_tokens = 4096;
     if (m->rot > 0 && (st = rope_tables(m, max_tokens, err))) goto fail;
     for (int64_t T = MAX_ROWS_PLANNED * max_tokens;; T /= 2) {
-        if (!(st = arena_reserve(m, T, MAX_ROWS_PLANNED, err))) break;
+        if (!(st = arena_reserve(m, T, MAX_ROWS_PLANNED, MAX_ROWS_PLANNED, err))) break;
         if (T <= 512) goto fail;
     }
     *out = m;
@@ -615,8 +624,38 @@ static void feed(vsr_model *m, const float *x, int64_t rows, int64_t K, const vs
     const vsr_bweight *rd[4] = {r0, r1, r2, r3};
     int n = 0;
     while (n < 4 && rd[n]) n++;
+    if (m->tap) n = 0; /* the tap reads the FP32 x too */
     if (B->feed_linears) B->feed_linears(X, x, rows, K, rd, n);
 }
+
+void vsr_model_set_tap(vsr_model *m, vsr_model_tap_fn fn, void *ctx) {
+    if (!m) return;
+    pthread_mutex_lock(&m->lock);
+    m->tap = fn, m->tap_ctx = ctx;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* Hands x [rows, K] (the input of the linears `what`, a NULL-terminated list of module names
+ * under layers.<l>.) to the tap, copied to the host once. */
+static vsr_status tap(vsr_model *m, const layer *L, const float *x, int64_t rows, int64_t K, vsr_err *err,
+                      const char *const *what) {
+    if (!m->tap) return VSR_OK;
+    size_t n = (size_t)rows * (size_t)K;
+    if (n > m->tap_host_cap) {
+        float *nb = realloc(m->tap_host, sizeof(float) * n);
+        if (!nb) return vsr_err_set(err, VSR_E_NOMEM, "model: out of memory for the activation tap");
+        m->tap_host = nb, m->tap_host_cap = n;
+    }
+    vsr_status st = B->buf_get(X, m->tap_host, x, sizeof(float) * n, err);
+    if (st) return st;
+    for (; *what; what++) {
+        char name[512];
+        snprintf(name, sizeof name, "%slayers.%d.%s", m->pkg->text_prefix, (int)(L - m->layers), *what);
+        m->tap(m->tap_ctx, name, m->tap_host, rows, K);
+    }
+    return VSR_OK;
+}
+#define TAP(x, rows, K, ...) tap(m, L, (x), (rows), (K), err, (const char *const[]){__VA_ARGS__, NULL})
 #define NONE NULL, NULL, NULL, NULL
 
 /* Gated DeltaNet over h [T, D]; leaves the out_proj input in *core [T, Vd]. */
@@ -630,6 +669,9 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
     const float *z, *bb, *aa;
     int64_t qs, zs, bs;
     float *out;
+    if ((st = TAP(a->h, T, m->D, "linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b",
+                  "linear_attn.in_proj_a")))
+        return st;
     if (L->in_all) {
         qs = zs = bs = m->C + m->Vd + 2LL * m->Hv;
         z = a->t0 + m->C, bb = z + m->Vd, aa = bb + m->Hv, out = a->t2;
@@ -659,7 +701,8 @@ static vsr_status deltanet_layer(vsr_model *m, const layer *L, const arena *a, i
         (st = B->deltanet(X, a->t1, m->C, bb, aa, bs, L->A_log, L->dt_bias, sg, m->Hk, m->Hv, m->dk, m->dv, a->st,
                           a->t3, err)) ||
         (feed(m, out, T, m->Vd, last ? NULL : L->out, NULL, NULL, NULL), 0) ||
-        (st = B->rmsnorm_gated(X, a->t3, z, m->Hv, zs, T * m->Hv, m->dv, L->gnorm, m->eps, out, err)))
+        (st = B->rmsnorm_gated(X, a->t3, z, m->Hv, zs, T * m->Hv, m->dv, L->gnorm, m->eps, out, err)) ||
+        (st = TAP(out, T, m->Vd, "linear_attn.out_proj")))
         return st;
     *core = out;
     return VSR_OK;
@@ -671,7 +714,8 @@ static vsr_status attention_layer(vsr_model *m, const layer *L, const arena *a, 
     const int H = m->H, Hkv = m->Hkv, d = m->hd;
     vsr_status st;
     /* q_proj rows hold per head [q (d) | gate (d)]: (token, head) pairs are rows of 2d. */
-    if ((st = B->linear(X, a->h, T, L->q, a->t0, 0, err)) ||
+    if ((st = TAP(a->h, T, m->D, "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")) ||
+        (st = B->linear(X, a->h, T, L->q, a->t0, 0, err)) ||
         (st = B->rmsnorm(X, a->t0, 2 * d, T * H, d, L->q_norm, 1.0f, m->eps, a->t1, d, err)) ||
         (st = B->linear(X, a->h, T, L->k, a->t2, 0, err)) ||
         (st = B->rmsnorm(X, a->t2, d, T * Hkv, d, L->k_norm, 1.0f, m->eps, a->t2, d, err)) ||
@@ -681,7 +725,8 @@ static vsr_status attention_layer(vsr_model *m, const layer *L, const arena *a, 
         (st = B->attention(X, a->t1, (int64_t)H * d, a->t2, a->t3, sg, H, Hkv, d, 1.0f / sqrtf((float)d),
                            m->causal, a->t4, err)) ||
         (feed(m, a->t4, T, (int64_t)H * d, last ? NULL : L->o, NULL, NULL, NULL), 0) ||
-        (st = B->mul_sigmoid(X, a->t4, T, H, d, a->t0 + d, 2LL * H * d, 2LL * d, err)))
+        (st = B->mul_sigmoid(X, a->t4, T, H, d, a->t0 + d, 2LL * H * d, 2LL * d, err)) ||
+        (st = TAP(a->t4, T, (int64_t)H * d, "self_attn.o_proj")))
         return st;
     *core = a->t4;
     return VSR_OK;
@@ -703,9 +748,11 @@ static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, fl
         const float *g = a->mg, *u;
         int64_t gs;
         float *y;
+        if ((st = TAP(hc, n, m->D, "mlp.gate_proj", "mlp.up_proj"))) return st;
         if (L->gate_up && B->linear_swiglu) { /* the backend runs the product and SwiGLU as one op */
             if ((feed(m, a->mu, n, m->I, L->down, NULL, NULL, NULL), 0) ||
                 (st = B->linear_swiglu(X, hc, n, L->gate_up, a->mg, a->mu, err)) ||
+                (st = TAP(a->mu, n, m->I, "mlp.down_proj")) ||
                 (st = B->linear(X, a->mu, n, L->down, x + t0 * m->D, 1, err)))
                 return st;
             continue;
@@ -719,7 +766,7 @@ static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, fl
                 return st;
         }
         if ((feed(m, y, n, m->I, L->down, NULL, NULL, NULL), 0) || (st = B->swiglu(X, g, u, gs, n, m->I, y, err)) ||
-            (st = B->linear(X, y, n, L->down, x + t0 * m->D, 1, err)))
+            (st = TAP(y, n, m->I, "mlp.down_proj")) || (st = B->linear(X, y, n, L->down, x + t0 * m->D, 1, err)))
             return st;
     }
     return VSR_OK;
@@ -743,14 +790,17 @@ static vsr_status run_ops(vsr_model *m, const arena *a, int R, int64_t T, const 
         } else
             feed(m, a->h, T, m->D, L->q, L->k, L->v, NULL);
         if ((st = B->rmsnorm(X, a->x, m->D, T, m->D, L->in_norm, 1.0f, m->eps, a->h, m->D, err))) return st;
-        /* the last layer gathers its core rows in FP32: their linear is not the only reader */
-        st = L->type == VSR_LAYER_LINEAR_ATTENTION ? deltanet_layer(m, L, a, T, sg, l + 1 == nl, &core, err)
-                                                   : attention_layer(m, L, a, T, sg, l + 1 == nl, &core, err);
+        /* the last layer gathers its core rows in FP32: their linear is not the only reader. While
+         * tapping, it runs on all tokens like the others (calibration sees every token). */
+        const int last_rows = l + 1 == nl && !m->tap;
+        st = L->type == VSR_LAYER_LINEAR_ATTENTION ? deltanet_layer(m, L, a, T, sg, last_rows, &core, err)
+                                                   : attention_layer(m, L, a, T, sg, last_rows, &core, err);
         if (st) return st;
         const vsr_bweight *Wout = L->type == VSR_LAYER_LINEAR_ATTENTION ? L->out : L->o;
         int64_t cw = L->type == VSR_LAYER_LINEAR_ATTENTION ? m->Vd : (int64_t)m->H * m->hd;
-        if (l + 1 < nl) {
+        if (!last_rows) {
             if ((st = B->linear(X, core, T, Wout, a->x, 1, err)) || (st = mlp(m, L, a, a->x, a->h, T, err))) return st;
+            if (l + 1 == nl && (st = B->gather_rows(X, a->x, last, R, m->D, a->xl, err))) return st;
         } else {
             /* Only each row's last token feeds the readout: finish the last layer on R rows. */
             if ((st = B->gather_rows(X, core, last, R, cw, a->cl, err)) ||
@@ -806,12 +856,12 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
     vsr_segs sg = {R, start, len, pos0};
     int want_logits = logits != NULL, replayed = 0;
     /* A repeated shape replays the recorded forward (CUDA graphs) with these ids. */
-    if (B->graph_begin &&
+    if (B->graph_begin && !m->tap &&
         (st = B->graph_begin(X, graph_key(m, R, lens, want_logits), all, T, &replayed, err)))
         goto out;
     if (!replayed) {
         st = run_ops(m, &a, R, T, all, &sg, last, want_logits, err);
-        if (B->graph_begin) {
+        if (B->graph_begin && !m->tap) {
             int rerun = 0;
             vsr_status st2 = B->graph_end(X, st, &rerun, err);
             if (rerun) st = run_ops(m, &a, R, T, all, &sg, last, want_logits, err);
