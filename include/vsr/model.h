@@ -41,6 +41,15 @@ uint64_t vsr_model_memory_bytes(const vsr_model *m);
 vsr_status vsr_model_forward_last(vsr_model *m, int n_rows, const int32_t *const *ids,
                                   const int *lens, float *hidden, float *logits, vsr_err *err);
 
+/* Runs n_rows unpadded token sequences with PLAIN positions 0..len-1 in every row (no padding
+ * offset; attention mode as vsr_model_forward_last) and writes the final-norm hidden state of
+ * row r's tokens pos[r][0..n_pos[r]) (0-based within the row, any order, repeats allowed) to
+ * hidden[sum n_pos, hidden_size] (FP32), rows in order. Used by the Vela 2.0 trees (src/vela2),
+ * whose blocks read words and label blocks at chosen positions. A position outside its row is
+ * refused. */
+vsr_status vsr_model_forward_gather(vsr_model *m, int n_rows, const int32_t *const *ids, const int *lens,
+                                    const int *n_pos, const int32_t *const *pos, float *hidden, vsr_err *err);
+
 /* Activation tap (calibration, issue 22): when set, `fn` is called before every linear of the
  * backbone with that linear's module name (package prefix included, e.g.
  * "model.language_model.layers.3.mlp.gate_proj") and its FP32 input x [rows, K], copied to the

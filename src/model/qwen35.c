@@ -772,9 +772,9 @@ static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, fl
     return VSR_OK;
 }
 
-/* The forward's device work, embedding to readout: the final-norm hidden rows into a->h, the
- * logits (when asked) into a->cl. */
-static vsr_status run_ops(vsr_model *m, const arena *a, int R, int64_t T, const int32_t *all, const vsr_segs *sg,
+/* The forward's device work, embedding to readout: the final-norm hidden rows of the G gathered
+ * tokens (`last`: indices into the packed tokens) into a->h, the logits (when asked) into a->cl. */
+static vsr_status run_ops(vsr_model *m, const arena *a, int64_t G, int64_t T, const int32_t *all, const vsr_segs *sg,
                           const int64_t *last, int want_logits, vsr_err *err) {
     vsr_status st;
     if ((st = B->embed(X, m->embed, all, T, a->x, err))) return st;
@@ -800,46 +800,69 @@ static vsr_status run_ops(vsr_model *m, const arena *a, int R, int64_t T, const 
         int64_t cw = L->type == VSR_LAYER_LINEAR_ATTENTION ? m->Vd : (int64_t)m->H * m->hd;
         if (!last_rows) {
             if ((st = B->linear(X, core, T, Wout, a->x, 1, err)) || (st = mlp(m, L, a, a->x, a->h, T, err))) return st;
-            if (l + 1 == nl && (st = B->gather_rows(X, a->x, last, R, m->D, a->xl, err))) return st;
+            if (l + 1 == nl && (st = B->gather_rows(X, a->x, last, G, m->D, a->xl, err))) return st;
         } else {
-            /* Only each row's last token feeds the readout: finish the last layer on R rows. */
-            if ((st = B->gather_rows(X, core, last, R, cw, a->cl, err)) ||
-                (st = B->gather_rows(X, a->x, last, R, m->D, a->xl, err)) ||
-                (st = B->linear(X, a->cl, R, Wout, a->xl, 1, err)) || (st = mlp(m, L, a, a->xl, a->h, R, err)))
+            /* Only the gathered tokens are read: finish the last layer on those G rows. */
+            if ((st = B->gather_rows(X, core, last, G, cw, a->cl, err)) ||
+                (st = B->gather_rows(X, a->x, last, G, m->D, a->xl, err)) ||
+                (st = B->linear(X, a->cl, G, Wout, a->xl, 1, err)) || (st = mlp(m, L, a, a->xl, a->h, G, err)))
                 return st;
         }
     }
-    if ((st = B->rmsnorm(X, a->xl, m->D, R, m->D, m->final_norm, 1.0f, m->eps, a->h, m->D, err))) return st;
-    if (want_logits && (st = B->readout(X, a->h, R, m->readout, a->cl, err))) return st;
+    if ((st = B->rmsnorm(X, a->xl, m->D, G, m->D, m->final_norm, 1.0f, m->eps, a->h, m->D, err))) return st;
+    if (want_logits && (st = B->readout(X, a->h, G, m->readout, a->cl, err))) return st;
     return VSR_OK;
 }
 
-/* Everything run_ops' op sequence depends on besides the token ids (FNV-1a). */
-static uint64_t graph_key(const vsr_model *m, int R, const int *lens, int want_logits) {
+/* Everything run_ops' op sequence depends on besides the token ids (FNV-1a): the row lengths,
+ * whether positions are plain, and the gathered tokens. */
+static uint64_t graph_key(const vsr_model *m, int R, const int *lens, int want_logits, int plain, int64_t G,
+                          const int64_t *gather) {
     uint64_t h = 1469598103934665603ull;
     const uint64_t vals[] = {(uint64_t)R, (uint64_t)want_logits, (uint64_t)(uintptr_t)m->arena,
                              (uint64_t)m->arena_tokens, (uint64_t)m->arena_rows, (uint64_t)(uintptr_t)m->cos_t,
-                             (uint64_t)(uintptr_t)m->sin_t, (uint64_t)m->max_pos};
+                             (uint64_t)(uintptr_t)m->sin_t, (uint64_t)m->max_pos, (uint64_t)plain, (uint64_t)G,
+                             (uint64_t)m->arena_gather};
     for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) h = (h ^ vals[i]) * 1099511628211ull;
     for (int r = 0; r < R; r++) h = (h ^ (uint64_t)lens[r]) * 1099511628211ull;
+    for (int64_t g = 0; g < G; g++) h = (h ^ (uint64_t)gather[g]) * 1099511628211ull;
     return h;
 }
 
-static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids, const int *lens, float *hidden,
-                                 float *logits, vsr_err *err) {
-    int64_t T = 0, Lmax = 0;
+/* Graphs replay their recorded gather indices; more than this many reach the device through a
+ * host copy that a replay would read again after it is freed, so such forwards are not recorded. */
+#define GRAPH_MAX_GATHER 256
+
+/* n_pos == NULL: each row's last token, positions of the left-padded batch (decision3).
+ * Else row r's tokens at pos[r][0..n_pos[r]) (0-based within the row), plain positions 0..len-1. */
+static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids, const int *lens,
+                                 const int *n_pos, const int32_t *const *pos, float *hidden, float *logits,
+                                 vsr_err *err) {
+    int64_t T = 0, Lmax = 0, G = 0;
     for (int r = 0; r < R; r++) {
         if (!ids[r] || lens[r] < 1)
             return vsr_err_set(err, VSR_E_INVALID, "forward: row %d has no tokens (length %d)", r, lens[r]);
         T += lens[r];
         if (lens[r] > Lmax) Lmax = lens[r];
+        if (!n_pos) {
+            G++;
+            continue;
+        }
+        if (n_pos[r] < 0 || (n_pos[r] > 0 && !pos[r]))
+            return vsr_err_set(err, VSR_E_INVALID, "forward: row %d asks for %d positions", r, n_pos[r]);
+        for (int i = 0; i < n_pos[r]; i++)
+            if (pos[r][i] < 0 || pos[r][i] >= lens[r])
+                return vsr_err_set(err, VSR_E_INVALID, "forward: row %d: position %d is outside the row (%d tokens)",
+                                   r, pos[r][i], lens[r]);
+        G += n_pos[r];
     }
+    if (G < 1) return vsr_err_set(err, VSR_E_INVALID, "forward: no position to read");
     vsr_status st;
-    if ((st = arena_reserve(m, T, R, err))) return st;
+    if ((st = arena_reserve(m, T, R, G, err))) return st;
     if (m->rot > 0 && (st = rope_tables(m, Lmax, err))) return st;
     arena a;
-    arena_layout(m, m->arena_tokens, m->arena_rows, &a, m->arena);
-    int64_t *segbuf = malloc(sizeof(int64_t) * 4 * (size_t)R);
+    arena_layout(m, m->arena_tokens, m->arena_rows, m->arena_gather, &a, m->arena);
+    int64_t *segbuf = malloc(sizeof(int64_t) * (3 * (size_t)R + (size_t)G));
     int32_t *all = malloc(sizeof(int32_t) * (size_t)T);
     if (!segbuf || !all) {
         free(segbuf);
@@ -847,30 +870,34 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
         return vsr_err_set(err, VSR_E_NOMEM, "forward: out of memory");
     }
     int64_t *start = segbuf, *len = segbuf + R, *pos0 = segbuf + 2 * R, *last = segbuf + 3 * R;
-    for (int r = 0, off = 0; r < R; off += lens[r], r++) {
+    for (int r = 0, off = 0, g = 0; r < R; off += lens[r], r++) {
         start[r] = off, len[r] = lens[r];
-        pos0[r] = Lmax - lens[r]; /* left padding: the padded batch's column index */
-        last[r] = off + lens[r] - 1;
+        /* left padding: the padded batch's column index; plain: every row from 0 */
+        pos0[r] = n_pos ? 0 : Lmax - lens[r];
+        if (!n_pos) last[g++] = off + lens[r] - 1;
+        else
+            for (int i = 0; i < n_pos[r]; i++) last[g++] = off + pos[r][i];
         memcpy(all + off, ids[r], sizeof(int32_t) * (size_t)lens[r]);
     }
     vsr_segs sg = {R, start, len, pos0};
     int want_logits = logits != NULL, replayed = 0;
+    const int graphs = B->graph_begin && !m->tap && G <= GRAPH_MAX_GATHER;
     /* A repeated shape replays the recorded forward (CUDA graphs) with these ids. */
-    if (B->graph_begin && !m->tap &&
-        (st = B->graph_begin(X, graph_key(m, R, lens, want_logits), all, T, &replayed, err)))
+    if (graphs &&
+        (st = B->graph_begin(X, graph_key(m, R, lens, want_logits, n_pos != NULL, G, last), all, T, &replayed, err)))
         goto out;
     if (!replayed) {
-        st = run_ops(m, &a, R, T, all, &sg, last, want_logits, err);
-        if (B->graph_begin && !m->tap) {
+        st = run_ops(m, &a, G, T, all, &sg, last, want_logits, err);
+        if (graphs) {
             int rerun = 0;
             vsr_status st2 = B->graph_end(X, st, &rerun, err);
-            if (rerun) st = run_ops(m, &a, R, T, all, &sg, last, want_logits, err);
+            if (rerun) st = run_ops(m, &a, G, T, all, &sg, last, want_logits, err);
             else if (!st) st = st2;
         }
     }
     if (st) goto out;
-    if (hidden && (st = B->buf_get(X, hidden, a.h, sizeof(float) * (size_t)(R * m->D), err))) goto out;
-    if (logits) st = B->buf_get(X, logits, a.cl, sizeof(float) * (size_t)R * VSR_D3_CODES, err);
+    if (hidden && (st = B->buf_get(X, hidden, a.h, sizeof(float) * (size_t)(G * m->D), err))) goto out;
+    if (logits) st = B->buf_get(X, logits, a.cl, sizeof(float) * (size_t)G * VSR_D3_CODES, err);
 out:
     free(segbuf);
     free(all);
@@ -883,7 +910,18 @@ vsr_status vsr_model_forward_last(vsr_model *m, int n_rows, const int32_t *const
     if (n_rows < 1 || !ids || !lens)
         return vsr_err_set(err, VSR_E_INVALID, "forward: need at least one row (got %d)", n_rows);
     pthread_mutex_lock(&m->lock);
-    vsr_status st = forward_locked(m, n_rows, ids, lens, hidden, logits, err);
+    vsr_status st = forward_locked(m, n_rows, ids, lens, NULL, NULL, hidden, logits, err);
+    pthread_mutex_unlock(&m->lock);
+    return st;
+}
+
+vsr_status vsr_model_forward_gather(vsr_model *m, int n_rows, const int32_t *const *ids, const int *lens,
+                                    const int *n_pos, const int32_t *const *pos, float *hidden, vsr_err *err) {
+    if (!m) return vsr_err_set(err, VSR_E_INVALID, "forward: no model");
+    if (n_rows < 1 || !ids || !lens || !n_pos || !pos)
+        return vsr_err_set(err, VSR_E_INVALID, "forward: need at least one row (got %d)", n_rows);
+    pthread_mutex_lock(&m->lock);
+    vsr_status st = forward_locked(m, n_rows, ids, lens, n_pos, pos, hidden, NULL, err);
     pthread_mutex_unlock(&m->lock);
     return st;
 }
