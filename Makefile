@@ -56,6 +56,11 @@ $(BUILD)/vllm-srun: $(TOOL_OBJ) $(BUILD)/libvsr.a
 $(BUILD)/vllm-sr: $(SR_OBJ) $(BUILD)/libvsr.a
 	$(CC) $(CFLAGS) -o $@ $(SR_OBJ) $(BUILD)/libvsr.a $(LDFLAGS) $(LDLIBS)
 
+# the OpenAI-compatible upstream of the router's tests and bench (issue #21): a program, not a suite
+all: $(BUILD)/tests/openai_upstream
+$(BUILD)/tests/openai_upstream: $(BUILD)/tests/tools/openai_upstream.o
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB_OBJ) $(BUILD)/libvsr.a
 	$(CC) $(CFLAGS) -o $@ $< $(TEST_LIB_OBJ) $(BUILD)/libvsr.a $(LDFLAGS) $(LDLIBS)
 
