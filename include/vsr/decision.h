@@ -66,6 +66,35 @@ bool vsr_decision_return_meta(const vsr_decision_job *j);
 typedef void (*vsr_forward_cb)(void *ctx, int rows, int64_t padded_tokens, double seconds);
 vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile int *cancel,
                             vsr_forward_cb on_forward, void *cb_ctx, vsr_err *err);
+/* ---- stepwise running: the scheduler interleaves the forwards of several jobs ----
+ * A row is one valid question. A job's rows are forwarded once each, in any grouping; a
+ * job is finished when no row is left (vsr_decision_expire marks the rest failed). */
+typedef struct vsr_row_ref {
+    vsr_decision_job *job;
+    int row;
+} vsr_row_ref;
+/* Rows not yet forwarded (-1: out of memory). */
+int vsr_decision_rows_left(vsr_decision_job *j);
+/* The rows of the job's next forward as the exact profile runs them (one request's rows, at
+ * most VSR_D3_ROWS_PER_FORWARD, in request order, counted from the request's first row) into
+ * out[VSR_D3_ROWS_PER_FORWARD]; returns how many (0: none left; -1: out of memory). */
+int vsr_decision_next_forward(vsr_decision_job *j, vsr_row_ref *out);
+/* Every row not yet forwarded, at most max (coalescing profiles plan these themselves). */
+int vsr_decision_pending(vsr_decision_job *j, vsr_row_ref *out, int max);
+int64_t vsr_decision_row_tokens(const vsr_row_ref *r);
+/* One forward of `rows` (of any jobs, in any order): left-padded to the longest row, as the
+ * exact path pads its own rows. Answers them. */
+vsr_status vsr_decision_forward(vsr_decider *d, const vsr_row_ref *rows, int n, vsr_forward_cb on_forward,
+                                void *cb_ctx, vsr_err *err);
+/* An opaque pointer the scheduler keeps with the job (rows of a forward lead back to it). */
+void vsr_decision_set_owner(vsr_decision_job *j, void *owner);
+void *vsr_decision_job_owner(const vsr_decision_job *j);
+/* The profile the request runs under: "exact" or the server's other profile. */
+const char *vsr_decision_profile(const vsr_decision_job *j);
+/* The profile the server enables beside exact (NULL or "exact": exact only); requests may ask
+ * for either. */
+void vsr_decider_set_profile(vsr_decider *d, const char *profile);
+
 /* Calls fn once per question with its type ("choice", "noul", "score" or "unknown") and
  * outcome ("answered" or an item error code), for metrics. */
 void vsr_decision_outcomes(const vsr_decision_job *j,
@@ -85,7 +114,8 @@ typedef struct vsr_decision_item {
  * its own part of the prompt; the request's state part is shared, see decision_impl.h). */
 void vsr_decision_foreach(const vsr_decision_job *j,
                           void (*fn)(void *ctx, const vsr_decision_item *item), void *ctx);
-/* Marks every unanswered question deadline_exceeded (the scheduler dropped it). */
+/* Marks every question not yet answered deadline_exceeded (the scheduler dropped it); the
+ * answered ones are kept. */
 void vsr_decision_expire(vsr_decision_job *j);
 
 typedef struct vsr_decision_meta {

@@ -48,7 +48,15 @@ struct vsr_decision_job {
     d3_request *req;       /* [0] is the main request */
     double deadline_ms;
     bool return_meta;
-    char profile[32];
+    char profile[32];      /* "exact" or the profile the request asked for (one the server enabled) */
+    /* The rows to forward, built on first use (run.c): every valid question in request order,
+     * with its request and its ordinal among that request's valid questions (the exact path
+     * forwards each request's rows VSR_D3_ROWS_PER_FORWARD at a time, in that order). */
+    d3_question **rows;
+    int *row_req, *row_ord;
+    int n_rows;
+    int next;              /* first row not yet forwarded (rows before it are answered) */
+    void *owner;           /* the scheduler's record of this job */
 };
 
 struct vsr_decider {
@@ -59,6 +67,7 @@ struct vsr_decider {
     double temperature;
     const char *codes[VSR_D3_CODES];
     int32_t token_ids[VSR_D3_CODES];
+    char served_profile[32]; /* the profile the server enabled beside exact ("" = exact only) */
 };
 
 /* render.c */

@@ -517,12 +517,19 @@ vsr_decision_job *vsr_decision_parse(const vsr_decider *d, const char *body, siz
         }
         const json_t *pr = json_object_get(jo, "profile");
         if (pr && !json_is_null(pr)) {
-            if (!json_is_string(pr) || strcmp(json_string_value(pr), "exact")) {
-                http_fail(herr, 400, "invalid_request",
-                          "options.profile: unknown profile '%s'; available: exact",
-                          json_is_string(pr) ? json_string_value(pr) : "(not a string)");
+            const char *p = json_is_string(pr) ? json_string_value(pr) : NULL;
+            bool served = p && (!strcmp(p, "exact") || (d->served_profile[0] && !strcmp(p, d->served_profile)));
+            if (!served) {
+                /* the reference's message: the sorted list of the profiles this model serves */
+                if (d->served_profile[0] && strcmp(d->served_profile, "exact"))
+                    http_fail(herr, 400, "invalid_request", "options.profile must be one of ['%s', '%s']",
+                              strcmp(d->served_profile, "exact") < 0 ? d->served_profile : "exact",
+                              strcmp(d->served_profile, "exact") < 0 ? "exact" : d->served_profile);
+                else
+                    http_fail(herr, 400, "invalid_request", "options.profile must be one of ['exact']");
                 goto done;
             }
+            snprintf(j->profile, sizeof j->profile, "%s", p);
         }
         const json_t *rm = json_object_get(jo, "return_meta");
         if (rm && !json_is_null(rm)) {
@@ -602,84 +609,6 @@ int64_t vsr_decision_tokens(const vsr_decision_job *j) {
 double vsr_decision_deadline_ms(const vsr_decision_job *j) { return j->deadline_ms; }
 bool vsr_decision_return_meta(const vsr_decision_job *j) { return j->return_meta; }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-vsr_status vsr_decision_run(vsr_decider *d, vsr_decision_job *j, const volatile int *cancel,
-                            vsr_forward_cb on_forward, void *cb_ctx, vsr_err *err) {
-    /* Every valid question in request order (main request, then each state). */
-    int n = count_valid(j);
-    d3_question **rows = malloc(sizeof *rows * (size_t)(n ? n : 1));
-    int64_t hidden = vsr_model_hidden_size(d->model);
-    float *hbuf = malloc(sizeof(float) * (size_t)hidden * VSR_D3_ROWS_PER_FORWARD);
-    float *logits = malloc(sizeof(float) * VSR_D3_CODES * VSR_D3_ROWS_PER_FORWARD);
-    vsr_status st = VSR_OK;
-    if (!rows || !hbuf || !logits) {
-        st = vsr_err_set(err, VSR_E_NOMEM, "out of memory for %d rows of hidden size %lld",
-                         VSR_D3_ROWS_PER_FORWARD, (long long)hidden);
-        goto out;
-    }
-    /* Each request (the main one, then each `states` entry: the reference answers them as
-     * separate requests) forwards its own rows, 8 at a time: positions run 0..L-1 over a
-     * forward's padded length, so which rows share a forward changes the answers. */
-    int k = 0, n_batches = 0;
-    int *batch_start = malloc(sizeof *batch_start * (size_t)(n + 1));
-    if (!batch_start) {
-        st = vsr_err_set(err, VSR_E_NOMEM, "out of memory");
-        goto out;
-    }
-    for (int r = 0; r < j->n_req; r++) {
-        int first = k;
-        for (int i = 0; i < j->req[r].n_q; i++)
-            if (!j->req[r].q[i].err_code) {
-                if ((k - first) % VSR_D3_ROWS_PER_FORWARD == 0) batch_start[n_batches++] = k;
-                rows[k++] = &j->req[r].q[i];
-            }
-    }
-    batch_start[n_batches] = n;
-    for (int bi = 0; bi < n_batches && st == VSR_OK; bi++) {
-        int b0 = batch_start[bi];
-        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
-            st = vsr_err_set(err, VSR_E_INVALID, "cancelled: the client went away");
-            break;
-        }
-        int nb = batch_start[bi + 1] - b0;
-        const int32_t *ids[VSR_D3_ROWS_PER_FORWARD];
-        int32_t *own[VSR_D3_ROWS_PER_FORWARD] = {0};
-        int lens[VSR_D3_ROWS_PER_FORWARD];
-        int maxlen = 0;
-        for (int b = 0; b < nb && st == VSR_OK; b++) {
-            /* head + tail of this row, for this forward only */
-            if (!(own[b] = d3_question_ids(rows[b0 + b])))
-                st = vsr_err_set(err, VSR_E_NOMEM, "out of memory for a row of %zu tokens", rows[b0 + b]->n_ids);
-            ids[b] = own[b];
-            lens[b] = (int)rows[b0 + b]->n_ids;
-            if (lens[b] > maxlen) maxlen = lens[b];
-        }
-        double t0 = now_seconds();
-        if (st == VSR_OK) st = vsr_model_forward_last(d->model, nb, ids, lens, hbuf, logits, err);
-        for (int b = 0; b < nb; b++) free(own[b]);
-        if (on_forward) on_forward(cb_ctx, nb, (int64_t)nb * maxlen, now_seconds() - t0);
-        for (int b = 0; b < nb && st == VSR_OK; b++) {
-            d3_question *q = rows[b0 + b];
-            if (!d3_probs_from_logits(logits + (size_t)b * VSR_D3_CODES, q->n_opt, d->temperature,
-                                      q->probs))
-                st = vsr_err_set(err, VSR_E_INTERNAL, "the model produced a non-finite number");
-            else
-                q->answered = true;
-        }
-    }
-    free(batch_start);
-out:
-    free(rows);
-    free(hbuf);
-    free(logits);
-    return st;
-}
-
 void vsr_decision_outcomes(const vsr_decision_job *j,
                            void (*fn)(void *ctx, const char *type, const char *outcome), void *ctx) {
     for (int r = 0; r < j->n_req; r++)
@@ -746,8 +675,8 @@ char *vsr_decision_response(const vsr_decision_job *j, const vsr_decision_meta *
         json_object_set_new(m, "model_id", json_string(meta->model_id ? meta->model_id : j->model));
         if (meta->revision) json_object_set_new(m, "revision", json_string(meta->revision));
         if (meta->model_sha256) json_object_set_new(m, "model_sha256", json_string(meta->model_sha256));
-        json_object_set_new(m, "profile", json_string("exact"));
-        json_object_set_new(m, "numerics", json_string("exact"));
+        json_object_set_new(m, "profile", json_string(j->profile));
+        json_object_set_new(m, "numerics", json_string(strcmp(j->profile, "exact") ? "approximate" : "exact"));
         json_object_set_new(m, "engine", json_string("native"));
         if (meta->accelerator) json_object_set_new(m, "accelerator", json_string(meta->accelerator));
         if (meta->device) json_object_set_new(m, "device", json_string(meta->device));
@@ -771,6 +700,9 @@ void vsr_decision_free(vsr_decision_job *j) {
         free(j->req[r].name);
     }
     free(j->req);
+    free(j->rows);
+    free(j->row_req);
+    free(j->row_ord);
     free(j->model);
     free(j);
 }

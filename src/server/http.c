@@ -145,8 +145,22 @@ static json_t *model_card(srv_http *h) {
     json_object_set_new(lim, "min_levels", json_integer(2));
     json_object_set_new(lim, "max_levels", json_integer(10));
     json_object_set_new(card, "limits", lim);
-    json_object_set_new(card, "profile", json_string("exact"));
-    json_object_set_new(card, "profiles", json_pack("[{s:s,s:s}]", "name", "exact", "numerics", "exact"));
+    const char *profile = m->opts && m->opts->profile ? m->opts->profile : "exact";
+    json_object_set_new(card, "profile", json_string(profile));
+    json_t *profiles = json_pack("[{s:s,s:s,s:s}]", "name", "exact", "numerics", "exact", "description",
+                                 "One request's questions as the released runtime batches them: eight of its "
+                                 "rows per forward, never mixed with another request's.");
+    if (!strcmp(profile, "batching")) {
+        json_t *b = json_pack("{s:s,s:s,s:s,s:f,s:I}", "name", "batching", "numerics", "approximate",
+                              "description",
+                              "Questions of concurrent requests that ask for it share forwards (longest first, "
+                              "under max_batch_tokens padded tokens, after batch_wait_ms); answers move by "
+                              "rounding, within the GPU tolerance of exact.",
+                              "batch_wait_ms", m->opts->batch_wait_ms, "max_batch_tokens",
+                              (json_int_t)m->opts->max_batch_tokens);
+        json_array_append_new(profiles, b);
+    }
+    json_object_set_new(card, "profiles", profiles);
     json_object_set_new(card, "engine", json_string("native"));
     json_object_set_new(card, "accelerator", json_string(vsr_device_kind_name(m->device.kind)));
     json_object_set_new(card, "device", json_string(m->device_id));
@@ -212,6 +226,7 @@ static enum MHD_Result h_metrics(srv_http *h, struct MHD_Connection *c) {
                           .family = vsr_family_name(m->pkg->family),
                           .accelerator = vsr_device_kind_name(m->device.kind),
                           .device = m->device_id,
+                          .profile = m->opts && m->opts->profile ? m->opts->profile : "exact",
                           .memory_bytes = model ? vsr_model_memory_bytes(model) : 0,
                           .ready = ready,
                           .queue_depth = depth};
@@ -488,7 +503,7 @@ static void run_finish(req_ctx *rc) {
         return;
     }
     t->queue = job->t_start - job->t_enqueue;
-    t->forward = job->expired ? 0 : job->forward_s;
+    t->forward = job->forward_s;
     double t_post = mono();
     if (job->st != VSR_OK) {
         char msg[VSR_ERR_MSG_MAX];
@@ -500,7 +515,7 @@ static void run_finish(req_ctx *rc) {
     }
     vsr_decision_outcomes(dj, count_question, h->metrics);
     srv_metrics_input_tokens(h->metrics, vsr_decision_tokens(dj));
-    if (job->expired) srv_metrics_deadline_dropped(h->metrics, vsr_decision_rows(dj));
+    if (job->dropped) srv_metrics_deadline_dropped(h->metrics, job->dropped);
     vsr_decision_meta meta = {.model_id = m->served_name,
                               .revision = m->pkg->revision[0] ? m->pkg->revision : NULL,
                               .model_sha256 = m->pkg->model_sha256,

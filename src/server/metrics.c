@@ -232,7 +232,7 @@ char *srv_metrics_render(srv_metrics *m, const srv_model_gauges *g) {
         (unsigned long long)m->deadline_dropped);
     pthread_mutex_unlock(&m->mu);
     vsr_strbuf_printf(&b,
-                      "# HELP vllm_srun_queue_depth Jobs waiting for the model.\n# TYPE "
+                      "# HELP vllm_srun_queue_depth Jobs admitted and not yet answered (queued or between forwards).\n# TYPE "
                       "vllm_srun_queue_depth gauge\n"
                       "vllm_srun_queue_depth %d\n",
                       g->queue_depth);
@@ -251,7 +251,7 @@ char *srv_metrics_render(srv_metrics *m, const srv_model_gauges *g) {
         &b,
         "# HELP vllm_srun_model_info The loaded model.\n# TYPE vllm_srun_model_info gauge\n"
         "vllm_srun_model_info{model=\"%s\",revision=\"%s\",family=\"%s\",engine=\"native\","
-        "accelerator=\"%s\",device=\"%s\",profile=\"exact\"} 1\n",
-        model, rev, fam, acc, dev);
+        "accelerator=\"%s\",device=\"%s\",profile=\"%s\"} 1\n",
+        model, rev, fam, acc, dev, g->profile ? g->profile : "exact");
     return vsr_strbuf_take(&b, NULL); /* NULL when out of memory: no half page */
 }

@@ -17,7 +17,7 @@ void srv_metrics_forward(srv_metrics *m, int rows, int64_t padded_tokens, double
 void srv_metrics_deadline_dropped(srv_metrics *m, int questions);
 
 typedef struct srv_model_gauges {
-    const char *model, *revision, *family, *accelerator, *device;
+    const char *model, *revision, *family, *accelerator, *device, *profile;
     uint64_t memory_bytes;
     int ready;
     int queue_depth;

@@ -24,6 +24,9 @@ void vsr_serve_opts_default(vsr_serve_opts *o) {
     o->max_queued_tokens = 4194304;
     o->max_request_bytes = 8388608;
     o->log_level = "info";
+    o->profile = "exact";
+    o->batch_wait_ms = 2.0;
+    o->max_batch_tokens = 65536;
 }
 
 static double now_s(void) {

@@ -10,6 +10,8 @@
 #include "vsr/catalog.h"
 #include "vsr/progress.h"
 
+#define COST_INIT 2e-5  /* seconds per token before the first forward (then an EMA) */
+
 static const char *const state_names[] = {"starting", "loading", "warming", "ready", "failed"};
 const char *srv_state_name(srv_state s) { return state_names[s]; }
 
@@ -39,6 +41,10 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
     m->metrics = metrics;
     m->max_queue = o->max_queue;
     m->max_queued_tokens = o->max_queued_tokens;
+    m->coalesce = o->profile && !strcmp(o->profile, "batching");
+    m->batch_wait_s = o->batch_wait_ms / 1000.0;
+    m->max_batch_tokens = o->max_batch_tokens > 0 ? o->max_batch_tokens : 65536;
+    m->token_cost = COST_INIT;
     m->state = SRV_STARTING;
 
     m->eopts = (vsr_engine_opts){.model = o->model,
@@ -73,6 +79,7 @@ static void *loader_main(void *arg) {
     pthread_mutex_lock(&m->mu);
     m->model = m->engine.model;
     m->decider = m->engine.decider;
+    if (m->decider) vsr_decider_set_profile(m->decider, m->opts->profile);
     pthread_mutex_unlock(&m->mu);
     if (st != VSR_OK) {
         set_state(m, SRV_FAILED, err.msg);
@@ -96,44 +103,199 @@ static void on_forward(void *ctx, int rows, int64_t tokens, double seconds) {
     srv_metrics_forward(m->metrics, rows, tokens, seconds);
 }
 
-static void *sched_main(void *arg) {
-    srv_model *m = arg;
-    pthread_mutex_lock(&m->mu);
-    for (;;) {
-        while (!m->head && !m->stopping) pthread_cond_wait(&m->wake, &m->mu);
-        if (!m->head && m->stopping) break;
-        srv_job *j = m->head;
-        m->head = j->next;
-        if (!m->head) m->tail = NULL;
-        m->queued--;
-        m->queued_tokens -= j->tokens;
-        double now = mono();
-        j->t_start = now;
-        if (j->deadline > 0 && now > j->deadline) {
-            vsr_decision_expire(j->dj);
-            j->expired = true;
-            j->st = VSR_OK;
-            j->state = JOB_DONE;
-            j->t_done = now;
-            if (j->on_done) j->on_done(j, j->on_done_arg);
-            else pthread_cond_signal(&j->done);
+/* ---- the scheduler ----
+ * Jobs leave the FIFO for the active list as soon as the scheduler sees them. Each turn runs
+ * ONE forward, for the active job whose expected finish (enqueued + tokens x cost per token,
+ * the reference's order) is earliest: short work goes first, a long job still runs once the
+ * work queued before its expected finish is done, and a small request waits for at most one
+ * forward of a large one. Between forwards every active job's deadline and cancellation are
+ * checked: rows not run by the deadline answer deadline_exceeded, the rest are kept.
+ * Under a coalescing profile (batching), ripe jobs' rows share forwards: longest first, packed
+ * under --max-batch-tokens padded tokens; a job is ripe --batch-wait-ms after it arrived. */
+
+#define COST_SMOOTHING 0.1
+
+static int64_t padded8(int64_t n) { return (n + 7) / 8 * 8; }
+
+static bool coalesces(const srv_model *m, const srv_job *j) {
+    return m->coalesce && strcmp(vsr_decision_profile(j->dj), "exact");
+}
+
+/* The job leaves the scheduler (lock held): it is answered with what it has. */
+static void finish_job(srv_model *m, srv_job *j, double now) {
+    srv_job **p = &m->active;
+    while (*p && *p != j) p = &(*p)->next;
+    if (*p) *p = j->next;
+    m->running--;
+    m->queued--; /* pending from admission until answered */
+    m->queued_tokens -= j->tokens;
+    if (!j->t_start) j->t_start = now;
+    j->t_done = now;
+    j->state = JOB_DONE;
+    if (j->on_done) j->on_done(j, j->on_done_arg);
+    else pthread_cond_signal(&j->done);
+}
+
+/* Retires cancelled, expired and finished jobs (lock held). */
+static void retire(srv_model *m, double now) {
+    for (srv_job *j = m->active, *nx; j; j = nx) {
+        nx = j->next;
+        if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) {
+            j->st = vsr_err_set(&j->err, VSR_E_INVALID, "cancelled: the client went away");
+            finish_job(m, j, now);
             continue;
         }
-        j->state = JOB_RUNNING;
-        m->running++;
+        int left = vsr_decision_rows_left(j->dj);
+        if (left < 0) {
+            j->st = vsr_err_set(&j->err, VSR_E_NOMEM, "out of memory planning the job's forwards");
+            finish_job(m, j, now);
+        } else if (left == 0) {
+            finish_job(m, j, now);
+        } else if (j->deadline > 0 && now > j->deadline) {
+            j->dropped = left;
+            j->expired = true;
+            vsr_decision_expire(j->dj); /* the rows already answered keep their answers */
+            finish_job(m, j, now);
+        }
+    }
+}
+
+/* Picks the next forward (lock held). Returns its row count, 0 when nothing may run yet (then
+ * *wait_until says when a coalescing job ripens), -1 on out of memory (job in *failed). */
+static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, double *wait_until,
+                        srv_job **failed) {
+    srv_job *best = NULL;
+    *wait_until = 0;
+    for (srv_job *j = m->active; j; j = j->next) {
+        if (coalesces(m, j) && now - j->t_enqueue < m->batch_wait_s) {
+            double ripe = j->t_enqueue + m->batch_wait_s;
+            if (!*wait_until || ripe < *wait_until) *wait_until = ripe;
+            continue;
+        }
+        if (!best || j->finish < best->finish) best = j;
+    }
+    if (!best) return 0;
+    if (*cap < VSR_D3_ROWS_PER_FORWARD) {
+        vsr_row_ref *r = realloc(*rows, sizeof **rows * VSR_D3_ROWS_PER_FORWARD);
+        if (!r) return *failed = best, -1;
+        *rows = r, *cap = VSR_D3_ROWS_PER_FORWARD;
+    }
+    if (!coalesces(m, best)) {
+        int n = vsr_decision_next_forward(best->dj, *rows);
+        if (n < 0) *failed = best;
+        return n;
+    }
+    /* Every ripe coalescing job's rows, longest first, packed under the token budget. */
+    int total = 0;
+    for (srv_job *j = m->active; j; j = j->next)
+        if (coalesces(m, j) && now - j->t_enqueue >= m->batch_wait_s) total += vsr_decision_rows_left(j->dj);
+    if (total > *cap) {
+        vsr_row_ref *r = realloc(*rows, sizeof **rows * (size_t)total);
+        if (!r) return *failed = best, -1;
+        *rows = r, *cap = total;
+    }
+    int n = 0;
+    for (srv_job *j = m->active; j; j = j->next)
+        if (coalesces(m, j) && now - j->t_enqueue >= m->batch_wait_s) {
+            int k = vsr_decision_pending(j->dj, *rows + n, total - n);
+            if (k < 0) return *failed = j, -1;
+            n += k;
+        }
+    vsr_row_ref *r = *rows;
+    for (int i = 1; i < n; i++) { /* insertion sort, longest first (stable: request order within a length) */
+        vsr_row_ref x = r[i];
+        int64_t tx = vsr_decision_row_tokens(&x);
+        int k = i;
+        while (k > 0 && vsr_decision_row_tokens(&r[k - 1]) < tx) r[k] = r[k - 1], k--;
+        r[k] = x;
+    }
+    int64_t width = 0;
+    int take = 0;
+    while (take < n) {
+        int64_t w = padded8(vsr_decision_row_tokens(&r[take]));
+        int64_t nw = w > width ? w : width;
+        if (take && nw * (take + 1) > m->max_batch_tokens) break;
+        width = nw;
+        take++;
+    }
+    return take;
+}
+
+static void *sched_main(void *arg) {
+    srv_model *m = arg;
+    vsr_row_ref *rows = NULL;
+    int cap = 0;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (!m->head && !m->active && !m->stopping) pthread_cond_wait(&m->wake, &m->mu);
+        if (!m->head && !m->active && m->stopping) break;
+        double now = mono();
+        while (m->head) { /* every arrival joins the active list */
+            srv_job *j = m->head;
+            m->head = j->next;
+            if (!m->head) m->tail = NULL;
+            j->state = JOB_RUNNING;
+            j->finish = j->t_enqueue + (double)j->tokens * m->token_cost;
+            j->next = m->active;
+            m->active = j;
+            m->running++;
+            srv_metrics_queue_wait(m->metrics, now - j->t_enqueue);
+        }
+        retire(m, now);
+        double wait_until;
+        srv_job *failed = NULL;
+        int n = plan_forward(m, now, &rows, &cap, &wait_until, &failed);
+        if (n < 0) {
+            failed->st = vsr_err_set(&failed->err, VSR_E_NOMEM, "out of memory planning a forward");
+            finish_job(m, failed, now);
+            continue;
+        }
+        if (n == 0) {
+            if (wait_until > 0) { /* hold the batching window */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                double d = wait_until - now;
+                ts.tv_sec += (time_t)d;
+                ts.tv_nsec += (long)((d - (double)(time_t)d) * 1e9);
+                if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+                pthread_cond_timedwait(&m->wake, &m->mu, &ts);
+            }
+            continue;
+        }
+        int64_t tokens = 0;
+        for (int i = 0; i < n; i++) {
+            srv_job *j = (srv_job *)vsr_decision_job_owner(rows[i].job);
+            if (!j->t_start) j->t_start = now;
+            tokens += vsr_decision_row_tokens(&rows[i]);
+        }
         pthread_mutex_unlock(&m->mu);
-        srv_metrics_queue_wait(m->metrics, j->t_start - j->t_enqueue);
-        j->st = vsr_decision_run(m->decider, j->dj, &j->cancel, on_forward, m, &j->err);
-        double t_end = mono();
+        vsr_err err = {0};
+        double t0 = mono();
+        vsr_status st = vsr_decision_forward(m->decider, rows, n, on_forward, m, &err);
+        double dt = mono() - t0;
         pthread_mutex_lock(&m->mu);
-        m->running--;
-        j->forward_s = t_end - j->t_start;
-        j->t_done = t_end;
-        j->state = JOB_DONE;
-        if (j->on_done) j->on_done(j, j->on_done_arg);
-        else pthread_cond_signal(&j->done);
+        if (tokens > 0 && st == VSR_OK)
+            m->token_cost = (1 - COST_SMOOTHING) * m->token_cost + COST_SMOOTHING * dt / (double)tokens;
+        for (int i = 0; i < n; i++) {
+            srv_job *j = (srv_job *)vsr_decision_job_owner(rows[i].job);
+            if (j->forward_mark == m->forward_seq + 1) continue; /* counted once per forward */
+            j->forward_mark = m->forward_seq + 1;
+            j->forward_s += dt;
+            j->forwards++;
+            if (st != VSR_OK && j->st == VSR_OK) {
+                j->st = st;
+                j->err = err;
+            }
+        }
+        m->forward_seq++;
+        if (st != VSR_OK) /* the jobs of a failed forward answer 500 with its reason */
+            for (srv_job *j = m->active, *nx; j; j = nx) {
+                nx = j->next;
+                if (j->st != VSR_OK) finish_job(m, j, mono());
+            }
     }
     pthread_mutex_unlock(&m->mu);
+    free(rows);
     return NULL;
 }
 
@@ -158,6 +320,7 @@ srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
         return why;
     }
     j->state = JOB_QUEUED;
+    vsr_decision_set_owner(j->dj, j);
     if (!j->on_done) pthread_cond_init(&j->done, NULL);
     j->t_enqueue = mono();
     j->deadline = deadline_ms > 0 ? j->t_enqueue + deadline_ms / 1000.0 : 0;

@@ -27,7 +27,11 @@ typedef struct srv_job {
     double t_enqueue, t_start, t_done, deadline; /* monotonic seconds; deadline 0 = none */
     double forward_s;
     long long tokens;        /* tokens the job forwards (admission control) */
-    bool expired;
+    bool expired;            /* the deadline passed with rows left: those answer deadline_exceeded */
+    int dropped;             /* how many rows the deadline dropped */
+    double finish;           /* expected finish: the scheduler's order */
+    int forwards;            /* forwards that carried rows of this job */
+    unsigned long forward_mark;
     pthread_cond_t done;     /* signalled when this job is done (srv_model_wait's waiter owns it) */
     /* Called by the scheduler (with the model's lock held, as its last use of the job) when a job
      * submitted with it is done; such a job is never waited for with srv_model_wait. */
@@ -52,8 +56,14 @@ typedef struct srv_model {
     char device_id[32];
     vsr_golden_report golden;
     char served_name[256];
-    srv_job *head, *tail;
-    int queued, running, max_queue;
+    srv_job *head, *tail;    /* arrived, not yet seen by the scheduler */
+    srv_job *active;         /* being run, a forward at a time */
+    int queued, running, max_queue; /* queued: pending from admission until answered */
+    bool coalesce;           /* --profile batching: requests asking for it share forwards */
+    double batch_wait_s;     /* --batch-wait-ms */
+    long long max_batch_tokens;
+    double token_cost;       /* seconds per token, EMA over forwards */
+    unsigned long forward_seq;
     long long queued_tokens, max_queued_tokens;
     bool stopping;
     pthread_t sched, loader;

@@ -1,10 +1,12 @@
 /* vllm-srun serve MODEL[@REV] [--revision R] [--device auto|cpu|cuda[:N]|rocm[:N]] [--host H]
  *   [--port P] [--uds PATH] [--dtype auto|bfloat16] [--threads N] [--max-queue N]
  *   [--max-request-bytes N] [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]
- *   [--log-level error|warn|info|debug] and the connection limits of server/http.h
+ *   [--log-level error|warn|info|debug] [--profile exact|batching] [--batch-wait-ms MS]
+ *   [--max-batch-tokens N] and the connection limits of server/http.h
  *   (--max-connections, --max-connections-per-client, --request-timeout, --idle-timeout,
  *   --max-body-memory, --max-parse-backlog, --handler-threads). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -21,6 +23,7 @@ static void usage(FILE *f) {
             "         [--max-request-bytes 8388608]\n"
             "         [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]\n"
             "         [--log-level error|warn|info|debug]\n"
+            "         [--profile exact|batching] [--batch-wait-ms 2] [--max-batch-tokens 65536]\n"
             "         [--max-connections 2048] [--max-connections-per-client 256]\n"
             "         [--request-timeout 30] [--idle-timeout 15] [--max-body-memory 268435456]\n"
             "         [--max-parse-backlog 64] [--handler-threads 0]\n"
@@ -56,7 +59,19 @@ int cmd_serve(int argc, char **argv) {
         OPT("--store", store_dir)
         OPT("--served-model-name", served_name)
         OPT("--log-level", log_level)
+        OPT("--profile", profile)
 #undef OPT
+        if ((r = arg_value(argc, argv, &i, "--batch-wait-ms", &v)) != 0 ||
+            (r = arg_value(argc, argv, &i, "--batch-window-ms", &v)) != 0) {
+            char *end;
+            double ms = r > 0 ? strtod(v, &end) : -1;
+            if (r < 0 || *end || !(ms >= 0 && ms <= 10000)) {
+                if (r > 0) fprintf(stderr, "vllm-srun serve: --batch-wait-ms must be a number of milliseconds from 0 to 10000; got '%s'\n", v);
+                return 2;
+            }
+            o.batch_wait_ms = ms;
+            continue;
+        }
 #define NUM(name, field, lo, hi)                                                                   \
     if ((r = arg_value(argc, argv, &i, name, &v)) != 0) {                                          \
         if (r < 0 || !arg_int("vllm-srun serve", name, v, lo, hi, &x)) return 2;                   \
@@ -68,6 +83,7 @@ int cmd_serve(int argc, char **argv) {
         NUM("--max-queue", max_queue, 1, 1000000)
         NUM("--max-queued-tokens", max_queued_tokens, 1, 1LL << 40)
         NUM("--max-request-bytes", max_request_bytes, 1024, 1LL << 32)
+        NUM("--max-batch-tokens", max_batch_tokens, 8, 1LL << 30)
 #undef NUM
 #define LIM(name, field, lo, hi)                                                                   \
     if ((r = arg_value(argc, argv, &i, name, &v)) != 0) {                                          \
@@ -104,6 +120,10 @@ int cmd_serve(int argc, char **argv) {
     if (at && o.revision && stat(o.model, &sb) != 0 && strcmp(at + 1, o.revision) != 0) {
         fprintf(stderr, "vllm-srun serve: %s names revision %s but --revision says %s\n", o.model, at + 1,
                 o.revision);
+        return 2;
+    }
+    if (strcmp(o.profile, "exact") && strcmp(o.profile, "batching")) {
+        fprintf(stderr, "vllm-srun serve: unknown profile '%s'; available: batching, exact\n", o.profile);
         return 2;
     }
     if (strcmp(o.dtype, "auto") && strcmp(o.dtype, "bfloat16")) {
