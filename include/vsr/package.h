@@ -30,11 +30,12 @@ extern "C" {
 
 typedef enum vsr_family {
     VSR_FAMILY_DECISION3, /* qwen3_5 + decision_config.json + readout */
-    VSR_FAMILY_SPAN,      /* qwen3_5 text encoder + token-classification head (Vela-style) */
+    VSR_FAMILY_SPAN,      /* qwen3_5 text encoder + token-classification head (Vela-style): refused */
+    VSR_FAMILY_VELA2,     /* Vela 2.0 decoder package (config model_type "vela2-decoder"), vsr/vela2.h */
     VSR_FAMILY_UNKNOWN,
     VSR_FAMILY_COUNT
 } vsr_family;
-const char *vsr_family_name(vsr_family f); /* "decision3", "span", "unknown" */
+const char *vsr_family_name(vsr_family f); /* "decision3", "span", "vela2", "unknown" */
 
 #define VSR_D3_CODES 255
 
@@ -70,6 +71,20 @@ typedef struct vsr_manifest {
 
 struct vsr_builtin;
 
+/* What a vela2-decoder package's config.json declares besides its backbone_config
+ * (reference-profiles-spans.md 3.8), and its calibration.json (validated at open). */
+typedef struct vsr_vela2_config {
+    char model_name[128];
+    int64_t max_length;        /* tokens of one tree (context + block) */
+    int32_t pad_token_id;
+    int head_dim;              /* candidate head projection */
+    int span_d, span_slots;    /* span_head {d, slots}; 256 / 64 when absent */
+    int hybrid_rmax, window, stride, window_above; /* span_layout */
+    bool has_broad_head;       /* broad_head.safetensors present */
+    int broad_d, broad_slots;  /* from span_broad.K.weight / span_broad.slot.weight */
+    void *calibration;         /* json_t* of calibration.json (owned; types checked, see vela2_package.c) */
+} vsr_vela2_config;
+
 typedef struct vsr_package {
     char path[4096];          /* real path of the package folder (snapshot) */
     char repo[256];           /* "org/name", or "" for a local path */
@@ -93,11 +108,15 @@ typedef struct vsr_package {
     vsr_st_file *readout;     /* decision3 readout.safetensors: header after open, mapped after map */
     int64_t params_vision;    /* counted from headers (not loaded) */
     int64_t params_readout;   /* 255 x hidden for decision3 */
+    /* Added for Vela 2.0 (issue 23): */
+    vsr_vela2_config *vela2;  /* vela2 only */
+    vsr_st_file *broad_head;  /* vela2 broad_head.safetensors: header after open, mapped after map */
+    int64_t params_heads;     /* vela2: head.*, set_bias, span2.* and span_broad.* elements */
 } vsr_package;
 
-/* Parameters the runtime loads: text + readout (the vision tower is never loaded). */
+/* Parameters the runtime loads: text + readout + heads (the vision tower is never loaded). */
 static inline int64_t vsr_package_params_loaded(const vsr_package *p) {
-    return p->params_text + p->params_readout;
+    return p->params_text + p->params_readout + p->params_heads;
 }
 
 typedef struct vsr_progress vsr_progress;
@@ -131,6 +150,10 @@ vsr_status vsr_store_resolve(const char *store_dir, const char *repo, const char
  * files: name->sha256 pairs; decision: the decision_config json_t*. */
 vsr_status vsr_identity_model_sha256(int n, const char *const *names, const char *const *sha256,
                                      const void *decision_json, char out[65], vsr_err *err);
+/* The Vela 2.0 identity (reference registry/artifacts.py sha256_json): sha256 of
+ * json.dumps({name: sha256}, sort_keys=True, separators=(",",":"), ensure_ascii=False). */
+vsr_status vsr_identity_files_sha256(int n, const char *const *names, const char *const *sha256, char out[65],
+                                     vsr_err *err);
 
 #ifdef __cplusplus
 }

@@ -523,9 +523,10 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
     if (!pkg) return vsr_err_set(err, VSR_E_INVALID, "model: no package");
     if (!pkg->weights)
         return vsr_err_set(err, VSR_E_INVALID, "%s: the package has no weights open", pkg->path);
-    if (pkg->family != VSR_FAMILY_DECISION3)
+    /* vela2: the backbone alone (backbone.*, plain positions, causal); its heads are src/vela2/model.c's. */
+    if (pkg->family != VSR_FAMILY_DECISION3 && pkg->family != VSR_FAMILY_VELA2)
         return vsr_err_set(err, VSR_E_UNSUPPORTED, "%s: family %s has no model implementation here (expected "
-                           "decision3)", pkg->path, vsr_family_name(pkg->family));
+                           "decision3 or vela2)", pkg->path, vsr_family_name(pkg->family));
     vsr_model_opts o = opts ? *opts : (vsr_model_opts){0};
     const vsr_text_config *c = &pkg->config.text;
     if (c->num_hidden_layers <= 0 || c->num_hidden_layers > VSR_MAX_LAYERS || c->hidden_size <= 0)
@@ -580,7 +581,7 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
     for (int l = 0; l < c->num_hidden_layers; l++)
         if ((st = load_layer(m, l, err))) goto fail;
     if ((st = load_vec(m, "norm", "weight", 1, (int64_t[]){m->D}, &m->final_norm, err))) goto fail;
-    if ((st = load_readout(m, err))) goto fail;
+    if (pkg->family == VSR_FAMILY_DECISION3 && (st = load_readout(m, err))) goto fail;
 
     if (m->rot > 0) {
         int half = m->rot / 2;
@@ -594,6 +595,7 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
     /* Sized for the largest batch: 8 rows of the longest input; lazily committed pages, so
      * only what a forward touches is resident. Halved until it fits; grows on demand. */
     int64_t max_tokens = pkg->decision.max_length > 0 ? pkg->decision.max_length : c->max_position_embeddings;
+    if (pkg->vela2) max_tokens = pkg->vela2->max_length;
     if (max_tokens <= 0) max_tokens = 4096;
     if (m->rot > 0 && (st = rope_tables(m, max_tokens, err))) goto fail;
     for (int64_t T = MAX_ROWS_PLANNED * max_tokens;; T /= 2) {

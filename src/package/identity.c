@@ -53,6 +53,23 @@ done:
     return st;
 }
 
+vsr_status vsr_identity_files_sha256(int n, const char *const *names, const char *const *sha256, char out[65],
+                                     vsr_err *err) {
+    json_t *files = json_object();
+    if (!files) return vsr_err_set(err, VSR_E_NOMEM, "identity: out of memory");
+    for (int i = 0; i < n; i++)
+        if (json_object_set_new(files, names[i], json_string(sha256[i]))) {
+            json_decref(files);
+            return vsr_err_set(err, VSR_E_INVALID, "identity: file name \"%s\" is not valid UTF-8", names[i]);
+        }
+    char *s = vsr_json_dumps_python(files, true, false, true);
+    json_decref(files);
+    if (!s) return vsr_err_set(err, VSR_E_NOMEM, "identity: out of memory");
+    vsr_sha256_hex(s, strlen(s), out);
+    free(s);
+    return VSR_OK;
+}
+
 /* ---- Python renderings for messages (the reference's messages embed repr() and str(list)) ---- */
 
 typedef struct pybuf {

@@ -18,6 +18,7 @@
 static const char *const family_names[] = {
     [VSR_FAMILY_DECISION3] = "decision3",
     [VSR_FAMILY_SPAN] = "span",
+    [VSR_FAMILY_VELA2] = "vela2",
     [VSR_FAMILY_UNKNOWN] = "unknown",
 };
 _Static_assert(sizeof family_names / sizeof family_names[0] == VSR_FAMILY_COUNT, "every family needs a name");
@@ -54,6 +55,7 @@ void vsr_package_close(vsr_package *p) {
     if (!p) return;
     vsr_weights_close(p->weights);
     vsr_st_close(p->readout);
+    vsr_vela2_free(p);
     vsr_quant_config_free(&p->quant);
     vsr_decision_config_free(&p->decision);
     vsr_manifest_free(&p->manifest);
@@ -265,13 +267,21 @@ static vsr_status open_inner(vsr_package *p, const char *model, const char *revi
     if ((st = parse_name(p, model, revision, &local, err))) return st;
     if (!local) {
         char snap[PATH_MAX];
-        if ((st = vsr_store_resolve(store_dir, p->repo, p->requested_revision, snap, sizeof snap, p->revision, err)))
+        if ((st = vsr_store_resolve(store_dir, p->repo, p->requested_revision, snap, sizeof snap, p->revision, err))) {
+            vsr_vela2_note_unpublished(p->repo, err);
             return st;
+        }
         snprintf(p->path, sizeof p->path, "%s", snap);
     }
 
     json_t *cfg = NULL;
     if ((st = load_json(p, "config.json", &cfg, err))) return st;
+    if (vsr_vela2_claims(p, cfg)) { /* Vela 2.0 decoder packages: src/package/vela2_package.c */
+        st = vsr_vela2_open(p, cfg, err);
+        json_decref(cfg);
+        if (!st && p->repo[0]) p->builtin = vsr_catalog_find(p->repo, p->revision);
+        return st;
+    }
     st = vsr_model_config_parse(cfg, "config.json", &p->config, err);
     if (!st) {
         json_t *qc = json_object_get(cfg, "quantization_config");
@@ -401,6 +411,7 @@ static bool is_identity_file(const vsr_package *p, const char *name) {
 }
 
 vsr_status vsr_package_verify(vsr_package *p, int threads, vsr_progress *progress, vsr_err *err) {
+    if (p->family == VSR_FAMILY_VELA2) return vsr_vela2_verify(p, threads, progress, err);
     vsr_status st = VSR_OK;
     p->verified = false;
     size_t n = 0;
@@ -543,6 +554,7 @@ vsr_status vsr_package_map(vsr_package *p, vsr_err *err) {
     }
     vsr_weights_close(p->weights);
     p->weights = w;
+    if (p->vela2 && (st = vsr_vela2_map(p, err))) return st;
     if (p->readout) {
         char real[PATH_MAX];
         vsr_st_file *r = NULL;

@@ -52,6 +52,22 @@ vsr_status vsr_package_count(vsr_package *p, vsr_param_counts *out, vsr_err *err
 /* Tensor cross-check against config and scheme (names, dtypes, shapes) and the readout. */
 vsr_status vsr_package_check_tensors(const vsr_package *p, vsr_err *err);
 
+/* ---- Vela 2.0 decoder packages (vela2_package.c) ---- */
+/* Whether config.json (a json_t*) or the repo name makes this a package the vela2 reader
+ * decides about: a vela2-decoder package, or one it refuses by name (vela2-unified, Vela 3,
+ * another Vela layout). */
+bool vsr_vela2_claims(const vsr_package *p, const void *cfg);
+/* The whole of vsr_package_open for such a package after config.json is read (refusals too). */
+vsr_status vsr_vela2_open(vsr_package *p, const void *cfg, vsr_err *err);
+vsr_status vsr_vela2_verify(vsr_package *p, int threads, vsr_progress *progress, vsr_err *err);
+vsr_status vsr_vela2_check(const vsr_package *p, vsr_err *err);
+vsr_status vsr_vela2_map(vsr_package *p, vsr_err *err); /* the broad head */
+void vsr_vela2_free(vsr_package *p);
+/* head.*, set_bias, span2.*: tensors a vela2 package's weights hold outside backbone. */
+bool vsr_vela2_head_tensor(const char *name);
+/* Prefixes a store miss of a Vela 3 repo with what the runtime says about that release. */
+void vsr_vela2_note_unpublished(const char *repo, vsr_err *err);
+
 /* Python's repr() (identity.c), for messages the reference words with !r or a list:
  * 'text', None, True, 0.75, ['a', 'b'], [255, 32]. Truncated to n bytes; returns buf. */
 const char *vsr_py_repr_str(const char *s, char *buf, size_t n);

@@ -364,6 +364,7 @@ vsr_status vsr_package_check_tensors(const vsr_package *p, vsr_err *err) {
             continue;
         }
         if (p->family == VSR_FAMILY_SPAN && (starts(t->name, "score.") || starts(t->name, "classifier."))) continue;
+        if (p->family == VSR_FAMILY_VELA2 && vsr_vela2_head_tensor(t->name)) continue; /* vsr_vela2_check */
         st = vsr_err_set(err, VSR_E_FORMAT,
                          "%s: unexpected tensor \"%s\": neither under the text prefix \"%s\" nor a vision tensor",
                          t->file, t->name, P);
@@ -381,6 +382,7 @@ static const char *const param_names[] = {"text", "vision", "readout", "loaded"}
 
 vsr_status vsr_package_check(const vsr_package *p, vsr_err *err) {
     vsr_status st;
+    if (p->family == VSR_FAMILY_VELA2) return vsr_vela2_check(p, err);
     if (p->family != VSR_FAMILY_UNKNOWN && (st = vsr_package_check_tensors(p, err))) return st;
     if (p->family == VSR_FAMILY_DECISION3 && p->params_vision > 0 && !p->config.has_vision)
         return vsr_err_set(err, VSR_E_FORMAT,
