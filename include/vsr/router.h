@@ -53,10 +53,13 @@ typedef struct vsr_rt_binding {
 } vsr_rt_binding;
 
 typedef struct vsr_rt_condition {
-    char *question;    /* the question id */
+    char *signal;      /* "pii" or "hallucination": a span signal (the bound deployment is asked the
+                          preset question; it matches when spans are found); NULL for a question */
+    char *question;    /* the question id (NULL for a signal) */
     char *type;        /* choice | noul | score */
     char *instructions;
     char **criteria;   /* choice: option keys; score: levels */
+    char **criteria_desc; /* the descriptions when criteria is a mapping (choice, noul); else NULL */
     int n_criteria;
     char *label;       /* choice: the option that matches */
     double threshold;  /* noul, score: the answer matches at >= threshold */
@@ -102,6 +105,7 @@ typedef struct vsr_rt_error {
 
 typedef struct vsr_router_config {
     char *file;
+    int signal_timeout_ms; /* global.model_catalog.signal_timeout_ms (2000) */
     int n_deployments;
     vsr_rt_deployment *deployments;
     int n_bindings;

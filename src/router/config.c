@@ -545,9 +545,11 @@ static void load_catalog(ctx *x, const char *path, yaml_node_t *m) {
     char p2[512];
     yaml_node_t *t = get(x, m, "signal_timeout_ms");
     long ms;
-    if (t && (!parse_int(scalar(t), &ms) || ms <= 0)) {
+    if (t && (!parse_int(scalar(t), &ms) || ms <= 0 || ms > 600000)) {
         join(p2, sizeof p2, path, "signal_timeout_ms");
-        add_error(x, p2, t, "signal_timeout_ms must be a positive integer");
+        add_error(x, p2, t, "signal_timeout_ms must be a positive integer (at most 600000)");
+    } else if (t) {
+        x->c->signal_timeout_ms = (int)ms;
     }
     yaml_node_t *deps = get(x, m, "deployments");
     join(p2, sizeof p2, path, "deployments");
@@ -607,6 +609,12 @@ static void load_providers(ctx *x, const char *path, yaml_node_t *m) {
             md->col = (int)e->start_mark.column + 1;
             md->name = get_str(x, e, mp, "name");
             if (!md->name) add_error(x, mp, e, "a provider model needs name");
+            for (int j = 0; md->name && j < x->c->n_models - 1; j++)
+                if (x->c->models[j].name && !strcmp(x->c->models[j].name, md->name)) {
+                    char np[512];
+                    join(np, sizeof np, mp, "name");
+                    add_error(x, np, get(x, e, "name"), "duplicate provider model '%s'", md->name);
+                }
             md->api_format = get_str(x, e, mp, "api_format");
             if (md->api_format && strcmp(md->api_format, "openai")) {
                 char ap[512];
@@ -647,6 +655,11 @@ static void load_providers(ctx *x, const char *path, yaml_node_t *m) {
                     add_error(x, wp, w, "weight must be a non-negative number");
                 }
             }
+            double total = 0;
+            for (int j = 0; j < md->n_backends; j++) total += md->backends[j].weight;
+            if (md->n_backends && total <= 0)
+                add_error(x, bp, br, "backend_refs of model '%s' all have weight 0; at least one needs weight > 0",
+                          md->name ? md->name : "?");
         }
     }
     yaml_node_t *defs = get(x, m, "defaults");
@@ -668,11 +681,38 @@ static void load_providers(ctx *x, const char *path, yaml_node_t *m) {
 }
 
 /* ---- routing ---- */
-static void load_condition(ctx *x, const char *path, yaml_node_t *n, vsr_rt_condition *q) {
-    static const char *const keys[] = {"question", "type", "instructions", "criteria", "label", "threshold", NULL};
+/* {signal: pii|hallucination}: the span binding of that name is asked its preset question. */
+static void load_signal_condition(ctx *x, const char *path, yaml_node_t *n, vsr_rt_condition *q) {
+    static const char *const keys[] = {"signal", NULL};
     check_keys(x, path, n, keys);
+    q->signal = get_str(x, n, path, "signal");
+    char fp[512];
+    join(fp, sizeof fp, path, "signal");
+    const char *binding = !q->signal                          ? NULL
+                          : !strcmp(q->signal, "pii")           ? "pii_classifier"
+                          : !strcmp(q->signal, "hallucination") ? "hallucination_detector"
+                                                                : NULL;
+    if (!binding) {
+        add_error(x, fp, get(x, n, "signal"), "signal must be pii or hallucination (found \"%s\")",
+                  q->signal ? q->signal : "");
+        return;
+    }
+    for (int i = 0; i < x->c->n_bindings; i++)
+        if (!strcmp(x->c->bindings[i].name, binding)) return;
+    add_error(x, fp, get(x, n, "signal"),
+              "signal %s needs a %s binding (global.model_catalog.bindings.%s: <span deployment>)", q->signal,
+              q->signal, q->signal);
+}
+
+static void load_condition(ctx *x, const char *path, yaml_node_t *n, vsr_rt_condition *q) {
     q->line = (int)n->start_mark.line + 1;
     q->col = (int)n->start_mark.column + 1;
+    if (get(x, n, "signal")) {
+        load_signal_condition(x, path, n, q);
+        return;
+    }
+    static const char *const keys[] = {"signal", "question", "type", "instructions", "criteria", "label", "threshold", NULL};
+    check_keys(x, path, n, keys);
     q->question = get_str(x, n, path, "question");
     q->type = get_str(x, n, path, "type");
     q->instructions = get_str(x, n, path, "instructions");
@@ -690,9 +730,13 @@ static void load_condition(ctx *x, const char *path, yaml_node_t *n, vsr_rt_cond
     if (cr && is_map(cr)) {
         for (yaml_node_pair_t *p = cr->data.mapping.pairs.start; p < cr->data.mapping.pairs.top; p++) {
             const char *ks = scalar(node(x, p->key));
+            const char *vs = scalar(node(x, p->value));
             char **a = realloc(q->criteria, (size_t)(q->n_criteria + 1) * sizeof *a);
-            if (!a || !ks) break;
-            q->criteria = a;
+            if (a) q->criteria = a;
+            char **b = realloc(q->criteria_desc, (size_t)(q->n_criteria + 1) * sizeof *b);
+            if (b) q->criteria_desc = b;
+            if (!a || !b || !ks) break;
+            q->criteria_desc[q->n_criteria] = strdup(vs ? vs : "");
             q->criteria[q->n_criteria++] = strdup(ks);
         }
     } else if (cr && is_seq(cr)) {
@@ -740,6 +784,36 @@ static void load_condition(ctx *x, const char *path, yaml_node_t *n, vsr_rt_cond
         }
         if (!th) add_error(x, path, n, "a %s condition needs threshold", q->type);
     }
+}
+
+static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+
+/* Every decision's questions go to the decision model in one call, keyed by question id: an id
+ * asked twice must be asked the same way (type, instructions, criteria). */
+static void check_same_question(ctx *x, const char *path, yaml_node_t *n, const vsr_rt_condition *q,
+                                const vsr_rt_decision *cur) {
+    if (!q->question || !q->type) return;
+    for (int i = 0; i < x->c->n_decisions; i++) {
+        const vsr_rt_decision *d = &x->c->decisions[i];
+        for (int j = 0; j < d->n_conditions; j++) {
+            const vsr_rt_condition *o = &d->conditions[j];
+            if (o == q) return;
+            if (!o->question || strcmp(o->question, q->question) || !o->type) continue;
+            bool same = !strcmp(o->type, q->type) && same_str(o->instructions, q->instructions) &&
+                        o->n_criteria == q->n_criteria;
+            for (int k = 0; same && k < q->n_criteria; k++)
+                same = !strcmp(o->criteria[k], q->criteria[k]) && !o->criteria_desc == !q->criteria_desc &&
+                       (!q->criteria_desc || !strcmp(o->criteria_desc[k], q->criteria_desc[k]));
+            if (!same) {
+                add_error(x, path, n,
+                          "question '%s' is asked differently in decision '%s' (line %d); one question id has one "
+                          "type, instructions and criteria (the decision model is asked it once per request)",
+                          q->question, d->name ? d->name : "?", o->line);
+                return;
+            }
+        }
+    }
+    (void)cur;
 }
 
 static void load_decisions(ctx *x, const char *path, yaml_node_t *seq) {
@@ -842,10 +916,16 @@ static void load_decisions(ctx *x, const char *path, yaml_node_t *seq) {
             char cp[512];
             join_idx(cp, sizeof cp, fp, j);
             if (!want_map(x, cp, cn, "a condition")) continue;
-            load_condition(x, cp, cn, &d->conditions[d->n_conditions++]);
+            vsr_rt_condition *q = &d->conditions[d->n_conditions++];
+            load_condition(x, cp, cn, q);
+            check_same_question(x, cp, cn, q, d);
         }
     }
-    if (x->c->n_decisions && !x->decision_model_declared)
+    bool asks = false; /* a question needs the decision model; span signals do not */
+    for (int i = 0; i < x->c->n_decisions; i++)
+        for (int j = 0; j < x->c->decisions[i].n_conditions; j++)
+            if (x->c->decisions[i].conditions[j].question) asks = true;
+    if (asks && !x->decision_model_declared)
         add_error(x, path, seq, "routing.decisions need global.model_catalog.system.decision_model");
 }
 
@@ -912,6 +992,7 @@ vsr_router_config *vsr_router_config_parse(const char *yaml, size_t len, const c
     vsr_router_config *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->file = strdup(name ? name : "(config)");
+    c->signal_timeout_ms = 2000;
     ctx x = {.c = c, .opt = opt};
     yaml_parser_t parser;
     yaml_document_t doc;
@@ -1016,9 +1097,13 @@ void vsr_router_config_free(vsr_router_config *c) {
         free(d->name);
         for (int j = 0; j < d->n_conditions; j++) {
             vsr_rt_condition *q = &d->conditions[j];
-            free(q->question), free(q->type), free(q->instructions), free(q->label);
-            for (int k = 0; k < q->n_criteria; k++) free(q->criteria[k]);
+            free(q->signal), free(q->question), free(q->type), free(q->instructions), free(q->label);
+            for (int k = 0; k < q->n_criteria; k++) {
+                free(q->criteria[k]);
+                if (q->criteria_desc) free(q->criteria_desc[k]);
+            }
             free(q->criteria);
+            free(q->criteria_desc);
         }
         free(d->conditions);
         for (int j = 0; j < d->n_model_refs; j++) free(d->model_refs[j]);

@@ -105,7 +105,9 @@ refuse "uncached commit" 1 'Model revision is not cached; connect to the Hub or 
   vllm-sr/d3-FP8 --revision 1234567890123456789012345678901234567890 --engine --store "$S"
 refuse "--platform unknown" 2 '--platform must be cuda, rocm or cpu' vllm-sr-c/d3-tiny --engine --platform tpu --store "$S"
 refuse "--device off the platform" 2 '--device cuda:0 does not belong to --platform rocm' vllm-sr-c/d3-tiny --engine --platform rocm --device cuda:0 --store "$S"
-refuse "router mode not built" 2 'router mode (serve --config FILE) is not built yet' --config "$SEED"
+refuse "neither --engine nor --config" 2 'router mode needs --config CONFIG.yaml' vllm-sr-c/d3-tiny --store "$S"
+refuse "--config with --engine" 2 '--config applies to the Router stack, not to --engine' vllm-sr-c/d3-tiny --engine --config "$SEED"
+refuse "MODEL in router mode" 2 'MODEL arguments apply to engine mode (--engine)' vllm-sr-c/d3-tiny --config "$SEED"
 # --platform against this host: a family the host lacks fails at once with the reason
 devs=$("$BIN" devices 2>/dev/null)
 if ! echo "$devs" | grep -q '^rocm:[0-9]'; then

@@ -5,7 +5,7 @@
  * deployment state ($VLLM_SR_STATE_DIR/active.json); then execs `vllm-srun serve` (the
  * binary beside this one) on that commit, in the foreground, in this same process (so the
  * recorded pid is the worker's).
- * Router mode (--config) is not built yet. */
+ * Router mode (--config without --engine) is cmd_router.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "Engine mode: resolve the revision (a commit, branch or tag) once from the local store, record\n"
             "the commit in the active deployment state ($VLLM_SR_STATE_DIR, default ~/.local/state/vllm-sr),\n"
             "then run `vllm-srun serve` on that commit in the foreground. `vllm-sr status` shows the state,\n"
-            "`vllm-sr stop` stops it. Router mode (vllm-sr serve --config FILE) is not built yet.\n");
+            "`vllm-sr stop` stops it. Router mode: vllm-sr serve --config FILE (vllm-sr serve --config x --help).\n");
 }
 
 static int mkdirs(const char *path) {
@@ -61,6 +61,13 @@ int cmd_serve(int argc, char **argv) {
     const char *revision = NULL, *platform = NULL, *device = NULL, *host = "127.0.0.1", *port = "8100",
                *store = NULL, *config = NULL;
     bool engine = false, have_revision = false;
+    /* --config without --engine is router mode, with its own options. */
+    bool has_config = false, has_engine = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") || !strncmp(argv[i], "--config=", 9)) has_config = true;
+        if (!strcmp(argv[i], "--engine") || !strcmp(argv[i], "-e")) has_engine = true;
+    }
+    if (has_config && !has_engine) return cmd_serve_router(argc, argv);
     for (int i = 1; i < argc; i++) {
         int r;
         const char *a = argv[i];
@@ -89,7 +96,7 @@ int cmd_serve(int argc, char **argv) {
         models[n_models++] = a;
     }
     if (!engine) {
-        fprintf(stderr, "vllm-sr serve: router mode (serve --config FILE) is not built yet; engine mode is "
+        fprintf(stderr, "vllm-sr serve: router mode needs --config CONFIG.yaml; engine mode is "
                         "`vllm-sr serve MODEL --engine` (docs/router.md)\n");
         return 2;
     }
@@ -111,7 +118,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (n_models > 1) {
         fprintf(stderr, "vllm-sr serve: engine mode runs one vllm-srun worker, which serves one MODEL (got %d); "
-                        "several models need the Router stack, which is not built yet\n", n_models);
+                        "several models need the Router stack (vllm-sr serve --config CONFIG.yaml)\n", n_models);
         return 2;
     }
     /* MODEL@REV, split at the last '@' unless the whole argument is an existing path. */

@@ -10,6 +10,8 @@
 int cmd_validate(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+/* serve --config: router mode (cmd_router.c); cmd_serve hands over when --config comes without --engine. */
+int cmd_serve_router(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 
