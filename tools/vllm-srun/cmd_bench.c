@@ -2,6 +2,9 @@
  *   vllm-srun bench [--host H] [--port P | --uds PATH] [--concurrency 1,8,64] [--requests N]
  *                   [--requests-file FILE.jsonl] [--verify] [--csv FILE]
  *                   [--sla-ms S [--max-concurrency M] [--variant NAME] [--eval FILE.json]]
+ *                   [--profile NAME] [--latencies FILE.csv]
+ * --profile sets options.profile in every request; --latencies writes every request's
+ * (concurrency, request index, status, latency, queue, forward) for latency CDFs.
  * Reports requests/s, p50/p95/p99 latency and the Server-Timing phases per level.
  * --sla-ms searches the largest concurrency whose p95 stays at or under S ms with no error and
  * no 429 (doubling from 1, then bisecting), and prints the load-test table row: variant, device,
@@ -153,6 +156,29 @@ static int load_requests(const char *path, bench_req **out) {
     return n;
 }
 
+/* --profile: options.profile = NAME in every request body. */
+static int set_profile(bench_req *reqs, int n, const char *profile) {
+    for (int i = 0; i < n; i++) {
+        json_error_t je;
+        json_t *o = json_loadb(reqs[i].body, reqs[i].len, 0, &je);
+        if (!json_is_object(o)) {
+            fprintf(stderr, "vllm-srun bench: --profile: request %d is not a JSON object (%s)\n", i, je.text);
+            json_decref(o);
+            return 1;
+        }
+        json_t *opt = json_object_get(o, "options");
+        if (!json_is_object(opt)) json_object_set_new(o, "options", opt = json_object());
+        json_object_set_new(opt, "profile", json_string(profile));
+        char *b = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (!b) return 1;
+        free(reqs[i].body);
+        reqs[i].body = b;
+        reqs[i].len = strlen(b);
+    }
+    return 0;
+}
+
 typedef struct bench_cfg {
     const char *host, *uds;
     int port;
@@ -160,6 +186,7 @@ typedef struct bench_cfg {
     int n_reqs;
     long long requests;
     int verify;
+    FILE *lat_csv; /* --latencies, or NULL */
 } bench_cfg;
 
 typedef struct level_result {
@@ -195,6 +222,10 @@ static int run_level(const bench_cfg *g, int conc, FILE *cf, level_result *out) 
     qsort(lat, (size_t)n, sizeof *lat, cmp_double);
     qsort(ovh, (size_t)n, sizeof *ovh, cmp_double);
     double rps = requests / (wall / 1e3);
+    if (g->lat_csv)
+        for (int i = 0; i < requests; i++)
+            fprintf(g->lat_csv, "%d,%d,%d,%.3f,%.3f,%.3f\n", conc, i, b.samples[i].status, b.samples[i].latency_ms,
+                    b.samples[i].phase[2], b.samples[i].phase[3]);
     printf("%6d %7lld %6d %6d %6d %9.1f %8.2f %8.2f %8.2f | %.3f %.3f %.3f %.3f %.3f %.3f %.3f; %.3f\n", conc,
            requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99), mean[0],
            mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50));
@@ -308,7 +339,7 @@ static int sla_search(const bench_cfg *g, double sla, int max, FILE *cf, const c
 
 int cmd_bench(int argc, char **argv) {
     const char *host = "127.0.0.1", *uds = NULL, *levels = "1,8,64", *file = NULL, *csv = NULL, *v;
-    const char *variant = NULL, *eval = NULL;
+    const char *variant = NULL, *eval = NULL, *profile = NULL, *latencies = NULL;
     long long port = 8100, requests = 200, max_conc = 256;
     double sla_ms = -1;
     int verify = 0;
@@ -323,7 +354,9 @@ int cmd_bench(int argc, char **argv) {
             (r = arg_value(argc, argv, &i, "--requests-file", &file)) ||
             (r = arg_value(argc, argv, &i, "--csv", &csv)) ||
             (r = arg_value(argc, argv, &i, "--variant", &variant)) ||
-            (r = arg_value(argc, argv, &i, "--eval", &eval))) {
+            (r = arg_value(argc, argv, &i, "--eval", &eval)) ||
+            (r = arg_value(argc, argv, &i, "--profile", &profile)) ||
+            (r = arg_value(argc, argv, &i, "--latencies", &latencies))) {
             if (r < 0) return 2;
             continue;
         }
@@ -351,7 +384,8 @@ int cmd_bench(int argc, char **argv) {
         }
         fprintf(stderr, "usage: vllm-srun bench [--host H] [--port P | --uds PATH] [--concurrency 1,8,64]\n"
                         "         [--requests N] [--requests-file FILE.jsonl] [--verify] [--csv FILE]\n"
-                        "         [--sla-ms S [--max-concurrency M] [--variant NAME] [--eval FILE.json]]\n");
+                        "         [--sla-ms S [--max-concurrency M] [--variant NAME] [--eval FILE.json]]\n"
+                        "         [--profile NAME] [--latencies FILE.csv]\n");
         return 2;
     }
     if ((eval || variant) && sla_ms < 0) {
@@ -366,6 +400,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "vllm-srun bench: cannot read requests from %s\n", file);
         return 2;
     }
+    if (profile && set_profile(reqs, n_reqs, profile)) return 2;
     if (verify) { /* every distinct request alone first */
         http_conn c;
         http_conn_init(&c, host, (int)port, uds);
@@ -386,6 +421,12 @@ int cmd_bench(int argc, char **argv) {
         http_conn_close(&c);
     }
     FILE *cf = csv ? fopen(csv, "w") : NULL;
+    FILE *lf = latencies ? fopen(latencies, "w") : NULL;
+    if ((csv && !cf) || (latencies && !lf)) {
+        fprintf(stderr, "vllm-srun bench: cannot write %s\n", csv && !cf ? csv : latencies);
+        return 2;
+    }
+    if (lf) fprintf(lf, "concurrency,request,status,latency_ms,queue_ms,forward_ms\n");
     if (cf)
         fprintf(cf, "concurrency,requests,ok,overloaded,errors,rps,p50_ms,p95_ms,p99_ms,parse_ms,tokenize_ms,"
                     "queue_ms,forward_ms,post_ms,serialize_ms,total_ms,overhead_p50_ms\n");
@@ -393,7 +434,7 @@ int cmd_bench(int argc, char **argv) {
            "p95 ms", "p99 ms", "mean Server-Timing ms: parse tokenize queue forward post serialize total; overhead p50 (latency-queue-forward)");
     int failed = 0;
     bench_cfg cfg = {.host = host, .uds = uds, .port = (int)port, .reqs = reqs, .n_reqs = n_reqs,
-                     .requests = requests, .verify = verify};
+                     .requests = requests, .verify = verify, .lat_csv = lf};
     if (sla_ms > 0) {
         failed = sla_search(&cfg, sla_ms, (int)max_conc, cf, variant, eval_cell);
     } else {
@@ -407,6 +448,7 @@ int cmd_bench(int argc, char **argv) {
         free(lv);
     }
     if (cf) fclose(cf);
+    if (lf) fclose(lf);
     for (int i = 0; i < n_reqs; i++) {
         free(reqs[i].body);
         free(reqs[i].expected);
