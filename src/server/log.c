@@ -7,6 +7,9 @@
 
 static srv_log_level current = SRV_LOG_INFO;
 static const char *const names[] = {"error", "warn", "info", "debug"};
+static const char *program = "vllm-srun";
+
+void srv_log_set_program(const char *name) { program = name; }
 
 int srv_log_set_level(const char *name) {
     for (int i = 0; i < 4; i++)
@@ -35,5 +38,5 @@ void srv_logv(srv_log_level lv, const char *fmt, va_list ap) {
     gmtime_r(&t, &tm);
     char ts[32];
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(stderr, "%s vllm-srun %s: %s\n", ts, names[lv], line);
+    fprintf(stderr, "%s %s %s: %s\n", ts, program, names[lv], line);
 }
