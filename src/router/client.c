@@ -4,6 +4,8 @@
  * cancel racing the end of a call touches valid memory. */
 #include "router/client.h"
 
+#include "core/strbuf.h"
+
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@ struct rt_call {
     long status;
     char content_type[160];
     char server_timing[512];
+    vsr_strbuf lines; /* the answer's headers */
     char errbuf[CURL_ERROR_SIZE];
     double t0;
     rt_call *lprev, *lnext; /* the client's live list (client thread only) */
@@ -60,6 +63,7 @@ static void call_unref(rt_call *c) {
     if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL)) return;
     if (c->e) curl_easy_cleanup(c->e);
     curl_slist_free_all(c->hdrs);
+    vsr_strbuf_free(&c->lines);
     free(c->body);
     free(c);
 }
@@ -89,7 +93,8 @@ static void headers_complete(rt_call *c) {
     if (c->headers_done) return;
     c->headers_done = true;
     curl_easy_getinfo(c->e, CURLINFO_RESPONSE_CODE, &c->status);
-    if (c->cb.on_headers) c->cb.on_headers(c->arg, c->status, c->content_type, c->server_timing);
+    if (c->cb.on_headers)
+        c->cb.on_headers(c->arg, c->status, c->content_type, c->server_timing, c->lines.p ? c->lines.p : "");
 }
 
 static void copy_header_value(char *dst, size_t cap, const char *line, size_t n, size_t name_len) {
@@ -107,6 +112,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg) {
     size_t n = size * nitems;
     if (n >= 4 && !strncmp(buf, "HTTP", 4)) { /* a new status line (after 1xx) */
         c->content_type[0] = c->server_timing[0] = 0;
+        vsr_strbuf_free(&c->lines);
         return n;
     }
     if (n <= 2 && (buf[0] == '\r' || buf[0] == '\n')) { /* end of a header block */
@@ -115,6 +121,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg) {
         if (code >= 200) headers_complete(c);
         return n;
     }
+    vsr_strbuf_put(&c->lines, buf, n);
     if (n > 13 && !strncasecmp(buf, "Content-Type:", 13)) copy_header_value(c->content_type, sizeof c->content_type, buf, n, 13);
     else if (n > 14 && !strncasecmp(buf, "Server-Timing:", 14))
         copy_header_value(c->server_timing, sizeof c->server_timing, buf, n, 14);

@@ -30,8 +30,9 @@ typedef struct rt_call_spec {
 } rt_call_spec;
 
 typedef struct rt_call_cb {
-    /* Once, when the status line and headers are in (before any body). */
-    void (*on_headers)(void *arg, long status, const char *content_type, const char *server_timing);
+    /* Once, when the status line and headers are in (before any body). `lines` holds every
+     * header of the answer as "Name: value\r\n" lines. */
+    void (*on_headers)(void *arg, long status, const char *content_type, const char *server_timing, const char *lines);
     /* Body bytes as they arrive. Return false to pause the call (flow control): nothing more
      * arrives until rt_client_resume. */
     bool (*on_body)(void *arg, const char *data, size_t n);

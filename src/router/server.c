@@ -113,6 +113,7 @@ typedef struct sub {
     rt_call_result res;
     char why[512];
     json_t *json; /* the parsed answer of a signal call (200 only) */
+    char *lines;  /* the backend's headers (P_UPSTREAM) */
 } sub;
 
 struct rq {
@@ -165,6 +166,7 @@ static void rq_unref(rq *q) {
     }
     rt_call_release(q->up.call);
     vsr_strbuf_free(&q->up.body);
+    free(q->up.lines);
     json_decref(q->chat);
     if (q->resp) MHD_destroy_response(q->resp);
     free(q->body);
@@ -260,7 +262,7 @@ static const char *outcome_of(rt_call_result res, long status) {
     return "ok";
 }
 
-static void sub_headers(void *arg, long status, const char *ctype, const char *timing) {
+static void sub_headers(void *arg, long status, const char *ctype, const char *timing, const char *lines) {
     sub *s = arg;
     s->status = status;
     snprintf(s->ctype, sizeof s->ctype, "%s", ctype ? ctype : "");
@@ -471,17 +473,47 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) { rq_unref(cls); }
 
-static void up_headers(void *arg, long status, const char *ctype, const char *timing) {
+/* The backend's headers a client sees (hop-by-hop ones and those the router sets are not). */
+static void pass_headers(struct MHD_Response *resp, const char *lines) {
+    static const char *const skip[] = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-type",
+                                       "date", "server", "upgrade", "te", "trailer", "proxy-connection"};
+    for (const char *p = lines; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t n = eol ? (size_t)(eol - p) : strlen(p);
+        const char *colon = memchr(p, ':', n);
+        if (colon && colon > p) {
+            char name[128], value[1024];
+            size_t ln = (size_t)(colon - p), lv;
+            const char *v = colon + 1;
+            while (v < p + n && (*v == ' ' || *v == '\t')) v++;
+            lv = (size_t)(p + n - v);
+            while (lv && (v[lv - 1] == '\r' || v[lv - 1] == ' ')) lv--;
+            bool keep = ln < sizeof name && lv < sizeof value && strncasecmp(p, "x-vsr-", 6);
+            for (size_t i = 0; keep && i < sizeof skip / sizeof skip[0]; i++)
+                if (strlen(skip[i]) == ln && !strncasecmp(p, skip[i], ln)) keep = false;
+            if (keep) {
+                memcpy(name, p, ln), name[ln] = 0;
+                memcpy(value, v, lv), value[lv] = 0;
+                MHD_add_response_header(resp, name, value);
+            }
+        }
+        p = eol ? eol + 1 : p + n;
+    }
+}
+
+static void up_headers(void *arg, long status, const char *ctype, const char *timing, const char *lines) {
     sub *s = arg;
     rq *q = s->q;
-    sub_headers(arg, status, ctype, timing);
+    sub_headers(arg, status, ctype, timing, lines);
+    free(s->lines);
+    s->lines = strdup(lines ? lines : "");
     if (!ctype || strncasecmp(ctype, "text/event-stream", 17)) return;
     /* A stream: answer now, pass the events through as they come. */
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, q, stream_free);
     if (!resp) return; /* answered from the buffer at the end instead */
     __atomic_add_fetch(&q->refs, 1, __ATOMIC_ACQ_REL);
     MHD_add_response_header(resp, "Content-Type", ctype);
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    pass_headers(resp, lines);
     pthread_mutex_lock(&q->mu);
     q->streaming = true;
     pthread_mutex_unlock(&q->mu);
@@ -536,6 +568,7 @@ static void up_done(void *arg, rt_call_result res, long status, const char *erro
         size_t n;
         char *body = vsr_strbuf_take(&s->body, &n);
         struct MHD_Response *resp = body ? buffer_response(s->ctype, body, n) : NULL;
+        if (resp) pass_headers(resp, s->lines);
         respond(q, resp ? (int)status : 500,
                 resp ? resp : error_body("internal_error", "out of memory holding the backend's answer"));
     } else if (res == RT_CALL_CONNECT && q->tried < 2 && other_backend(q) >= 0) {
@@ -1150,6 +1183,7 @@ static void drain(router *r) {
 /* ---- main ---- */
 
 int vsr_router_serve(const vsr_router_serve_opts *o) {
+    srv_log_set_program("vllm-sr");
     if (!srv_log_set_level(o->log_level ? o->log_level : "info")) {
         fprintf(stderr, "vllm-sr serve: --log-level must be error, warn, info or debug; got '%s'\n", o->log_level);
         return 2;
