@@ -8,6 +8,7 @@
 #include "common/cli.h"
 #include "commands.h"
 #include "fixture/builtin.h"
+#include "fixture/vela2_fixture.h"
 #include "vsr/fixture.h"
 #include "vsr/package.h"
 
@@ -19,6 +20,8 @@ static void usage(FILE *f) {
             "                 [--group-size G] [--max-shard-bytes N] [--name MODEL_NAME]\n"
             "       vllm-srun fixture OUT --like vllm-sr/d3|d3-flash|d3-mini|d3-nano|d3-lite\n"
             "                 [--size tiny|small|lite|27b-shape] [--seed S] [--name MODEL_NAME]\n"
+            "       vllm-srun fixture OUT --family vela2 --size tiny|small|lite [--seed S] [--no-broad-head]\n"
+            "                 [--name MODEL_NAME]\n"
             "       vllm-srun fixture --install --repo ORG/NAME [--store DIR] --family ... (as above)\n"
             "       vllm-srun fixture --install-builtin NAME|all [--store DIR]\n"
             "\n"
@@ -37,6 +40,31 @@ static int fail(const vsr_err *e) {
     if (!strncmp(e->msg, "fixture: ", 9)) fprintf(stderr, "vllm-srun %s\n", e->msg);
     else fprintf(stderr, "vllm-srun fixture: %s\n", e->msg);
     return 1;
+}
+
+/* --family vela2: a Vela 2.0 decoder package (src/fixture/vela2_fixture.c). */
+static int fixture_vela2(const vsr_fixture_opts *o, const char *out, bool install, bool no_broad, const char *seed) {
+    if (install || !out || o->scheme || o->like || o->attention_mode || o->actorder || o->group_size ||
+        o->max_shard_bytes) {
+        fprintf(stderr, "vllm-srun fixture: --family vela2 takes OUT, --size, --seed, --no-broad-head and --name "
+                        "only (no --install, --scheme, --like, --attention-mode, --actorder, --group-size or "
+                        "--max-shard-bytes)\n");
+        return 2;
+    }
+    vsr_v2_fixture_opts vo = {.size = o->size ? o->size : "tiny", .seed = seed ? o->seed : 0,
+                              .no_broad_head = no_broad, .model_name = o->model_name};
+    vsr_err e = {0};
+    vsr_fixture_info info;
+    vsr_progress *p = vsr_progress_new("fixture", 0, "B");
+    vsr_status st = vsr_v2_fixture_write(out, &vo, p, &info, &e);
+    vsr_progress_done(p);
+    if (st) return fail(&e);
+    printf("%s\n  model_name       %s\n  model_sha256     %s\n  manifest_sha256  %s\n", out, info.model_name,
+           info.model_sha256, info.manifest_sha256);
+    printf("  parameters       %" PRId64 " loaded (%" PRId64 " backbone + %" PRId64 " heads)\n", info.params_loaded,
+           info.params_text, info.params_readout);
+    printf("  weight files     %d\n  bytes            %" PRIu64 "\n", info.n_shards, info.total_bytes);
+    return 0;
 }
 
 static int install_builtins(const char *which, const char *store) {
@@ -65,7 +93,7 @@ static int install_builtins(const char *which, const char *store) {
 int cmd_fixture(int argc, char **argv) {
     vsr_fixture_opts o = {0};
     const char *out = NULL, *store = NULL, *builtin = NULL, *repo = NULL, *v = NULL;
-    bool install = false;
+    bool install = false, no_broad = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r;
@@ -75,6 +103,7 @@ int cmd_fixture(int argc, char **argv) {
         }
         if (!strcmp(a, "--actorder")) { o.actorder = true; continue; }
         if (!strcmp(a, "--install")) { install = true; continue; }
+        if (!strcmp(a, "--no-broad-head")) { no_broad = true; continue; }
         if ((r = arg_value(argc, argv, &i, "--family", &o.family))) { if (r < 0) return 2; continue; }
         if ((r = arg_value(argc, argv, &i, "--size", &o.size))) { if (r < 0) return 2; continue; }
         if ((r = arg_value(argc, argv, &i, "--scheme", &o.scheme))) { if (r < 0) return 2; continue; }
@@ -125,6 +154,11 @@ int cmd_fixture(int argc, char **argv) {
             return 2;
         }
         return install_builtins(builtin, store);
+    }
+    if (o.family && !strcmp(o.family, "vela2")) return fixture_vela2(&o, out, install, no_broad, v);
+    if (no_broad) {
+        fprintf(stderr, "vllm-srun fixture: --no-broad-head applies only to --family vela2\n");
+        return 2;
     }
     if (store && !install) {
         fprintf(stderr, "vllm-srun fixture: --store applies only with --install or --install-builtin\n");
