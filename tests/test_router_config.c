@@ -340,6 +340,97 @@ TEST(yaml_errors) {
     free(base);
 }
 
+/* Conditions on span signals, one definition per question id, signal_timeout_ms, weights. */
+TEST(signal_and_question_rules) {
+    char *base = base_yaml();
+    /* a signal condition beside a question: loads typed */
+    char *y = replace(base, "          - question: domain\n", "          - signal: pii\n          - question: domain\n");
+    vsr_router_config *c = load(y);
+    CHECK(c && c->n_errors == 0 && c->signal_timeout_ms == 2000);
+    if (c && c->n_errors) dump(c);
+    if (c && !c->n_errors)
+        CHECK(c->decisions[0].n_conditions == 2 && !strcmp(c->decisions[0].conditions[0].signal, "pii") &&
+              !c->decisions[0].conditions[0].question && !strcmp(c->decisions[0].conditions[1].question, "domain") &&
+              !strcmp(c->decisions[0].conditions[1].criteria_desc[0], "Programming"));
+    vsr_router_config_free(c);
+    free(y);
+    free(base);
+    expect_one("          - question: domain\n", "          - signal: toxic\n          - question: domain\n",
+               "routing.decisions[0].rules.conditions[0].signal", 43, 21, "signal must be pii or hallucination (found \"toxic\")");
+    expect_one("          - question: domain\n", "          - {signal: pii, label: x}\n          - question: domain\n",
+               "routing.decisions[0].rules.conditions[0].label", 43, 27, "unknown key 'label' (expected one of: signal)");
+    /* a signal needs its binding */
+    base = base_yaml();
+    char *y1 = replace(base, "      pii: spans\n", "");
+    char *y2 = replace(y1, "          - question: domain\n", "          - signal: pii\n          - question: domain\n");
+    c = load(y2);
+    CHECK(c && c->n_errors == 1 &&
+          !strcmp(c->errors[0].msg, "signal pii needs a pii binding (global.model_catalog.bindings.pii: <span deployment>)") &&
+          !strcmp(c->errors[0].path, "routing.decisions[0].rules.conditions[0].signal") && c->errors[0].line == 42);
+    if (c && c->n_errors != 1) dump(c);
+    vsr_router_config_free(c);
+    free(y2);
+    free(y1);
+    /* decisions of span signals only need no decision model */
+    y1 = replace(base, "      decision_model: {deployment: d3-fp8}\n", "");
+    y2 = replace(y1, "    system:\n", "");
+    char *y3 = replace(y2,
+                       "          - question: domain\n            type: choice\n            instructions: Which domain does "
+                       "this request belong to?\n            criteria: {code: Programming, other: Anything else}\n       "
+                       "     label: code\n",
+                       "          - signal: hallucination\n");
+    c = load(y3);
+    CHECK(c && c->n_errors == 0);
+    if (c && c->n_errors) dump(c);
+    vsr_router_config_free(c);
+    free(y3);
+    /* ... but a question does */
+    c = load(y2);
+    CHECK(c && c->n_errors == 1 && !strcmp(c->errors[0].msg, "routing.decisions need global.model_catalog.system.decision_model"));
+    vsr_router_config_free(c);
+    free(y2);
+    free(y1);
+    /* one question id, one definition */
+    y1 = replace(base, "listeners:\n",
+                 "    - name: code2\n      rules:\n        conditions:\n          - {question: domain, type: choice, "
+                 "instructions: Another wording?, criteria: {code: Programming, other: Anything else}, label: code}\n"
+                 "      modelRefs: [{model: small}]\n"
+                 "    - name: code3\n      rules:\n        conditions:\n          - {question: domain, type: choice, "
+                 "instructions: Which domain does this request belong to?, criteria: {code: Programming, other: Anything else}, label: other}\n"
+                 "      modelRefs: [{model: small}]\n"
+                 "listeners:\n");
+    c = load(y1);
+    CHECK(c && c->n_errors == 1 && !strcmp(c->errors[0].path, "routing.decisions[1].rules.conditions[0]") &&
+          c->errors[0].line == 53 &&
+          !strcmp(c->errors[0].msg, "question 'domain' is asked differently in decision 'code' (line 43); one question id "
+                                    "has one type, instructions and criteria (the decision model is asked it once per request)"));
+    if (c && c->n_errors != 1) dump(c);
+    vsr_router_config_free(c);
+    free(y1);
+    free(base);
+    expect_one("signal_timeout_ms: 2000", "signal_timeout_ms: 0", "global.model_catalog.signal_timeout_ms", 3, 24,
+               "signal_timeout_ms must be a positive integer (at most 600000)");
+    base = base_yaml();
+    y = replace(base, "signal_timeout_ms: 2000", "signal_timeout_ms: 150");
+    c = load(y);
+    CHECK(c && c->n_errors == 0 && c->signal_timeout_ms == 150);
+    vsr_router_config_free(c);
+    free(y);
+    free(base);
+    base = base_yaml();
+    y1 = replace(base, "weight: 90}", "weight: 0}");
+    y2 = replace(y1, "weight: 10}", "weight: 0}");
+    c = load(y2);
+    CHECK(c && c->n_errors == 1 && !strcmp(c->errors[0].path, "providers.models[0].backend_refs") &&
+          !strcmp(c->errors[0].msg, "backend_refs of model 'small' all have weight 0; at least one needs weight > 0"));
+    vsr_router_config_free(c);
+    free(y2);
+    free(y1);
+    free(base);
+    expect_one("  defaults:\n", "    - {name: small, backend_refs: [{endpoint: 'http://h:1'}]}\n  defaults:\n",
+               "providers.models[1].name", 33, 14, "duplicate provider model 'small'");
+}
+
 int main(void) {
     setup();
     RUN(valid_config_loads_typed);
@@ -350,5 +441,6 @@ int main(void) {
     RUN(placement_rules);
     RUN(routing_rules);
     RUN(yaml_errors);
+    RUN(signal_and_question_rules);
     return test_summary();
 }

@@ -790,8 +790,7 @@ static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && 
 
 /* Every decision's questions go to the decision model in one call, keyed by question id: an id
  * asked twice must be asked the same way (type, instructions, criteria). */
-static void check_same_question(ctx *x, const char *path, yaml_node_t *n, const vsr_rt_condition *q,
-                                const vsr_rt_decision *cur) {
+static void check_same_question(ctx *x, const char *path, yaml_node_t *n, const vsr_rt_condition *q) {
     if (!q->question || !q->type) return;
     for (int i = 0; i < x->c->n_decisions; i++) {
         const vsr_rt_decision *d = &x->c->decisions[i];
@@ -804,16 +803,14 @@ static void check_same_question(ctx *x, const char *path, yaml_node_t *n, const 
             for (int k = 0; same && k < q->n_criteria; k++)
                 same = !strcmp(o->criteria[k], q->criteria[k]) && !o->criteria_desc == !q->criteria_desc &&
                        (!q->criteria_desc || !strcmp(o->criteria_desc[k], q->criteria_desc[k]));
-            if (!same) {
+            if (!same) /* compared with the first definition only */
                 add_error(x, path, n,
                           "question '%s' is asked differently in decision '%s' (line %d); one question id has one "
                           "type, instructions and criteria (the decision model is asked it once per request)",
                           q->question, d->name ? d->name : "?", o->line);
-                return;
-            }
+            return;
         }
     }
-    (void)cur;
 }
 
 static void load_decisions(ctx *x, const char *path, yaml_node_t *seq) {
@@ -918,7 +915,7 @@ static void load_decisions(ctx *x, const char *path, yaml_node_t *seq) {
             if (!want_map(x, cp, cn, "a condition")) continue;
             vsr_rt_condition *q = &d->conditions[d->n_conditions++];
             load_condition(x, cp, cn, q);
-            check_same_question(x, cp, cn, q, d);
+            check_same_question(x, cp, cn, q);
         }
     }
     bool asks = false; /* a question needs the decision model; span signals do not */
