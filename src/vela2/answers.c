@@ -208,6 +208,11 @@ static json_t *answer_json(const v2_question *q) {
         if (q->err_msg) json_object_set_new(a, "message", json_string(q->err_msg));
         return a;
     }
+    if (!q->answered) {
+        json_object_set_new(a, "error", json_string("internal_error"));
+        json_object_set_new(a, "message", json_string("the question was not run"));
+        return a;
+    }
     int n = q->n_opt;
     switch ((v2_kind)q->kind) {
     case V2_CHOICE: {
@@ -260,7 +265,7 @@ json_t *v2_request_json(const v2_request *r, const char *model, bool broad) {
     json_object_set_new(o, "model", json_string(model));
     for (int i = 0; i < r->n_q; i++) {
         const v2_question *q = &r->q[i];
-        if (q->kind == V2_SET && !q->err_code) {
+        if (q->kind == V2_SET && !q->err_code && q->answered) {
             json_t *sel = json_array(), *p = json_object();
             for (int l = 0; l < q->n_opt; l++) {
                 char key[600];
@@ -274,7 +279,7 @@ json_t *v2_request_json(const v2_request *r, const char *model, bool broad) {
             continue;
         }
         json_object_set_new(answers, q->id, answer_json(q));
-        if (q->kind == V2_SPAN && !q->err_code) {
+        if (q->kind == V2_SPAN && !q->err_code && q->answered) {
             const v2_part *part = &r->parts[v2_part_index(r, q->over[0])];
             json_t *list = json_array();
             for (int s = 0; s < q->n_spans; s++) {
