@@ -12,6 +12,7 @@
 #include "vsr/model.h"
 #include "vsr/package.h"
 #include "vsr/progress.h"
+#include "vsr/vela2_decide.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,6 +24,9 @@ typedef struct vsr_engine {
     char device_id[32];
     vsr_model *model;
     vsr_decider *decider;
+    /* a vela2 package (pkg->family == VSR_FAMILY_VELA2) loads these instead of model/decider */
+    vsr_v2_model *v2_model;
+    vsr_v2_decider *v2;
     vsr_golden_report golden;
 } vsr_engine;
 

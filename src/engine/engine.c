@@ -31,9 +31,10 @@ vsr_status vsr_engine_prepare(vsr_engine *e, const vsr_engine_opts *o, vsr_err *
                                vsr_device_kind_name(kind), index);
     }
     if ((st = vsr_package_open(o->model, o->revision, o->store_dir, &e->pkg, err)) != VSR_OK) return st;
-    if (e->pkg->family != VSR_FAMILY_DECISION3)
+    if (e->pkg->family != VSR_FAMILY_DECISION3 && e->pkg->family != VSR_FAMILY_VELA2)
         return vsr_err_set(err, VSR_E_UNSUPPORTED,
-                           "%s is a %s package; vllm-srun answers decisions with Decision 3.0 packages",
+                           "%s is a %s package; vllm-srun answers decisions with Decision 3.0 and Vela 2.0 "
+                           "decoder packages",
                            o->model, vsr_family_name(e->pkg->family));
     vsr_gate_request gr;
     vsr_package_gate_request(e->pkg, &gr);
@@ -59,6 +60,10 @@ vsr_status vsr_engine_load(vsr_engine *e, const vsr_engine_opts *o, vsr_err *err
                          .threads = o->threads,
                          .dtype = o->dtype,
                          .autotune_cache = o->autotune_cache};
+    if (e->pkg->family == VSR_FAMILY_VELA2) {
+        if ((st = vsr_v2_model_load(e->pkg, &mo, &e->v2_model, err)) != VSR_OK) return st;
+        return vsr_v2_decider_open(e->pkg, e->v2_model, &e->v2, err);
+    }
     if ((st = vsr_model_load(e->pkg, &mo, &e->model, err)) != VSR_OK) return st;
     return vsr_decider_open(e->pkg, e->model, &e->decider, err);
 }
@@ -70,7 +75,8 @@ vsr_status vsr_engine_golden(vsr_engine *e, vsr_err *err) {
     const vsr_builtin *b = e->pkg->builtin;
     if (!b && e->pkg->verified) b = vsr_catalog_find_identity(e->pkg->model_sha256);
     const char *recorded = b ? b->golden_json : NULL;
-    vsr_status st = vsr_golden_check(e->decider, recorded, dclass, tol, &e->golden, err);
+    vsr_status st = e->v2 ? vsr_v2_golden_check(e->v2, recorded, dclass, tol, &e->golden, err)
+                          : vsr_golden_check(e->decider, recorded, dclass, tol, &e->golden, err);
     if (st != VSR_OK) return st;
     if (!strcmp(e->golden.status, "failed"))
         return vsr_err_set(err, VSR_E_INTEGRITY, "golden self-check failed: %.900s", e->golden.reason);
@@ -80,6 +86,8 @@ vsr_status vsr_engine_golden(vsr_engine *e, vsr_err *err) {
 void vsr_engine_close(vsr_engine *e) {
     vsr_decider_free(e->decider);
     vsr_model_free(e->model);
+    vsr_v2_decider_free(e->v2);
+    vsr_v2_model_free(e->v2_model);
     vsr_package_close(e->pkg);
     vsr_golden_report_free(&e->golden);
     memset(e, 0, sizeof *e);

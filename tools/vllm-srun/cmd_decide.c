@@ -23,6 +23,44 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
+static void print_refusal(const vsr_http_error *he) {
+    json_t *o2 = json_pack("{s:{s:s,s:s}}", "error", "code", he->code, "message", he->message);
+    char *s = json_dumps(o2, JSON_COMPACT);
+    printf("%s\n", s);
+    free(s);
+    json_decref(o2);
+    fprintf(stderr, "vllm-srun decide: HTTP %d %s\n", he->status, he->code);
+}
+
+/* A vela2 package: the same request through the span family's decision layer. */
+static int decide_vela2(vsr_engine *e, const char *body, size_t len, const char *served) {
+    vsr_http_error he = {0};
+    vsr_err err = {0};
+    vsr_v2_job *j = vsr_v2_parse(e->v2, body, len, served, &he);
+    if (!j) {
+        print_refusal(&he);
+        return 1;
+    }
+    double t0 = now_ms();
+    if (vsr_v2_run(e->v2, j, NULL, NULL, NULL, &err) != VSR_OK) {
+        fprintf(stderr, "vllm-srun decide: %s\n", err.msg);
+        vsr_v2_job_free(j);
+        return 1;
+    }
+    vsr_decision_meta meta = {.model_id = served,
+                              .revision = e->pkg->revision[0] ? e->pkg->revision : NULL,
+                              .model_sha256 = e->pkg->model_sha256,
+                              .device = e->device_id,
+                              .accelerator = vsr_device_kind_name(e->device.kind),
+                              .compute_ms = now_ms() - t0};
+    char *resp = vsr_v2_response(j, &meta);
+    vsr_v2_job_free(j);
+    if (!resp) return 1;
+    printf("%s\n", resp);
+    free(resp);
+    return 0;
+}
+
 int cmd_decide(int argc, char **argv) {
     vsr_engine_opts o = {.device = "auto", .dtype = "auto", .show_progress = true};
     const char *request = NULL, *v;
@@ -77,6 +115,10 @@ int cmd_decide(int argc, char **argv) {
     const char *slash = strrchr(e.pkg->path, '/');
     const char *served = e.pkg->repo[0] ? e.pkg->repo : slash ? slash + 1 : e.pkg->path;
     vsr_http_error he = {0};
+    if (e.v2) {
+        rc = decide_vela2(&e, body, len, served);
+        goto out;
+    }
     vsr_decision_job *j = vsr_decision_parse(e.decider, body, len, served, &he);
     if (!j) {
         json_t *o2 = json_pack("{s:{s:s,s:s}}", "error", "code", he.code, "message", he.message);
