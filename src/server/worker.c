@@ -58,6 +58,12 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
     vsr_status st = vsr_engine_prepare(&m->engine, &m->eopts, err);
     m->pkg = m->engine.pkg;
     if (st != VSR_OK) return st;
+    /* The worker's scheduler forwards Decision 3.0 rows; the span family's trees are answered by
+     * `vllm-srun decide` only, so a vela2 package is refused here rather than served wrongly. */
+    if (m->pkg->family == VSR_FAMILY_VELA2)
+        return vsr_err_set(err, VSR_E_UNSUPPORTED,
+                           "%s is a Vela 2.0 decoder package: vllm-srun serve does not serve the span family yet "
+                           "(vllm-srun decide answers its requests)", o->model);
     m->device = m->engine.device;
     snprintf(m->device_id, sizeof m->device_id, "%s", m->engine.device_id);
     if (o->served_name)
