@@ -760,9 +760,9 @@ static void decisions_dispatch(rq *q) {
             dep = d->key;
     }
     if (!dep) {
-        json_decref(o);
         if (want) respond(q, 404, error_body("model_not_found", "model '%s' is not a deployment this router uses", want));
         else respond(q, 404, error_body("model_not_found", "the router has no decision_model; name a deployment in model"));
+        json_decref(o); /* `want` lives in o */
         return;
     }
     sub *s = &q->sig[0];
