@@ -134,6 +134,8 @@ def main():
     ap.add_argument("--package", help="use this already-written package (same --size/--seed) instead of writing one")
     ap.add_argument("--device", default="cpu", help="torch device for the reference (cpu, cuda)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                    help="the reference's arithmetic (float64: the same weights, computed in double)")
     a = ap.parse_args()
 
     cmd = [a.vsr_bin, "fixture", "OUT", "--family", "vela2", "--size", a.size, "--seed", str(a.seed)]
@@ -150,12 +152,13 @@ def main():
     tcfg._attn_implementation = "eager"
     dev = torch.device(a.device)
     model = Qwen3_5TextModel(tcfg).float().eval()
+    dt = torch.float64 if a.dtype == "float64" else torch.float32
     sd = {k[len("backbone."):]: v for k, v in t.items() if k.startswith("backbone.")}
     missing, unexpected = model.load_state_dict(sd, strict=False)
     assert not unexpected, unexpected
     assert all("rotary" in k for k in missing), missing
-    model.to(dev)
-    heads = {k: v for k, v in t.items() if not k.startswith("backbone.")}
+    model.to(device=dev, dtype=dt)
+    heads = {k: v.to(dt) for k, v in t.items() if not k.startswith("backbone.")}
     broad = any(k.startswith("span_broad.") for k in heads)
     vocab = tcfg.vocab_size
     hd = int(cfg["head_dim"])
@@ -169,7 +172,7 @@ def main():
                 nc = len(tree["ctx"])
                 ids = torch.tensor([row], dtype=torch.long, device=dev)
                 pos = torch.arange(len(row), device=dev)[None, :]
-                h = model(input_ids=ids, position_ids=pos).last_hidden_state[0].float().cpu()
+                h = model(input_ids=ids, position_ids=pos).last_hidden_state[0].to(dt).cpu()
                 if blk["kind"] == "span":
                     words = h[[nc + p for p in blk["word_pos"]]]
                     labels = torch.stack([h[nc + s: nc + e + 1].mean(0)
