@@ -15,12 +15,9 @@ for ax, q in zip(axes, ("p50", "p99")):
     for i, p in enumerate(paths):
         xs = [j + (i - 1.5) * width for j in range(len(rows))]
         ax.bar(xs, [float(r[f"{p}_{q}_ms"]) for r in rows], width, label=p)
-    for j, r in enumerate(rows):
-        ax.annotate(f"proxy {float(r[f'proxy_overhead_{q}_ms']):.2f} ms\nrouting {float(r[f'routing_overhead_{q}_ms']):.2f} ms",
-                    (j, 0), xytext=(0, -38), textcoords="offset points", ha="center", fontsize=8)
-    ax.set_xticks(range(len(rows)), [f"{r['clients']} client(s)" for r in rows])
+    ax.set_xticks(range(len(rows)), [f"{r['clients']} client(s)\nproxy overhead {float(r[f'proxy_overhead_{q}_ms']):.2f} ms\n"
+                                     f"routing overhead {float(r[f'routing_overhead_{q}_ms']):.2f} ms" for r in rows])
     ax.set_yscale("log"); ax.set_ylabel(f"{q} latency, ms"); ax.grid(True, axis="y"); ax.legend(fontsize=8)
 fig.suptitle("vllm-sr router on the 2-core CPU: upstream, proxy (model named), worker /v1/decisions, routed (auto)")
 fig.tight_layout()
-fig.subplots_adjust(bottom=0.2)
 fig.savefig(sys.argv[2], dpi=100)

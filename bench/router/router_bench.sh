@@ -57,6 +57,8 @@ echo "{\"model\":\"coder\",\"messages\":[{\"role\":\"user\",\"content\":\"$PROMP
 echo "{\"model\":\"vllm-sr-c/d3-tiny\",\"state\":[{\"role\":\"user\",\"content\":\"$PROMPT\"}],\"questions\":{\"domain\":$Q}}" > "$T/dec.json"
 curl -s "http://127.0.0.1:$RP/v1/chat/completions" -d @"$T/auto.json" -D - -o /dev/null | grep -qi '^x-vsr-decision: code' \
   || { echo "the bench request is not routed by decision 'code'"; exit 1; }
+RPID=$(jobs -p | tail -1)
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "label clients requests rps p50_ms p90_ms p99_ms errors" > "$T/res.txt"
 for C in 1 64; do
   N=$([ "$C" = 1 ] && echo "$N1" || echo "$N64")
@@ -64,9 +66,12 @@ for C in 1 64; do
   "$T/loadgen" --label upstream --url "http://127.0.0.1:$UP/v1/chat/completions" --body "$T/coder.json" --clients "$C" --requests $((N * 4)) --warmup "$W" >> "$T/res.txt"
   "$T/loadgen" --label explicit --url "http://127.0.0.1:$RP/v1/chat/completions" --body "$T/coder.json" --clients "$C" --requests $((N * 4)) --warmup "$W" >> "$T/res.txt"
   "$T/loadgen" --label worker --url http://w/v1/decisions --uds "$T/w.sock" --body "$T/dec.json" --clients "$C" --requests "$N" --warmup "$W" >> "$T/res.txt"
+  c0=$(cpu "$RPID")
   "$T/loadgen" --label routed --url "http://127.0.0.1:$RP/v1/chat/completions" --body "$T/auto.json" --clients "$C" --requests "$N" --warmup "$W" >> "$T/res.txt"
+  echo "router CPU per routed request at $C clients: $(( ( $(cpu "$RPID") - c0 ) * 10000 / (N + W) )) us" >> "$T/cpu.txt"
 done
 column -t "$T/res.txt"
+cat "$T/cpu.txt"
 python3 - "$T/res.txt" "$OUT/router_cpu.csv" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:]]
