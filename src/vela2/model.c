@@ -7,7 +7,7 @@
  * therefore run as its own row [context ++ block]: exact by construction, at the cost of
  * computing a tree's context once per block. Rows of every block of every tree are packed into
  * forwards of at most V2_BATCH_TOKENS tokens and V2_BATCH_ROWS rows (the reference decoders'
- * batching limits), and only the positions the heads read come back from the backbone
+ * batching limits; one row alone may be longer, up to max_length), and only the positions the heads read come back from the backbone
  * (vsr_model_forward_gather).
  *
  * Heads (reference heads/span.py and heads/candidate.py, FP32 outside autocast):
@@ -37,6 +37,7 @@
 
 #define V2_BATCH_TOKENS 24576 /* members.py DECODER_BUDGET */
 #define V2_BATCH_ROWS 32      /* members.py MAX_ROWS */
+#define V2_BATCH_GATHER 32768 /* hidden rows one forward returns (the CUDA gather takes at most 65,535) */
 #define LN_EPS 1e-5
 
 struct vsr_v2_model {
@@ -551,7 +552,8 @@ vsr_status vsr_v2_forward(vsr_v2_model *m, const vsr_v2_tree *trees, int n_trees
     for (int r0 = 0; r0 < n_rows && !st;) {
         int r1 = r0;
         int64_t tokens = 0, g = 0;
-        while (r1 < n_rows && r1 - r0 < V2_BATCH_ROWS && (r1 == r0 || tokens + rows[r1].len <= V2_BATCH_TOKENS)) {
+        while (r1 < n_rows && r1 - r0 < V2_BATCH_ROWS &&
+               (r1 == r0 || (tokens + rows[r1].len <= V2_BATCH_TOKENS && g + rows[r1].n_pos <= V2_BATCH_GATHER))) {
             tokens += rows[r1].len;
             g += rows[r1].n_pos;
             r1++;
