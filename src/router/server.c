@@ -226,7 +226,7 @@ static struct MHD_Response *error_body(const char *code, const char *fmt, ...) {
 static void respond(rq *q, int status, struct MHD_Response *resp) {
     if (resp) add_common_headers(q, resp);
     pthread_mutex_lock(&q->mu);
-    if (q->ready) { /* answered already (a race with a cancel) */
+    if (q->ready || q->gone) { /* answered already, or nobody to answer */
         pthread_mutex_unlock(&q->mu);
         if (resp) MHD_destroy_response(resp);
         return;
@@ -1061,7 +1061,12 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
     for (int i = 0; i < q->n_sig; i++)
         if (q->sig[i].call) rt_client_cancel(r->client, q->sig[i].call);
     if (q->up.call) rt_client_cancel(r->client, q->up.call);
+    /* An answer never queued (the client left first): a stream's response holds a reference
+     * to q, so it is destroyed here, not when q is freed. */
+    struct MHD_Response *unsent = q->resp;
+    q->resp = NULL;
     pthread_mutex_unlock(&q->mu);
+    if (unsent) MHD_destroy_response(unsent);
     __atomic_sub_fetch(&r->inflight, 1, __ATOMIC_ACQ_REL);
     rq_unref(q);
 }
