@@ -11,6 +11,7 @@ int cmd_fixture(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_dequant(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 int cmd_serve(int argc, char **argv);
 int cmd_decide(int argc, char **argv);

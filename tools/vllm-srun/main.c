@@ -14,6 +14,7 @@ static const cli_command commands[] = {
     {"fixture", cmd_fixture, "write a deterministic test package"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (or of each stdin line)"},
     {"render", cmd_render, "print the prompt and token ids of each question of a request (no weights)"},
+    {"quantize", cmd_quantize, "write a compressed-tensors package (FP8, W4A16 GPTQ/AWQ, NVFP4) from a BF16 one"},
     {"dequant", cmd_dequant, "write a package's quantized weights dequantized to BF16 (reference code)"},
 };
 
