@@ -53,36 +53,51 @@ void vsr_calib_free(vsr_calib *c); /* NULL is a no-op */
 /* ---- GPTQ ----
  * GPTQ (Frantar et al. 2022) on one [N,K] weight (bf16 bits in) with Hessian H [K,K] (any
  * positive multiple of sum x x^T; it is not modified). group: > 0 (multiple of 8 dividing K) or
- * -1 (one group per row = channel). actorder: columns processed by decreasing H diagonal, groups
- * formed in that order, written as weight_g_idx (g_idx[k] = group of column k). damp: fraction of
- * mean(diag H) added to the diagonal (llm-compressor's dampening_frac, default 0.01). Dead columns
- * (H[k][k] == 0) get H[k][k] = 1 and weight 0, as llm-compressor does. FP64 Cholesky.
+ * -1 (one group per row = channel). Scales and zero points are those of round-to-nearest
+ * (compressed-tensors' min-max arithmetic, vsr_quantize_int4_rtn) on the ORIGINAL weight, as
+ * llm-compressor's observer computes them before GPTQ runs; GPTQ then chooses the integers.
+ * actorder (vsr_actorder; a bool true means GROUP):
+ *   NONE   columns in order;
+ *   WEIGHT ("static", llm-compressor's default): columns processed by decreasing H diagonal, groups
+ *          stay column ranges, no g_idx (every kernel runs it);
+ *   GROUP  ("dynamic"): columns processed by decreasing H diagonal AND groups formed in that order,
+ *          written as weight_g_idx (g_idx[k] = group of column k).
+ * damp: fraction of mean(diag H) added to the diagonal (llm-compressor's dampening_frac, 0.01).
+ * Dead columns (H[k][k] == 0) get H[k][k] = 1 and weight 0, as llm-compressor does. FP64 Cholesky;
+ * a Hessian that stays indefinite after dampening is an error (no silent round-to-nearest).
  * Outputs (caller-allocated, shapes of vsr_dequant_int4_ref): packed [N, K/8], scale_bf16 [N, G],
  * zp_packed [ceil(N/8), G] (only when !symmetric; may be NULL when symmetric), g_idx [K] (only
- * when actorder; may be NULL otherwise). */
-#define VSR_GPTQ_BLOCK 128 /* columns per lazy-batch block (llm-compressor's block_size) */
+ * when actorder == GROUP; may be NULL otherwise). */
+typedef enum vsr_actorder { VSR_ACTORDER_NONE = 0, VSR_ACTORDER_GROUP = 1, VSR_ACTORDER_WEIGHT = 2 } vsr_actorder;
 vsr_status vsr_gptq_quantize(const uint16_t *w_bf16, int64_t N, int64_t K, const double *H, int group,
-                             bool actorder, double damp, bool symmetric, uint32_t *packed, uint16_t *scale_bf16,
+                             int actorder, double damp, bool symmetric, uint32_t *packed, uint16_t *scale_bf16,
                              uint32_t *zp_packed, int32_t *g_idx, vsr_err *err);
 
 /* Output error of a quantized weight on calibration statistics: sqrt(tr(E H E^T) / n_tokens)
- * with E = W - dequant(Wq) in FP64, i.e. the RMS over tokens of ||W x - Wq x||. wq_bf16 is the
- * dequantized weight (vsr_dequant_int4_ref). */
-double vsr_quant_output_error(const uint16_t *w_bf16, const uint16_t *wq_bf16, int64_t N, int64_t K,
-                              const double *H, int64_t n_tokens);
+ * with E = W - dequant(Wq) diag(in_ratio) in FP64, i.e. the RMS over tokens of ||W x - Wq x'||
+ * where the quantized model's input is x' = x * in_ratio (AWQ: in_ratio = 1/s as folded; NULL
+ * means x' = x). wq_bf16 is the dequantized weight (vsr_dequant_int4_ref). */
+double vsr_quant_output_error(const uint16_t *w_bf16, const uint16_t *wq_bf16, const float *in_ratio, int64_t N,
+                              int64_t K, const double *H, int64_t n_tokens);
 
 /* ---- AWQ ----
  * AWQ (Lin et al. 2023) for the linears that share one input x [*, K] (the "balance layers" of
- * one mapping, e.g. gate_proj and up_proj after post_attention_layernorm). For alpha in
- * {0, 1/n_grid, ..., (n_grid-1)/n_grid}: s = act_absmean^alpha, normalised by sqrt(max*min),
- * each weight W*diag(s) is quantized (round-to-nearest, group-wise, as the final quantization),
- * and the loss is sum over balance layers of ||X W^T - (X diag(1/s)) Q(W diag(s))^T||^2,
- * computed exactly from H = sum x x^T. The best alpha's s is returned; the caller folds 1/s into
- * the op producing x (vsr_awq_fold_*) and the balance layers' outputs are the quantized W*s. */
+ * one mapping, e.g. gate_proj and up_proj after post_attention_layernorm). Candidates as
+ * llm-compressor's AWQModifier makes them: with xm = act_absmean and wm[k] = mean over the rows of
+ * every balance layer of |w| / (its group's max |w|),
+ *   duo:   s = clamp(xm^r / (wm^(1-r) + 1e-4), 1e-4)   r = i/(n_grid-2), i = 0..n_grid-2
+ *   plain: s = clamp(xm^r, 1e-4)                        r = i/(n_grid-1)
+ * each normalised by sqrt(max s * min s); VSR_AWQ_DUO tries s = 1 and the duo grid (its default),
+ * VSR_AWQ_PLAIN the plain grid, VSR_AWQ_BOTH both grids. For each candidate every balance weight
+ * becomes bf16(W diag(s)), quantized round-to-nearest (vsr_quantize_int4_rtn, as the final
+ * quantization is), and the loss is sum over balance layers of ||X W^T - (X diag(1/s)) Q(W s)^T||^2
+ * computed exactly from H = sum x x^T (llm-compressor measures the parent module's output
+ * instead: docs/quantize.md). The best candidate's s is returned in scales_out [K]; the caller
+ * folds 1/s into the op producing x (vsr_awq_fold_*) and stores each lin[i]'s quantized W*s. */
 typedef struct vsr_awq_linear {
     const uint16_t *w_bf16; /* [N, K], the original BF16 weight */
     int64_t N;
-    /* outputs: the quantized W*diag(s) (pack-quantized; zp_packed NULL when symmetric) */
+    /* outputs: the quantized bf16(W diag(s)) (pack-quantized; zp_packed NULL when symmetric) */
     uint32_t *packed;       /* [N, K/8] */
     uint16_t *scale_bf16;   /* [N, G] */
     uint32_t *zp_packed;    /* [ceil(N/8), G] */
@@ -90,15 +105,18 @@ typedef struct vsr_awq_linear {
 } vsr_awq_linear;
 
 typedef struct vsr_awq_result {
-    double best_alpha;
+    double best_ratio;
+    bool best_duo;
     double best_loss;   /* summed over the balance layers */
-    double rtn_loss;    /* alpha = 0 (s = 1): plain round-to-nearest */
+    double rtn_loss;    /* s = 1: plain round-to-nearest */
+    int candidates;     /* how many were tried */
 } vsr_awq_result;
 
+typedef enum vsr_awq_scaling { VSR_AWQ_DUO = 0, VSR_AWQ_PLAIN = 1, VSR_AWQ_BOTH = 2 } vsr_awq_scaling;
 #define VSR_AWQ_GRID 20 /* llm-compressor's n_grid */
 vsr_status vsr_awq_search(const double *H, const double *act_absmean, int64_t K, vsr_awq_linear *lin, int n_lin,
-                          int group, bool symmetric, int n_grid, float *scales_out, vsr_awq_result *res,
-                          vsr_err *err);
+                          int group, bool symmetric, int scaling, int n_grid, float *scales_out,
+                          vsr_awq_result *res, vsr_err *err);
 
 /* Folding 1/s into the producer of x (so the model's function is unchanged before quantization):
  * qwen3_5's RMSNorm multiplies by (1 + w): w' = (1 + w)/s - 1, computed in FP32, rounded to BF16. */
