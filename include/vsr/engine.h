@@ -28,6 +28,7 @@ typedef struct vsr_engine {
     vsr_v2_model *v2_model;
     vsr_v2_decider *v2;
     vsr_golden_report golden;
+    const char *load_quantize;  /* "fp8-dynamic" when the weights were quantized at load, else NULL */
 } vsr_engine;
 
 typedef struct vsr_engine_opts {
@@ -39,6 +40,8 @@ typedef struct vsr_engine_opts {
     const char *dtype;
     const char *autotune_cache;
     bool show_progress;         /* progress bars on a terminal */
+    const char *quantize;       /* NULL, or "fp8-dynamic": quantize a BF16 package's weights while
+                                 * loading (gated as FP8; golden reports unverified) */
 } vsr_engine_opts;
 
 vsr_status vsr_engine_prepare(vsr_engine *e, const vsr_engine_opts *o, vsr_err *err);

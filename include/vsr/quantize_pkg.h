@@ -92,6 +92,8 @@ const char *const *vsr_quantize_default_ignore(void);
  * FP8 `.weight` and `.weight_scale` tensors, p->quant the FP8_DYNAMIC config. The package's
  * identity (model_sha256, manifest) stays the BF16 package's. threads 0 = every core. */
 vsr_status vsr_package_quantize_fp8_at_load(vsr_package *p, int threads, vsr_err *err);
+/* The bytes the weights will take on the device after it (for the device gate, before loading). */
+uint64_t vsr_fp8_at_load_weight_bytes(const vsr_package *p);
 
 #ifdef __cplusplus
 }

@@ -22,13 +22,15 @@ static void usage(FILE *f) {
             "         [--threads N] [--max-queue 256] [--max-queued-tokens 4194304]\n"
             "         [--max-request-bytes 8388608]\n"
             "         [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]\n"
-            "         [--log-level error|warn|info|debug]\n"
+            "         [--log-level error|warn|info|debug] [--quantize fp8-dynamic]\n"
             "         [--profile exact|batching] [--batch-wait-ms 2] [--max-batch-tokens 65536]\n"
             "         [--max-connections 2048] [--max-connections-per-client 256]\n"
             "         [--request-timeout 30] [--idle-timeout 15] [--max-body-memory 268435456]\n"
             "         [--max-parse-backlog 64] [--handler-threads 0]\n"
             "MODEL is org/name from the package store (Hugging Face cache layout) or an\n"
-            "absolute package path. --revision takes a commit, a branch or a tag.\n");
+            "absolute package path. --revision takes a commit, a branch or a tag.\n"
+            "--quantize fp8-dynamic quantizes a BF16 package's weights to FP8 while loading (where\n"
+            "the device runs FP8; refused otherwise); /v1/models shows it as quantization.load_time.\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -59,6 +61,7 @@ int cmd_serve(int argc, char **argv) {
         OPT("--store", store_dir)
         OPT("--served-model-name", served_name)
         OPT("--log-level", log_level)
+        OPT("--quantize", quantize)
         OPT("--profile", profile)
 #undef OPT
         if ((r = arg_value(argc, argv, &i, "--batch-wait-ms", &v)) != 0 ||
