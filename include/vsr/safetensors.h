@@ -95,6 +95,12 @@ const vsr_tensor *vsr_weights_find(const vsr_weights *w, const char *name);
 size_t vsr_weights_file_count(const vsr_weights *w);
 const char *vsr_weights_file_name(const vsr_weights *w, size_t i); /* relative to dir */
 uint64_t vsr_weights_total_bytes(const vsr_weights *w); /* sum of tensor bytes */
+/* Load-time transforms (serve --quantize fp8-dynamic): tensors of `add` replace those of the same
+ * name (a BF16 `.weight` by its FP8 one) or are added (`.weight_scale`). The caller's `add` array
+ * and the data it points to stay alive until vsr_weights_close, which calls owner_free(owner).
+ * The file list is unchanged: the added tensors live in memory, not in a file. */
+vsr_status vsr_weights_overlay(vsr_weights *w, const vsr_tensor *add, size_t n_add, void *owner,
+                               void (*owner_free)(void *), vsr_err *err);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,7 @@ typedef struct vsr_serve_opts {
     const char *autotune_cache; /* NULL or a directory */
     const char *served_name;    /* NULL: the repo name, or the folder name for a path */
     const char *log_level;      /* "error", "warn", "info" (default), "debug" */
+    const char *quantize;       /* NULL, or "fp8-dynamic" (quantize a BF16 package while loading) */
     const char *profile;        /* "exact" (default) or "batching": enabled beside exact */
     double batch_wait_ms;       /* 2: how long a coalescing job waits for others */
     long long max_batch_tokens; /* 65536: padded tokens per coalesced forward */

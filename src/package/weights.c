@@ -32,10 +32,13 @@ struct vsr_weights {
     const vsr_tensor **tensors; /* shard order, then data offset */
     const vsr_tensor **by_name; /* sorted by name */
     uint64_t total;
+    void *overlay;                  /* vsr_weights_overlay: owner of the added tensors */
+    void (*overlay_free)(void *);
 };
 
 void vsr_weights_close(vsr_weights *w) {
     if (!w) return;
+    if (w->overlay_free) w->overlay_free(w->overlay);
     for (size_t i = 0; i < w->n_shards; i++) vsr_st_close(w->shards[i]);
     free(w->shards);
     for (size_t i = 0; i < w->n_names; i++) free(w->names[i]);
@@ -350,3 +353,33 @@ const char *vsr_weights_file_name(const vsr_weights *w, size_t i) {
 }
 
 uint64_t vsr_weights_total_bytes(const vsr_weights *w) { return w ? w->total : 0; }
+
+vsr_status vsr_weights_overlay(vsr_weights *w, const vsr_tensor *add, size_t n_add, void *owner,
+                               void (*owner_free)(void *), vsr_err *err) {
+    if (w->overlay_free)
+        return vsr_err_set(err, VSR_E_INVALID, "weights: an overlay is already applied");
+    size_t cap = w->n + n_add;
+    const vsr_tensor **t = realloc(w->tensors, (cap ? cap : 1) * sizeof *t);
+    if (t) w->tensors = t;
+    const vsr_tensor **b = t ? realloc(w->by_name, (cap ? cap : 1) * sizeof *b) : NULL;
+    if (b) w->by_name = b;
+    if (!t || !b) return vsr_err_set(err, VSR_E_NOMEM, "weights: out of memory for the overlay");
+    for (size_t i = 0; i < n_add; i++) {
+        const vsr_tensor *old = vsr_weights_find(w, add[i].name);
+        if (old) {
+            for (size_t k = 0; k < w->n; k++) {
+                if (w->tensors[k] == old) w->tensors[k] = &add[i];
+                if (w->by_name[k] == old) w->by_name[k] = &add[i];
+            }
+            w->total -= old->nbytes;
+        } else {
+            w->tensors[w->n] = w->by_name[w->n] = &add[i];
+            w->n++;
+            qsort(w->by_name, w->n, sizeof *w->by_name, cmp_tensor_name);
+        }
+        w->total += add[i].nbytes;
+    }
+    w->overlay = owner;
+    w->overlay_free = owner_free;
+    return VSR_OK;
+}

@@ -131,6 +131,8 @@ static json_t *model_card(srv_http *h) {
         json_object_set_new(fmt, "symmetric", json_boolean(p->quant.symmetric));
         json_object_set_new(fmt, "act_order", json_boolean(p->quant.actorder_group));
     }
+    /* weights quantized while loading (serve --quantize): the identity above is the BF16 package's */
+    json_object_set_new(fmt, "load_time", m->engine.load_quantize ? json_string(m->engine.load_quantize) : json_null());
     json_object_set_new(card, "quantization", fmt);
     json_object_set_new(card, "surfaces", json_pack("[s]", "decisions"));
     json_object_set_new(card, "question_types", json_pack("[sss]", "choice", "noul", "score"));

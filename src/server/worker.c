@@ -54,7 +54,8 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
                                  .threads = o->threads,
                                  .dtype = o->dtype,
                                  .autotune_cache = o->autotune_cache,
-                                 .show_progress = true};
+                                 .show_progress = true,
+                                 .quantize = o->quantize};
     vsr_status st = vsr_engine_prepare(&m->engine, &m->eopts, err);
     m->pkg = m->engine.pkg;
     if (st != VSR_OK) return st;
