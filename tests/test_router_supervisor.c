@@ -831,6 +831,58 @@ TEST(reload_grace) {
     vsr_router_config_free(b);
 }
 
+/* A log path that cannot be opened, and a worker binary the kernel cannot execute: logged,
+ * retried with back-off, the router keeps running. */
+TEST(spawn_failures) {
+    fresh("w");
+    set_mode("w", "serve");
+    vsr_router_config *c = parse(ONE_FAKE);
+    const char *used[] = {"w"};
+    const char *st = tdir("st-spawn");
+    char logp[PATH_MAX + 32];
+    snprintf(logp, sizeof logp, "%s/logs/w-0.log", st);
+    CHECK(mkdir(st, 0700) == 0);
+    snprintf(logp, sizeof logp, "%s/logs", st);
+    CHECK(mkdir(logp, 0700) == 0);
+    snprintf(logp, sizeof logp, "%s/logs/w-0.log", st);
+    CHECK(mkdir(logp, 0700) == 0); /* a directory where the log file goes */
+    vsr_sup_opts o = fake_opts(st);
+    vsr_err e = {0};
+    log_clear();
+    vsr_sup *s = vsr_sup_start(c, used, 1, &o, &e);
+    CHECK(s != NULL);
+    if (!s) return;
+    for (int i = 0; i < 300 && log_count("cannot open the worker log") < 2; i++) msleep(10);
+    char want[PATH_MAX + 128];
+    snprintf(want, sizeof want, "deployment w replica 0: cannot open the worker log %s: Is a directory; retrying in 0.1 s",
+             logp);
+    CHECK_MSG(log_has(want), "%s", log_buf ? log_buf : "");
+    CHECK(log_count("cannot open the worker log") >= 2 && spawns("w", NULL, NULL, 0) == 0);
+    CHECK(log_has("Is a directory; retrying in 0.2 s")); /* the back-off doubles here too */
+    rmdir(logp); /* put right: it starts */
+    CHECK(vsr_sup_wait_ready(s, 3000));
+    vsr_sup_stop(s);
+
+    /* an executable file that is no program */
+    char junk[PATH_MAX + 32];
+    snprintf(junk, sizeof junk, "%s/junk-worker", st);
+    test_write_file(junk, "\x7f\x45\x4c\x46garbage", 11);
+    chmod(junk, 0755);
+    o.worker_bin = junk;
+    log_clear();
+    s = vsr_sup_start(c, used, 1, &o, &e);
+    CHECK(s != NULL);
+    if (!s) return;
+    for (int i = 0; i < 200 && !log_has("restarting in"); i++) msleep(10);
+    CHECK_MSG(log_has("exited with status 127; restarting in 0.1 s"), "%s", log_buf ? log_buf : "");
+    vsr_sup_stop(s);
+    char *lg = test_read_file(logp, NULL);
+    snprintf(want, sizeof want, "vllm-sr: cannot execute the worker %s\n", junk);
+    CHECK_MSG(lg && strstr(lg, want), "%s", lg ? lg : "(no log)");
+    free(lg);
+    vsr_router_config_free(c);
+}
+
 /* ---------------------------------------------------------------- long state dir, PDEATHSIG */
 
 TEST(long_state_dir) {
@@ -896,6 +948,7 @@ int main(void) {
     RUN(round_robin);
     RUN(reload);
     RUN(reload_grace);
+    RUN(spawn_failures);
     RUN(long_state_dir);
     RUN(dies_with_router);
     return test_summary();

@@ -358,6 +358,15 @@ static int cpu_processes(vsr_sup *s) {
     return n ? n : 1;
 }
 
+/* The next start after the current back-off, which then doubles (up to backoff_max_ms). */
+static double schedule_retry(vsr_sup *s, rep *r, int64_t now) {
+    double wait_s = r->backoff_ms / 1000.0;
+    r->st = RS_BACKOFF;
+    r->next_start_ms = now + r->backoff_ms;
+    r->backoff_ms = r->backoff_ms * 2 > s->backoff_max_ms ? s->backoff_max_ms : r->backoff_ms * 2;
+    return wait_s;
+}
+
 /* fork + exec on the monitor thread, lock held. Only async-signal-safe calls in the child. */
 static void spawn(vsr_sup *s, rep *r, int64_t now) {
     free(r->argv[r->argc]), free(r->argv[r->argc + 1]);
@@ -377,10 +386,9 @@ static void spawn(vsr_sup *s, rep *r, int64_t now) {
     }
     int logfd = open(r->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (logfd < 0) {
-        slog(s, "deployment %s replica %d: cannot open the worker log %s: %s; retrying in %.0f s", r->key, r->ordinal,
-             r->log_path, strerror(errno), r->backoff_ms / 1000.0);
-        r->st = RS_BACKOFF;
-        r->next_start_ms = now + r->backoff_ms;
+        int e = errno;
+        slog(s, "deployment %s replica %d: cannot open the worker log %s: %s; retrying in %.1f s", r->key, r->ordinal,
+             r->log_path, strerror(e), schedule_retry(s, r, now));
         return;
     }
     char head[4096];
@@ -406,18 +414,17 @@ static void spawn(vsr_sup *s, rep *r, int64_t now) {
         dup2(logfd, 2);
         close_range(3, ~0U, 0); /* the router's listening sockets must not leak into workers */
         execv(r->argv[0], r->argv);
-        static const char msg[] = "vllm-sr: cannot execute the worker\n";
-        if (write(2, msg, sizeof msg - 1) < 0) { /* nothing more to do */
+        static const char msg[] = "vllm-sr: cannot execute the worker ";
+        if (write(2, msg, sizeof msg - 1) < 0 || write(2, r->argv[0], strlen(r->argv[0])) < 0 ||
+            write(2, "\n", 1) < 0) { /* nothing more to do */
         }
         _exit(127);
     }
     int e = errno;
     close(logfd);
     if (pid < 0) {
-        slog(s, "deployment %s replica %d: cannot start the worker: fork: %s; retrying in %.0f s", r->key, r->ordinal,
-             strerror(e), r->backoff_ms / 1000.0);
-        r->st = RS_BACKOFF;
-        r->next_start_ms = now + r->backoff_ms;
+        slog(s, "deployment %s replica %d: cannot start the worker: fork: %s; retrying in %.1f s", r->key, r->ordinal,
+             strerror(e), schedule_retry(s, r, now));
         return;
     }
     if (r->spawned) r->restarts++;
@@ -452,11 +459,9 @@ static void on_exit_rep(vsr_sup *s, rep *r, int ws, int64_t now) {
     }
     /* a worker that had been ready for the stable period starts over at the shortest back-off */
     if (r->ready_since_ms && now - r->ready_since_ms >= s->stable_ms) r->backoff_ms = s->backoff_min_ms;
-    r->st = RS_BACKOFF;
-    r->next_start_ms = now + r->backoff_ms;
+    double wait_s = schedule_retry(s, r, now);
     slog(s, "deployment %s replica %d: worker pid %d %s; restarting in %.1f s (log %s)", r->key, r->ordinal, (int)pid,
-         how, r->backoff_ms / 1000.0, r->log_path);
-    r->backoff_ms = r->backoff_ms * 2 > s->backoff_max_ms ? s->backoff_max_ms : r->backoff_ms * 2;
+         how, wait_s, r->log_path);
 }
 
 static void reap(vsr_sup *s, int64_t now) {
