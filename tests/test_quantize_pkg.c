@@ -1,0 +1,118 @@
+/* vllm-srun quantize's library side (src/quantize): the NVFP4 quantizer with a given global scale
+ * equals the reference one when the scale is the tensor's own; option refusals; and the load-time
+ * FP8 overlay (serve --quantize fp8-dynamic) gives the model loader exactly the tensors and the
+ * config of the package `quantize --scheme fp8-dynamic` writes, so both serve the same answers.
+ * tests/sh/quantize.sh covers the command, the written files and the compressed-tensors proof. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quantize/quantize_internal.h"
+#include "test.h"
+#include "vsr/dtype.h"
+#include "vsr/fixture.h"
+#include "vsr/quant.h"
+#include "vsr/quantize_pkg.h"
+
+TEST(nvfp4_rows_equal_reference) {
+    const int64_t N = 24, K = 64;
+    uint16_t *w = malloc(sizeof *w * (size_t)(N * K));
+    uint8_t *p1 = malloc((size_t)(N * K / 2)), *p2 = malloc((size_t)(N * K / 2));
+    uint8_t *s1 = malloc((size_t)(N * K / 16)), *s2 = malloc((size_t)(N * K / 16));
+    test_rng_seed(7);
+    for (int64_t i = 0; i < N * K; i++) w[i] = vsr_f32_to_bf16(test_rndf() * (i % 97 == 0 ? 9.0f : 0.3f));
+    w[5] = vsr_f32_to_bf16(-0.0f); /* the sign of a negative zero */
+    float gs_ref;
+    vsr_quantize_nvfp4_rtn(w, N, K, p1, s1, &gs_ref);
+    float gs = qz_nvfp4_global_scale(qz_bf16_absmax(w, N * K));
+    qz_nvfp4_rows(w, N, K, gs, p2, s2);
+    CHECK(gs == gs_ref);
+    CHECK(!memcmp(p1, p2, (size_t)(N * K / 2)));
+    CHECK(!memcmp(s1, s2, (size_t)(N * K / 16)));
+    /* a smaller shared scale (a fused sibling with a larger amax) changes the block scales */
+    qz_nvfp4_rows(w, N, K, gs / 2, p2, s2);
+    CHECK(memcmp(s1, s2, (size_t)(N * K / 16)) != 0);
+    CHECK(qz_nvfp4_global_scale(0.0f) == 1.0f); /* an all-zero weight: inf -> 1, as nan_to_num */
+    free(w), free(p1), free(p2), free(s1), free(s2);
+}
+
+TEST(scheme_names) {
+    vsr_qscheme s;
+    CHECK(vsr_qscheme_parse("fp8-dynamic", &s) && s == VSR_Q_FP8_DYNAMIC);
+    CHECK(vsr_qscheme_parse("nvfp4", &s) && s == VSR_Q_NVFP4);
+    CHECK(vsr_qscheme_parse("w4a16-awq", &s) && s == VSR_Q_W4A16_AWQ);
+    CHECK(!vsr_qscheme_parse("fp8", &s));
+    CHECK(!strcmp(vsr_qscheme_name(VSR_Q_W4A16_GPTQ), "w4a16-gptq"));
+}
+
+TEST(option_refusals) {
+    vsr_err e = {0};
+    vsr_quantize_opts o = {.scheme = "int3"};
+    CHECK_ERR(vsr_quantize_check_opts(&o, &e), e, VSR_E_INVALID, "unknown scheme 'int3'");
+    o = (vsr_quantize_opts){.scheme = "w4a16-gptq"};
+    CHECK_ERR(vsr_quantize_check_opts(&o, &e), e, VSR_E_INVALID, "needs --calibration FILE.jsonl");
+    o = (vsr_quantize_opts){.scheme = "w4a16-gptq", .calibration = "c.jsonl", .group_size = 20};
+    CHECK_ERR(vsr_quantize_check_opts(&o, &e), e, VSR_E_INVALID, "positive multiple of 8");
+    o = (vsr_quantize_opts){.scheme = "nvfp4", .actorder = true};
+    CHECK_ERR(vsr_quantize_check_opts(&o, &e), e, VSR_E_INVALID, "--actorder applies only to w4a16-gptq");
+    o = (vsr_quantize_opts){.scheme = "w4a16-awq", .calibration = "c.jsonl", .group_size = 64, .samples = 16};
+    CHECK_OK(vsr_quantize_check_opts(&o, &e), e);
+}
+
+/* The overlay against the written FP8 package: same tensor set, dtypes, shapes and bytes. */
+TEST(load_time_fp8_equals_written_package) {
+    char bf16[512], fp8[512];
+    snprintf(bf16, sizeof bf16, "%s/bf16", test_tmpdir());
+    snprintf(fp8, sizeof fp8, "%s/fp8", test_tmpdir());
+    vsr_err e = {0};
+    vsr_fixture_opts fo = {.family = "decision3", .size = "tiny", .scheme = "bf16", .seed = 3};
+    CHECK_OK(vsr_fixture_write(bf16, &fo, NULL, &e), e);
+    vsr_quantize_opts qo = {.scheme = "fp8-dynamic"};
+    vsr_quantize_info info;
+    CHECK_OK(vsr_quantize_package(bf16, NULL, fp8, &qo, &info, &e), e);
+    CHECK(info.n_quantized == 19 && info.n_ignored == 12);
+
+    vsr_package *a = NULL, *b = NULL;
+    CHECK_OK(vsr_package_open(bf16, NULL, NULL, &a, &e), e);
+    CHECK_OK(vsr_package_open(fp8, NULL, NULL, &b, &e), e);
+    if (!a || !b) goto done;
+    /* before verify+map: refused */
+    CHECK_ERR(vsr_package_quantize_fp8_at_load(a, 1, &e), e, VSR_E_INVALID, "must be verified first");
+    CHECK_OK(vsr_package_verify(a, 1, NULL, &e), e);
+    CHECK_OK(vsr_package_map(a, &e), e);
+    CHECK_OK(vsr_package_verify(b, 1, NULL, &e), e);
+    CHECK_OK(vsr_package_map(b, &e), e);
+    char bf16_identity[65];
+    memcpy(bf16_identity, a->model_sha256, 65);
+    CHECK(vsr_fp8_at_load_weight_bytes(a) < a->device_weight_bytes);
+    CHECK_OK(vsr_package_quantize_fp8_at_load(a, 2, &e), e);
+    CHECK(!strcmp(a->model_sha256, bf16_identity)); /* the identity stays the BF16 package's */
+    CHECK(vsr_weights_count(a->weights) == vsr_weights_count(b->weights));
+    size_t same = 0;
+    for (size_t i = 0; i < vsr_weights_count(b->weights); i++) {
+        const vsr_tensor *tb = vsr_weights_at(b->weights, i), *ta = vsr_weights_find(a->weights, tb->name);
+        bool ok = ta && ta->dtype == tb->dtype && ta->ndim == tb->ndim && ta->nbytes == tb->nbytes &&
+                  !memcmp(ta->shape, tb->shape, sizeof(int64_t) * (size_t)tb->ndim) &&
+                  !memcmp(ta->data, tb->data, tb->nbytes);
+        CHECK_MSG(ok, "%s differs between the overlay and the written package", tb->name);
+        same += ok;
+    }
+    CHECK(same == vsr_weights_count(b->weights));
+    CHECK(a->quant.scheme == VSR_SCHEME_FP8 && b->quant.scheme == VSR_SCHEME_FP8);
+    CHECK(a->quant.n_ignore == b->quant.n_ignore);
+    for (int i = 0; i < a->quant.n_ignore && i < b->quant.n_ignore; i++) CHECK(!strcmp(a->quant.ignore[i], b->quant.ignore[i]));
+    /* a second time: refused (already FP8) */
+    CHECK_ERR(vsr_package_quantize_fp8_at_load(a, 1, &e), e, VSR_E_INVALID, "already FP8");
+done:
+    vsr_package_close(a);
+    vsr_package_close(b);
+}
+
+int main(void) {
+    RUN(nvfp4_rows_equal_reference);
+    RUN(scheme_names);
+    RUN(option_refusals);
+    RUN(load_time_fp8_equals_written_package);
+    return test_summary();
+}
