@@ -134,4 +134,17 @@ refuse 1 "--scheme fp8-dynamic is not allowed for a span package: only Decision 
 cp -r "$T/tiny" "$T/bad" && python3 -c 'import sys;f=open(sys.argv[1],"r+b");f.seek(100);c=f.read(1);f.seek(100);f.write(bytes([c[0]^1]))' "$T/bad/tokenizer.json"
 refuse 1 "the source package does not verify" "$T/bad" "$T/o1" --scheme fp8-dynamic
 [ ! -e "$T/o1" ] && ! ls -d "$T"/o1.tmp* >/dev/null 2>&1 && ok "no OUT (and no temporary folder) after a refusal" || bad "a refusal left files"
+
+# serve --quantize fp8-dynamic: gated as FP8 (this host has only a CPU: refused with the table's reason,
+# never served as BF16); only fp8-dynamic; only a BF16 package
+serve_refused() { # SUBSTRING ARGS...
+  local want=$1; shift
+  local out; out=$(timeout 60 "$BIN" serve "$@" --uds "$T/s.sock" 2>&1); local rc=$?
+  if [ $rc = 1 ] && [[ $out == *"$want"* ]]; then ok "serve refused: $want"; else bad "serve: wanted '$want', got $rc: $out"; fi
+}
+serve_refused "cpu: FP8 weights need an NVIDIA GPU of compute capability 8.9 or later or an AMD Instinct MI300 or MI350 series GPU" \
+  "$T/tiny" --device cpu --quantize fp8-dynamic
+serve_refused "--quantize takes fp8-dynamic (got 'w4a16-gptq')" "$T/tiny" --device cpu --quantize w4a16-gptq
+serve_refused "--quantize fp8-dynamic quantizes a BF16 package; $T/tiny-fp8-dynamic is already FP8" \
+  "$T/tiny-fp8-dynamic" --device cpu --quantize fp8-dynamic
 exit $fail
