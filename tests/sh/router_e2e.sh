@@ -117,7 +117,7 @@ worker_pids() { pgrep -P "$RPID" -f 'vllm-srun serve' | sort; }
 
 # ---- start: two managed workers ----
 config "$T/r.yaml" 0.99 100 0 vllm-sr-c/d3-tiny
-"$SR" serve --config "$T/r.yaml" --port "$RP" --store "$S" --state-dir "$STATE" --seed 7 --grace-s 3 \
+"$SR" serve --config "$T/r.yaml" --port "$RP" --store "$S" --state-dir "$STATE" --seed 7 --grace-s 10 \
   --log-level info > "$T/router.log" 2>&1 &
 RPID=$!
 if wait_replicas 2 600; then ok "two managed workers ready"; else bad "workers not ready: $(tail -20 "$T/router.log")"; exit 1; fi
@@ -186,7 +186,10 @@ client() { # id
     i=$((i + 1))
     if [ $((i % 2)) = 0 ]; then p=$HI_P; tag=hi; else p=$LO_P; tag=lo; fi
     if [ $((i % 3)) = 0 ]; then s=true; else s=false; fi
-    code=$(curl -s -N --max-time 60 -D "$T/c$1.h" -o "$T/c$1.b" -w '%{http_code}' "$R/v1/chat/completions" -d "$(body "$p" $s)")
+    local req; req=$(body "$p" $s)
+    # every tenth request names a model nobody serves: the error path is part of the load
+    if [ $((i % 10)) = 5 ]; then tag=bad; s=false; req='{"model":"nope","messages":[{"role":"user","content":"x"}]}'; fi
+    code=$(curl -s -N --max-time 60 -D "$T/c$1.h" -o "$T/c$1.b" -w '%{http_code}' "$R/v1/chat/completions" -d "$req")
     local t; t=$(date +%s%N)
     local dec model be up err=""
     dec=$(hdr x-vsr-decision "$T/c$1.h"); model=$(hdr x-vsr-model "$T/c$1.h"); be=$(hdr x-vsr-backend "$T/c$1.h")
@@ -283,6 +286,13 @@ awk '$3 != 200' "$T/results" | cut -d' ' -f3- | sort | uniq -c | head -10
 [ -z "$bad200" ] && ok "every 200 is a whole answer from the backend the headers name (streams end with [DONE])" \
   || bad "broken 200s: $(echo "$bad200" | head -5)"
 [ -z "$unclear" ] && ok "every error status carries a JSON error message ($nerr)" || bad "unclear errors: $(echo "$unclear" | head -5)"
+nbad=$(awk '$8 == "bad"' "$T/results" | wc -l)
+badok=$(grep -c " bad |ERR model 'nope' is not served by this router" "$T/results")
+# (an error on another request is allowed when it carries its message, as checked above;
+# the counts say how many there were)
+[ "$nbad" -ge 5 ] && [ "$badok" = "$nbad" ] \
+  && ok "the $nbad requests for an unknown model got 404 with their message ($((nerr - nbad)) other errors)" \
+  || bad "errors: $nbad unknown-model requests, $badok answered as expected, $nerr errors in all"
 # routing under load: before the switch, each prompt went to its model (or the default model when
 # its signal was unknown: the killed worker's in-flight call)
 # fields: time client code stream decision model backend tag |error
@@ -302,7 +312,7 @@ wait $RPID; rc=$?
 RPID=
 left=""
 for p in $ALL; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
-[ $rc = 0 ] && [ -z "$left" ] && grep -q 'stopping 2 workers (SIGTERM; SIGKILL after 3.0 s)' "$T/router.log" \
+[ $rc = 0 ] && [ -z "$left" ] && grep -q 'stopping 2 workers (SIGTERM; SIGKILL after 10.0 s)' "$T/router.log" \
   && ok "SIGTERM: exit 0, both workers stopped" || bad "SIGTERM (rc $rc, left:$left): $(tail -5 "$T/router.log")"
 grep -q 'did not stop within' "$T/router.log" && bad "a worker needed SIGKILL: $(grep 'did not stop' "$T/router.log")"
 exit $fail
