@@ -24,6 +24,7 @@
 #include "fixture/st_stream.h"
 #include "package/package_internal.h"
 #include "quantize/quantize_internal.h"
+#include "vsr/calibrate.h"
 #include "vsr/hash.h"
 #include "vsr/progress.h"
 #include "vsr/quant.h"
@@ -95,6 +96,9 @@ typedef struct qz_run {
     int n_units;
     int threads;
     vsr_progress *prog;
+    const vsr_calib *calib;  /* w4a16-*: statistics of the calibration prompts */
+    uint16_t **norm_in, **norm_post; /* AWQ: folded input/post-attention norms per layer, or NULL */
+    double awq_rtn_loss, awq_best_loss; /* summed over the searches (the record shows the gain) */
 } qz_run;
 
 static int unit_of(const qz_plan *pl, int i) { return pl->lin[i].layer >= 0 ? pl->lin[i].layer : pl->n_layers + i; }
@@ -123,6 +127,191 @@ static void nv_task(void *ctx, int64_t t) {
     qz_nvfp4_rows(j->w + r0 * j->K, r1 - r0, j->K, j->gs, j->o->w8 + r0 * (j->K / 2), j->o->scale8 + r0 * (j->K / 16));
 }
 
+/* ---- int4: GPTQ and AWQ (src/quantize/gptq.c, awq.c) ---- */
+
+static vsr_status int4_alloc(const qz_plan *pl, const qz_linear *L, qz_out *o, vsr_err *err) {
+    int64_t G = L->K / pl->group;
+    o->packed = calloc((size_t)(L->N * L->K / 8), sizeof *o->packed);
+    o->scale = malloc((size_t)(L->N * G) * sizeof *o->scale);
+    if (pl->scheme == VSR_Q_W4A16_AWQ) o->zp = calloc((size_t)(((L->N + 7) / 8) * G), sizeof *o->zp);
+    if (pl->actorder) o->gidx = malloc((size_t)L->K * sizeof *o->gidx);
+    if (!o->packed || !o->scale || (pl->scheme == VSR_Q_W4A16_AWQ && !o->zp) || (pl->actorder && !o->gidx))
+        return vsr_err_set(err, VSR_E_NOMEM, "quantize: out of memory at %s", L->module);
+    return VSR_OK;
+}
+
+static const vsr_calib_layer *stats(const qz_run *r, const qz_linear *L, bool need_act, vsr_err *err,
+                                    vsr_status *st) {
+    const vsr_calib_layer *c = vsr_calib_find(r->calib, L->module);
+    if (!c || !c->H || (need_act && !c->act_absmean) || c->K != L->K || c->n_tokens <= 0) {
+        *st = vsr_err_set(err, VSR_E_INVALID,
+                          "%s: no calibration statistics reached this Linear (the calibration prompts never ran it)",
+                          L->module);
+        return NULL;
+    }
+    *st = VSR_OK;
+    return c;
+}
+
+typedef struct gptq_job {
+    qz_run *r;
+    const int *idx;
+    vsr_status *st;
+    vsr_err *errs;
+} gptq_job;
+
+static void gptq_task(void *ctx, int64_t t) {
+    gptq_job *j = ctx;
+    qz_run *r = j->r;
+    const qz_plan *pl = r->pl;
+    const qz_linear *L = &pl->lin[j->idx[t]];
+    qz_out *o = &r->out[j->idx[t]];
+    const vsr_calib_layer *c = stats(r, L, false, &j->errs[t], &j->st[t]);
+    if (!c) return;
+    if ((j->st[t] = int4_alloc(pl, L, o, &j->errs[t]))) return;
+    /* llm-compressor's GPTQModifier: actorder "static" (WEIGHT) unless act-order groups, damp 0.01 */
+    j->st[t] = vsr_gptq_quantize(L->w->data, L->N, L->K, c->H, pl->group,
+                                 pl->actorder ? VSR_ACTORDER_GROUP : VSR_ACTORDER_WEIGHT, 0.01, true, o->packed,
+                                 o->scale, NULL, pl->actorder ? o->gidx : NULL, &j->errs[t]);
+    if (!j->st[t]) o->ready = true;
+}
+
+/* The Linears of a unit are independent for GPTQ: one per thread. */
+static vsr_status gptq_unit(qz_run *r, const int *idx, int n, vsr_err *err) {
+    vsr_status st[64] = {0};
+    vsr_err errs[64];
+    memset(errs, 0, sizeof errs);
+    gptq_job j = {r, idx, st, errs};
+    qz_parallel(n, r->threads, gptq_task, &j);
+    for (int k = 0; k < n; k++)
+        if (st[k]) {
+            *err = errs[k];
+            return st[k];
+        }
+    return VSR_OK;
+}
+
+static int find_module(const qz_plan *pl, int layer, const char *suffix) {
+    for (int i = 0; i < pl->n_lin; i++) {
+        const char *m = pl->lin[i].module;
+        size_t a = strlen(m), b = strlen(suffix);
+        if (pl->lin[i].layer == layer && pl->lin[i].quantized && a > b && !strcmp(m + a - b, suffix)) return i;
+    }
+    return -1;
+}
+
+static const vsr_tensor *layer_tensor(const qz_run *r, int layer, const char *rest) {
+    char name[300];
+    snprintf(name, sizeof name, "%slayers.%d.%s", r->p->text_prefix, layer, rest);
+    return vsr_weights_find(r->p->weights, name);
+}
+
+/* One AWQ mapping: balance Linears `bal` (working BF16 copies) read x; search s, scale their
+ * columns by s, fold 1/s into the producer (a norm with (1+w), or a producing Linear's rows). */
+static vsr_status awq_map(qz_run *r, const int *bal, int nb, uint16_t **work, uint16_t *norm, uint16_t *prev,
+                          int64_t prev_K, vsr_err *err) {
+    const qz_plan *pl = r->pl;
+    const qz_linear *L0 = &pl->lin[bal[0]];
+    vsr_status st;
+    const vsr_calib_layer *c = stats(r, L0, true, err, &st);
+    if (!c) return st;
+    int64_t K = L0->K, G = K / pl->group;
+    vsr_awq_linear lin[3];
+    memset(lin, 0, sizeof lin);
+    float *s = malloc((size_t)K * sizeof *s);
+    st = s ? VSR_OK : vsr_err_set(err, VSR_E_NOMEM, "quantize: out of memory");
+    for (int b = 0; b < nb && !st; b++) {
+        const qz_linear *L = &pl->lin[bal[b]];
+        lin[b].w_bf16 = work[b];
+        lin[b].N = L->N;
+        lin[b].packed = malloc((size_t)(L->N * K / 8) * sizeof(uint32_t));
+        lin[b].scale_bf16 = malloc((size_t)(L->N * G) * sizeof(uint16_t));
+        lin[b].zp_packed = malloc((size_t)(((L->N + 7) / 8) * G) * sizeof(uint32_t));
+        if (!lin[b].packed || !lin[b].scale_bf16 || !lin[b].zp_packed)
+            st = vsr_err_set(err, VSR_E_NOMEM, "quantize: out of memory");
+    }
+    vsr_awq_result res;
+    if (!st) st = vsr_awq_search(c->H, c->act_absmean, K, lin, nb, pl->group, false, VSR_AWQ_DUO, VSR_AWQ_GRID, s, &res, err);
+    if (!st) {
+        r->awq_rtn_loss += res.rtn_loss;
+        r->awq_best_loss += res.best_loss;
+        for (int b = 0; b < nb; b++) /* the balance weights become bf16(W diag(s)) */
+            for (int64_t n = 0; n < pl->lin[bal[b]].N; n++)
+                for (int64_t k = 0; k < K; k++)
+                    work[b][n * K + k] = vsr_f32_to_bf16(vsr_bf16_to_f32(work[b][n * K + k]) * s[k]);
+        if (norm) vsr_awq_fold_norm_offset1(norm, s, K);
+        if (prev) vsr_awq_fold_linear_rows(prev, prev_K, s, K);
+    }
+    for (int b = 0; b < nb; b++) {
+        free(lin[b].packed);
+        free(lin[b].scale_bf16);
+        free(lin[b].zp_packed);
+    }
+    free(s);
+    return st;
+}
+
+static uint16_t *copy_bf16(const vsr_tensor *t) {
+    uint16_t *c = t && t->dtype == VSR_DT_BF16 ? malloc(t->nbytes) : NULL;
+    if (c) memcpy(c, t->data, t->nbytes);
+    return c;
+}
+
+/* AWQ over a decoder layer, in llm-compressor's mapping order: input_layernorm -> q,k,v (full
+ * attention), post_attention_layernorm -> gate,up, up -> down. v -> o is skipped as llm-compressor
+ * skips it when v's outputs do not match o's inputs (grouped-query attention: KV*d != H*d); the
+ * DeltaNet layers' input projections are ignored (BF16) and out_proj's input comes from a gated norm
+ * shared across heads, so they get no mapping. Every quantized Linear is then quantized round-to-
+ * nearest (min-max, asymmetric) from its smoothed weight, as llm-compressor's quantization step does. */
+static vsr_status awq_unit(qz_run *r, int u, const int *idx, int n, vsr_err *err) {
+    const qz_plan *pl = r->pl;
+    vsr_status st = VSR_OK;
+    uint16_t *work[64] = {0};
+    for (int k = 0; k < n && !st; k++)
+        if (!(work[k] = copy_bf16(pl->lin[idx[k]].w))) st = vsr_err_set(err, VSR_E_NOMEM, "quantize: out of memory");
+    int layer = u < pl->n_layers ? u : -1;
+    if (!st && layer >= 0) {
+        const vsr_tensor *tin = layer_tensor(r, layer, "input_layernorm.weight"),
+                         *tpost = layer_tensor(r, layer, "post_attention_layernorm.weight");
+        free(r->norm_in[layer]);
+        free(r->norm_post[layer]);
+        r->norm_in[layer] = copy_bf16(tin);
+        r->norm_post[layer] = copy_bf16(tpost);
+        int q = find_module(pl, layer, "self_attn.q_proj"), kk = find_module(pl, layer, "self_attn.k_proj"),
+            v = find_module(pl, layer, "self_attn.v_proj"), g = find_module(pl, layer, "mlp.gate_proj"),
+            up = find_module(pl, layer, "mlp.up_proj"), dn = find_module(pl, layer, "mlp.down_proj");
+        int lq = -1, lk = -1, lv = -1, lg = -1, lu = -1, ld = -1;
+        for (int k = 0; k < n; k++) {
+            lq = idx[k] == q ? k : lq, lk = idx[k] == kk ? k : lk, lv = idx[k] == v ? k : lv;
+            lg = idx[k] == g ? k : lg, lu = idx[k] == up ? k : lu, ld = idx[k] == dn ? k : ld;
+        }
+        if (lq >= 0 && lk >= 0 && lv >= 0 && r->norm_in[layer]) {
+            int bal[3] = {q, kk, v};
+            uint16_t *w3[3] = {work[lq], work[lk], work[lv]};
+            st = awq_map(r, bal, 3, w3, r->norm_in[layer], NULL, 0, err);
+        }
+        if (!st && lg >= 0 && lu >= 0 && r->norm_post[layer]) {
+            int bal[2] = {g, up};
+            uint16_t *w2[2] = {work[lg], work[lu]};
+            st = awq_map(r, bal, 2, w2, r->norm_post[layer], NULL, 0, err);
+        }
+        if (!st && ld >= 0 && lu >= 0) {
+            int bal[1] = {dn};
+            uint16_t *w1[1] = {work[ld]};
+            st = awq_map(r, bal, 1, w1, NULL, work[lu], pl->lin[up].K, err);
+        }
+    }
+    for (int k = 0; k < n && !st; k++) {
+        const qz_linear *L = &pl->lin[idx[k]];
+        qz_out *o = &r->out[idx[k]];
+        if ((st = int4_alloc(pl, L, o, err))) break;
+        vsr_quantize_int4_rtn(work[k], L->N, L->K, pl->group, false, NULL, o->packed, o->scale, o->zp);
+        o->ready = true;
+    }
+    for (int k = 0; k < n; k++) free(work[k]);
+    return st;
+}
+
 /* Computes every quantized Linear of unit u. */
 static vsr_status compute_unit(qz_run *r, int u, vsr_err *err) {
     qz_plan *pl = r->pl;
@@ -130,11 +319,15 @@ static vsr_status compute_unit(qz_run *r, int u, vsr_err *err) {
     for (int i = 0; i < pl->n_lin && n < 64; i++)
         if (pl->lin[i].quantized && unit_of(pl, i) == u && !r->out[i].ready) idx[n++] = i;
     if (!n) return VSR_OK;
-    if (pl->scheme == VSR_Q_W4A16_GPTQ || pl->scheme == VSR_Q_W4A16_AWQ)
-        return vsr_err_set(err, VSR_E_UNSUPPORTED,
-                           "%s: the calibrated int4 quantizers (GPTQ/AWQ, src/quantize/gptq.c and awq.c) are not in "
-                           "this build",
-                           vsr_qscheme_name(pl->scheme));
+    if (pl->scheme == VSR_Q_W4A16_GPTQ || pl->scheme == VSR_Q_W4A16_AWQ) {
+        vsr_status st = pl->scheme == VSR_Q_W4A16_GPTQ ? gptq_unit(r, idx, n, err) : awq_unit(r, u, idx, n, err);
+        if (st) return st;
+        if (!r->unit_counted[u]) {
+            r->unit_counted[u] = true;
+            vsr_progress_add(r->prog, 1);
+        }
+        return VSR_OK;
+    }
     float gs[64], fused[3] = {0, 0, 0};
     if (pl->scheme == VSR_Q_NVFP4) {
         /* Each Linear's own global scale, then the minimum over each fused group. */
@@ -174,9 +367,16 @@ oom:
     return vsr_err_set(err, VSR_E_NOMEM, "quantize: out of memory quantizing layer %d", pl->lin[idx[0]].layer);
 }
 
+/* AWQ: the layer's norms are outputs too; computed with the layer (kept until the end: small). */
+static vsr_status compute_unit_all(qz_run *r, int layer, vsr_err *err) {
+    if (r->norm_in[layer] || r->norm_post[layer]) return VSR_OK;
+    return compute_unit(r, layer, err);
+}
+
 /* ------------------------------------------------------------------ shard entries */
 
-enum { P_PASS, P_FP8_W, P_FP8_S, P_NV_PACKED, P_NV_SCALE, P_NV_GS };
+enum { P_PASS, P_FP8_W, P_FP8_S, P_NV_PACKED, P_NV_SCALE, P_NV_GS, P_I4_PACKED, P_I4_SCALE, P_I4_SHAPE, P_I4_ZP,
+       P_I4_GIDX };
 
 static int find_linear(const qz_plan *pl, const char *tensor_name) {
     size_t n = strlen(tensor_name);
@@ -234,6 +434,15 @@ static vsr_status shard_entries(const qz_plan *pl, const vsr_tensor **tensors, s
         if (pl->scheme == VSR_Q_FP8_DYNAMIC) {
             st = entry_add(e, ne, L->module, ".weight", VSR_DT_F8_E4M3, 2, L->N, L->K, li, P_FP8_W, err);
             if (!st) st = entry_add(e, ne, L->module, ".weight_scale", VSR_DT_BF16, 2, L->N, 1, li, P_FP8_S, err);
+        } else if (pl->scheme == VSR_Q_W4A16_GPTQ || pl->scheme == VSR_Q_W4A16_AWQ) {
+            int64_t G = L->K / pl->group;
+            st = entry_add(e, ne, L->module, ".weight_packed", VSR_DT_I32, 2, L->N, L->K / 8, li, P_I4_PACKED, err);
+            if (!st) st = entry_add(e, ne, L->module, ".weight_scale", VSR_DT_BF16, 2, L->N, G, li, P_I4_SCALE, err);
+            if (!st) st = entry_add(e, ne, L->module, ".weight_shape", VSR_DT_I64, 1, 2, 0, li, P_I4_SHAPE, err);
+            if (!st && pl->scheme == VSR_Q_W4A16_AWQ)
+                st = entry_add(e, ne, L->module, ".weight_zero_point", VSR_DT_I32, 2, (L->N + 7) / 8, G, li, P_I4_ZP, err);
+            if (!st && pl->actorder)
+                st = entry_add(e, ne, L->module, ".weight_g_idx", VSR_DT_I32, 1, L->K, 0, li, P_I4_GIDX, err);
         } else {
             st = entry_add(e, ne, L->module, ".weight_packed", VSR_DT_U8, 2, L->N, L->K / 2, li, P_NV_PACKED, err);
             if (!st) st = entry_add(e, ne, L->module, ".weight_scale", VSR_DT_F8_E4M3, 2, L->N, L->K / 16, li, P_NV_SCALE, err);
@@ -246,6 +455,19 @@ static vsr_status shard_entries(const qz_plan *pl, const vsr_tensor **tensors, s
 static vsr_status write_entry(qz_run *r, const vsr_tensor **tensors, const fx_st_entry *e, fx_sink *sink, vsr_err *err) {
     if (e->part == P_PASS) {
         const uint8_t *d = tensors[e->src]->data;
+        int layer;
+        char rest[64];
+        const char *tp = r->p->text_prefix;
+        /* AWQ folds 1/s into the layer norms: those come from the computed layer */
+        if (r->pl->scheme == VSR_Q_W4A16_AWQ && !strncmp(e->name, tp, strlen(tp)) &&
+            sscanf(e->name + strlen(tp), "layers.%d.%63s", &layer, rest) == 2 && layer >= 0 &&
+            layer < r->pl->n_layers &&
+            (!strcmp(rest, "input_layernorm.weight") || !strcmp(rest, "post_attention_layernorm.weight"))) {
+            vsr_status st = compute_unit_all(r, layer, err);
+            if (st) return st;
+            uint16_t *ov = !strcmp(rest, "input_layernorm.weight") ? r->norm_in[layer] : r->norm_post[layer];
+            if (ov) d = (const uint8_t *)ov;
+        }
         enum { CHUNK = 64 << 20 };
         vsr_status st = VSR_OK;
         for (uint64_t off = 0; off < e->nbytes && !st; off += CHUNK)
@@ -263,6 +485,14 @@ static vsr_status write_entry(qz_run *r, const vsr_tensor **tensors, const fx_st
     case P_FP8_S: return fx_sink_write(sink, o->scale, e->nbytes, err);
     case P_NV_SCALE: return fx_sink_write(sink, o->scale8, e->nbytes, err);
     case P_NV_GS: return fx_sink_write(sink, &o->gs, sizeof o->gs, err);
+    case P_I4_PACKED: return fx_sink_write(sink, o->packed, e->nbytes, err);
+    case P_I4_SCALE: return fx_sink_write(sink, o->scale, e->nbytes, err);
+    case P_I4_ZP: return fx_sink_write(sink, o->zp, e->nbytes, err);
+    case P_I4_GIDX: return fx_sink_write(sink, o->gidx, e->nbytes, err);
+    case P_I4_SHAPE: {
+        int64_t shp[2] = {r->pl->lin[e->src].N, r->pl->lin[e->src].K};
+        return fx_sink_write(sink, shp, sizeof shp, err);
+    }
     default: return vsr_err_set(err, VSR_E_INTERNAL, "quantize: part %d of %s", e->part, e->name);
     }
 }
@@ -591,6 +821,26 @@ static vsr_status open_source(qz_ctx *c, const char *src, const char *store_dir,
     return vsr_package_map(p, err);
 }
 
+/* Runs the calibration prompts through our own forward of the BF16 package (H5's calibrate.c). */
+static vsr_status collect(qz_ctx *c, const vsr_quantize_opts *o, vsr_calib **calib, char sha[65], int *used,
+                          vsr_err *err) {
+    vsr_model_opts mo = {.threads = o->threads, .dtype = "auto"};
+    vsr_device_list devs;
+    vsr_status st = vsr_devices_probe(&devs, err);
+    if (st) return st;
+    vsr_gate_request gr;
+    vsr_package_gate_request(c->p, &gr);
+    int chosen = -1;
+    if ((st = vsr_place(&devs, o->device ? o->device : "cpu", &gr, &chosen, err)))
+        return vsr_err_prefix(err, "--device %s (the calibration forward)", o->device ? o->device : "cpu");
+    mo.device = &devs.dev[chosen];
+    bool gptq = c->pl.scheme == VSR_Q_W4A16_GPTQ;
+    st = vsr_calib_collect(c->p, o->calibration, o->samples ? o->samples : DEFAULT_SAMPLES, true, !gptq, &mo, calib,
+                           sha, used, err);
+    if (st) return vsr_err_prefix(err, "--calibration %s", o->calibration);
+    return VSR_OK;
+}
+
 vsr_status vsr_quantize_package(const char *src, const char *store_dir, const char *out_dir, const vsr_quantize_opts *o,
                                 vsr_quantize_info *info, vsr_err *err) {
     vsr_status st = vsr_quantize_check_opts(o, err);
@@ -612,14 +862,19 @@ vsr_status vsr_quantize_package(const char *src, const char *store_dir, const ch
     if ((st = qz_plan_make(c.p, s, group, o->actorder, o->ignore, o->n_ignore, &c.pl, err))) goto done;
     char calib_sha[65] = "";
     int samples_used = 0;
-    (void)DEFAULT_SAMPLES;
+    vsr_calib *calib = NULL;
+    if (s == VSR_Q_W4A16_GPTQ || s == VSR_Q_W4A16_AWQ) {
+        if ((st = collect(&c, o, &calib, calib_sha, &samples_used, err))) goto done;
+    }
     if ((st = make_tmp(&c, out_dir, err))) goto done;
 
-    c.run = (qz_run){.p = c.p, .pl = &c.pl, .threads = o->threads};
+    c.run = (qz_run){.p = c.p, .pl = &c.pl, .threads = o->threads, .calib = calib};
+    c.run.norm_in = calloc((size_t)c.pl.n_layers + 1, sizeof *c.run.norm_in);
+    c.run.norm_post = calloc((size_t)c.pl.n_layers + 1, sizeof *c.run.norm_post);
     c.run.n_units = c.pl.n_layers + c.pl.n_lin;
     c.run.out = calloc((size_t)c.pl.n_lin, sizeof *c.run.out);
     c.run.unit_counted = calloc((size_t)c.run.n_units, sizeof *c.run.unit_counted);
-    if (!c.run.out || !c.run.unit_counted) {
+    if (!c.run.out || !c.run.unit_counted || !c.run.norm_in || !c.run.norm_post) {
         st = vsr_err_set(err, VSR_E_NOMEM, "quantize: out of memory");
         goto done;
     }
@@ -676,6 +931,9 @@ vsr_status vsr_quantize_package(const char *src, const char *store_dir, const ch
         if ((st = copy_file(c.p, name, c.tmp, &c.fs, err))) goto done;
     }
     rec = record_json(c.p, &c.pl, o, calib_sha, samples_used);
+    if (s == VSR_Q_W4A16_AWQ) /* the search's own measure of its gain (exact output loss on H) */
+        json_object_set_new(json_object_get(rec, "recipe"), "awq_loss",
+                            json_pack("{s:f,s:f}", "round_to_nearest", c.run.awq_rtn_loss, "searched", c.run.awq_best_loss));
     if ((st = write_json_file(c.tmp, VSR_QUANTIZE_RECORD_NAME, rec, true, &c.fs, err))) goto done;
     if ((st = write_manifest(&c, o, info, err))) goto done;
     chmod(c.tmp, 0755); /* mkdtemp made it 0700; a package folder is as readable as its files */
@@ -701,6 +959,13 @@ done:
     for (int i = 0; c.run.out && i < c.pl.n_lin; i++) out_free(&c.run.out[i]);
     free(c.run.out);
     free(c.run.unit_counted);
+    for (int i = 0; c.run.norm_in && i < c.pl.n_layers; i++) {
+        free(c.run.norm_in[i]);
+        free(c.run.norm_post[i]);
+    }
+    free(c.run.norm_in);
+    free(c.run.norm_post);
+    vsr_calib_free(calib);
     free(c.fs.f);
     json_decref(cfg);
     json_decref(index);

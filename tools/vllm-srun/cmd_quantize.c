@@ -2,7 +2,9 @@
  *   [--calibration FILE.jsonl] [--samples N] [--group-size G] [--actorder] [--ignore PATTERN ...]
  *   [--device D] [--name MODEL_NAME] [--store DIR] [--threads N]
  * (docs/quantize.md). */
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -93,6 +95,9 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "vllm-srun quantize: %s\n", err.msg);
         return 2;
     }
+    /* a relative folder is a path, not a Hub name */
+    char src_abs[PATH_MAX];
+    if (pos[0][0] != '/' && realpath(pos[0], src_abs)) pos[0] = src_abs;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     vsr_quantize_info info;
