@@ -288,6 +288,27 @@ TEST(placement_rules) {
     expect_one("        device: cpu\n", "        device: cpu\n        profile: Fast\n",
                "global.model_catalog.deployments.local.profile", 17, 18,
                "profile must be a profile name, such as exact or batching");
+    /* a well-formed name vllm-srun does not serve: refused here, naming deployment and profiles */
+    expect_one("        device: cpu\n", "        device: cpu\n        profile: max_speed\n",
+               "global.model_catalog.deployments.local.profile", 17, 18,
+               "deployment 'local': unknown profile 'max_speed'; available: batching, exact");
+    expect_one("        device: cpu\n", "        device: cpu\n        profile: shared_context\n",
+               "global.model_catalog.deployments.local.profile", 17, 18,
+               "deployment 'local': unknown profile 'shared_context'; available: batching, exact");
+    /* the profiles it serves load as written (the supervisor passes them as --profile) */
+    for (int pi = 0; pi < 2; pi++) {
+        const char *pn = pi ? "exact" : "batching";
+        char *b0 = base_yaml(), to[128];
+        snprintf(to, sizeof to, "        device: cpu\n        profile: %s\n", pn);
+        char *y0 = replace(b0, "        device: cpu\n", to);
+        vsr_router_config *c0 = load(y0);
+        const vsr_rt_deployment *d0 = c0 ? vsr_router_deployment(c0, "local") : NULL;
+        CHECK_MSG(c0 && !c0->n_errors && d0 && !strcmp(d0->profile, pn), "profile %s", pn);
+        if (c0 && c0->n_errors) dump(c0);
+        vsr_router_config_free(c0);
+        free(y0);
+        free(b0);
+    }
     /* replicas as a list of placements load typed */
     char *base = base_yaml();
     char *y = replace(base, "device: cpu", "replicas: [{device: cpu}, {endpoint: 'unix:///run/w.sock', served_name: w}]");

@@ -213,6 +213,37 @@ static long get_uds(const char *sock, const char *url, char *out) {
     return code;
 }
 
+typedef struct sinkbuf {
+    char *buf;
+    size_t cap, len;
+} sinkbuf;
+static size_t sink_cap(char *p, size_t sz, size_t n, void *u) {
+    sinkbuf *b = u;
+    size_t add = sz * n;
+    if (b->len + add < b->cap) {
+        memcpy(b->buf + b->len, p, add);
+        b->len += add;
+        b->buf[b->len] = 0;
+    }
+    return sz * n;
+}
+/* GET (body NULL) or POST body to url over sock; the status, the body into out (cap bytes). */
+static long http_uds(const char *sock, const char *url, const char *body, char *out, size_t cap) {
+    out[0] = 0;
+    sinkbuf b = {out, cap, 0};
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    if (sock && *sock) curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, sock);
+    if (body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_cap);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
+    long code = -1;
+    if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    return code;
+}
+
 /* A directory name under the test's tmp dir. */
 static const char *tdir(const char *name) {
     static char bufs[8][PATH_MAX];
@@ -334,13 +365,20 @@ TEST(refusals) {
     CHECK(strstr(e.msg, "run vllm-sr validate") != NULL);
     vsr_router_config_free(bad);
 
+    /* a profile vllm-srun does not serve: the config loader refuses it (so start does, pointing at
+     * validate); a hand-built config that slips past the loader is refused by the supervisor */
     char yaml[2048];
-    snprintf(yaml, sizeof yaml, "%s        profile: batching\n", ONE_FAKE);
+    snprintf(yaml, sizeof yaml, "%s        profile: max_speed\n", ONE_FAKE);
     vsr_router_config *prof = parse(yaml);
-    CHECK(prof && prof->n_errors == 0);
-    CHECK_ERR(start_err(prof, used, 1, &o, &e), e, VSR_E_UNSUPPORTED,
-              "deployment 'w': profile 'batching' is not available; this vllm-srun serves only the exact profile");
+    CHECK(prof && prof->n_errors == 1 &&
+          strstr(prof->errors[0].msg, "deployment 'w': unknown profile 'max_speed'; available: batching, exact"));
+    CHECK_ERR(start_err(prof, used, 1, &o, &e), e, VSR_E_INVALID, "has 1 error; run vllm-sr validate");
     vsr_router_config_free(prof);
+    vsr_rt_deployment dp = {.key = "w", .provider = VSR_RT_MODEL_RUNTIME, .device = "cpu", .artifact = "/pkg/w",
+                            .profile = "max_speed"};
+    vsr_router_config handp = {.n_deployments = 1, .deployments = &dp};
+    CHECK_ERR(start_err(&handp, used, 1, &o, &e), e, VSR_E_UNSUPPORTED,
+              "deployment 'w': unknown profile 'max_speed'; available: batching, exact");
 
     vsr_router_config *http = parse("global:\n  model_catalog:\n    deployments:\n      w:\n        provider: http\n"
                                     "        replicas:\n          - {device: cpu}\n");
@@ -504,6 +542,106 @@ TEST(real_worker) {
     CHECK(log_has("stopping 1 worker (SIGTERM; SIGKILL after 10.0 s)"));
     CHECK(!log_has("SIGKILL\n") && !log_has("did not stop"));
     for (int i = 0; i < nk; i++) CHECK(!alive(kids[i]));
+    vsr_router_config_free(c);
+}
+
+/* ---------------------------------------------------------------- profiles */
+
+/* The deployment's profile reaches the worker as --profile (exact by default); changing it on a
+ * reload is a new placement: a new worker, the old one retired. */
+TEST(profile_pass_through) {
+    fresh("w");
+    set_mode("w", "serve");
+    vsr_router_config *a = parse(ONE_FAKE);
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml, "%s        profile: batching\n", ONE_FAKE);
+    vsr_router_config *b = parse(yaml);
+    CHECK(a && b && !a->n_errors && !b->n_errors);
+    if (!a || !b || a->n_errors || b->n_errors) return;
+    const char *used[] = {"w"};
+    vsr_sup_opts o = fake_opts(tdir("st-profile"));
+    vsr_err e = {0};
+    log_clear();
+    vsr_sup *s = vsr_sup_start(a, used, 1, &o, &e);
+    CHECK_MSG(s != NULL, "%s", e.msg);
+    if (!s) return;
+    CHECK(vsr_sup_wait_ready(s, 5000));
+    int p1 = last_pid("w");
+    CHECK_OK(vsr_sup_reload(s, b, used, 1, &e), e);
+    CHECK(log_has("reload: 0 replica(s) kept, 1 started, 1 retired"));
+    CHECK(vsr_sup_wait_ready(s, 5000));
+    for (int i = 0; i < 200 && spawns("w", NULL, NULL, 0) < 2; i++) msleep(10);
+    CHECK(spawns("w", NULL, NULL, 0) == 2 && wait_gone(p1, 3000));
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/spawns-w", g_fake_dir);
+    char *args = test_read_file(p, NULL);
+    char *second = args ? strchr(args, '\n') : NULL;
+    CHECK_MSG(args && second && strstr(args, " --max-request-bytes 67108864 --profile exact") &&
+                  strstr(args, " --profile exact") < second && strstr(second, " --profile batching") &&
+                  !strstr(second, "--profile exact"),
+              "spawns: %s", args ? args : "(none)");
+    free(args);
+    vsr_sup_stop(s);
+    vsr_router_config_free(a);
+    vsr_router_config_free(b);
+}
+
+/* A real vllm-srun started by the supervisor with profile batching answers, and its /v1/models
+ * says it runs batching (beside exact). */
+TEST(real_worker_batching) {
+    const char *store = tdir("store");
+    char cmd[PATH_MAX * 3];
+    snprintf(cmd, sizeof cmd, "'%s' fixture --install-builtin vllm-sr-c/d3-tiny --store '%s' >/dev/null 2>&1", g_worker,
+             store);
+    CHECK(system(cmd) == 0);
+    vsr_router_config *c = parse("global:\n  model_catalog:\n    deployments:\n      dm:\n"
+                                 "        provider: model_runtime\n        artifact: vllm-sr-c/d3-tiny\n"
+                                 "        device: cpu\n        profile: batching\n"
+                                 "    system:\n      decision_model: {deployment: dm}\n");
+    CHECK(c && c->n_errors == 0);
+    if (!c || c->n_errors) return;
+    const char *used[] = {"dm"};
+    vsr_sup_opts o = fake_opts(tdir("st-real-batching"));
+    o.worker_bin = g_worker;
+    o.store_dir = store;
+    o.grace_ms = 10000;
+    o.health_interval_ms = 100;
+    vsr_err e = {0};
+    vsr_sup *s = vsr_sup_start(c, used, 1, &o, &e);
+    CHECK_MSG(s != NULL, "%s", e.msg);
+    if (!s) return;
+    CHECK(vsr_sup_wait_ready(s, 120000));
+    vsr_sup_target t;
+    CHECK(vsr_sup_pick(s, "dm", &t));
+    static char body[65536];
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/models", t.url);
+    long code = http_uds(t.uds_path, url, NULL, body, sizeof body);
+    CHECK_MSG(code == 200 && strstr(body, "\"id\":\"dm\"") && strstr(body, "\"profile\":\"batching\"") &&
+                  strstr(body, "\"name\":\"batching\",\"numerics\":\"approximate\""),
+              "/v1/models %ld: %.600s", code, body);
+    /* it answers a decision (a request that asks for batching, and one that asks for exact) */
+    for (int k = 0; k < 2; k++) {
+        char req[1024], resp[8192] = "";
+        snprintf(req, sizeof req,
+                 "{\"model\":\"dm\",\"state\":\"Write a Python function that merges two sorted lists.\","
+                 "\"options\":{\"profile\":\"%s\"},\"questions\":{\"domain\":{\"type\":\"choice\","
+                 "\"instructions\":\"Which domain does this request belong to?\","
+                 "\"criteria\":{\"code\":\"Programming\",\"other\":\"Anything else\"}}}}",
+                 k ? "exact" : "batching");
+        snprintf(url, sizeof url, "%s/v1/decisions", t.url);
+        code = http_uds(t.uds_path, url, req, resp, sizeof resp);
+        CHECK_MSG(code == 200 && strstr(resp, "\"choice\":"), "decision (%s) %ld: %.400s", k ? "exact" : "batching",
+                  code, resp);
+    }
+    vsr_sup_release(s, &t);
+    char logp[PATH_MAX + 32];
+    snprintf(logp, sizeof logp, "%s/logs/dm-0.log", o.state_dir);
+    char *lg = test_read_file(logp, NULL);
+    CHECK_MSG(lg && strstr(lg, " serve vllm-sr-c/d3-tiny ") && strstr(lg, " --profile batching"), "log: %.300s",
+              lg ? lg : "(none)");
+    free(lg);
+    vsr_sup_stop(s);
     vsr_router_config_free(c);
 }
 
@@ -941,6 +1079,8 @@ int main(void) {
     setup();
     RUN(refusals);
     RUN(real_worker);
+    RUN(profile_pass_through);
+    RUN(real_worker_batching);
     RUN(backoff);
     RUN(ready_timeout);
     RUN(stop_sigkill);

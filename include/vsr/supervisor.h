@@ -4,8 +4,8 @@
  * routing needs) the supervisor keeps one replica per `replicas` entry (one when the deployment
  * has no list):
  *  - managed (provider model_runtime, no endpoint): one `vllm-srun serve <artifact>
- *    [--revision R] --device D --served-model-name <key> --uds <sock> [--threads N]` process
- *    per replica (this worker serves only the exact profile; another profile is refused).
+ *    [--revision R] --device D --served-model-name <key> --uds <sock> --profile P [--threads N]`
+ *    process per replica (P: the deployment's profile, exact or batching; another is refused).
  *    Sockets live in a private directory (0700, ours, symlinks refused) under the state dir,
  *    or /tmp/vsr-<8hex> when a socket path would pass 100 bytes; worker stdout/stderr go to
  *    <state>/logs/<key>-<replica>.log. Readiness: GET /health over the socket answers 200. A worker that exits (or stops answering /health) is restarted after a back-off

@@ -319,6 +319,11 @@ static void load_deployment(ctx *x, const char *path, yaml_node_t *k, yaml_node_
     if (d->profile && !is_profile(d->profile)) {
         join(fp, sizeof fp, path, "profile");
         add_error(x, fp, get(x, v, "profile"), "profile must be a profile name, such as exact or batching");
+    } else if (d->profile && strcmp(d->profile, "exact") && strcmp(d->profile, "batching")) {
+        /* the profiles vllm-srun serves (its --profile); the supervisor passes the name on */
+        join(fp, sizeof fp, path, "profile");
+        add_error(x, fp, get(x, v, "profile"), "deployment '%s': unknown profile '%s'; available: batching, exact",
+                  d->key, d->profile);
     }
     yaml_node_t *reps = get(x, v, "replicas");
     if (reps && !is_null(reps)) {

@@ -227,10 +227,10 @@ static rep *make_rep(vsr_sup *s, const vsr_rt_deployment *d, int dep_index, int 
         free_rep(r);
         return NULL;
     }
-    if (d->profile && strcmp(d->profile, "exact")) {
-        vsr_err_set(err, VSR_E_UNSUPPORTED,
-                    "deployment '%s': profile '%s' is not available; this vllm-srun serves only the exact profile",
-                    d->key, d->profile);
+    const char *profile = d->profile ? d->profile : "exact";
+    if (strcmp(profile, "exact") && strcmp(profile, "batching")) { /* the config loader refuses it first */
+        vsr_err_set(err, VSR_E_UNSUPPORTED, "deployment '%s': unknown profile '%s'; available: batching, exact",
+                    d->key, profile);
         free_rep(r);
         return NULL;
     }
@@ -247,7 +247,7 @@ static rep *make_rep(vsr_sup *s, const vsr_rt_deployment *d, int dep_index, int 
     char safe[KEY_IN_NAME + 1];
     safe_name(d->key, safe, sizeof safe);
     int pn = snprintf(placement, sizeof placement, "managed\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s", d->artifact,
-                      d->revision ? d->revision : "", device, d->profile ? d->profile : "exact", s->store, s->worker);
+                      d->revision ? d->revision : "", device, profile, s->store, s->worker);
     make_rid(d->key, placement, i, r->rid);
     if (pn >= (int)sizeof placement ||
         snprintf(r->sock, sizeof r->sock, "%s/%s-%s.sock", s->sock_dir, safe, r->rid) >= (int)sizeof r->sock ||
@@ -269,6 +269,8 @@ static rep *make_rep(vsr_sup *s, const vsr_rt_deployment *d, int dep_index, int 
         bad |= push_arg(r->argv, &k, "--uds") | push_arg(r->argv, &k, r->sock);
         /* the router accepts bodies up to 48 MiB; the reference's workers take 64 MiB */
         bad |= push_arg(r->argv, &k, "--max-request-bytes") | push_arg(r->argv, &k, "67108864");
+        /* the deployment's profile, as the worker's own --profile (exact unless the YAML says) */
+        bad |= push_arg(r->argv, &k, "--profile") | push_arg(r->argv, &k, profile);
     }
     r->argc = k;
     if (bad) {
