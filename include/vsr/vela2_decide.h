@@ -50,6 +50,14 @@ bool vsr_v2_job_return_meta(const vsr_v2_job *j);
 /* Runs every tree of the job (cancel polled between trees). */
 vsr_status vsr_v2_run(vsr_v2_decider *d, vsr_v2_job *j, const volatile int *cancel, vsr_forward_cb on_forward,
                       void *cb_ctx, vsr_err *err);
+/* Stepwise running (the server's scheduler): the same forwards as vsr_v2_run, one tree per call.
+ * trees_left counts the trees not yet run (0: the job is answered); next_tree_tokens is the
+ * tokens the next tree forwards (0 when it runs nothing); run_tree runs the next tree and answers
+ * its request (state) once that request's last tree has run. */
+int vsr_v2_trees_left(const vsr_v2_job *j);
+int64_t vsr_v2_next_tree_tokens(const vsr_v2_job *j);
+vsr_status vsr_v2_run_tree(vsr_v2_decider *d, vsr_v2_job *j, vsr_forward_cb on_forward, void *cb_ctx,
+                           vsr_err *err);
 /* The trees of a parsed job (tests, render): calls fn per tree with its blocks. */
 void vsr_v2_job_trees(const vsr_v2_job *j, void (*fn)(void *ctx, const vsr_v2_tree *t), void *ctx);
 /* Feeds logits to the job's blocks as the model would (tests: answers as a pure function of
@@ -72,6 +80,17 @@ int64_t vsr_v2_classify_tokens(const vsr_v2_classify *c);
 vsr_status vsr_v2_classify_run(vsr_v2_decider *d, vsr_v2_classify *c, const volatile int *cancel,
                                vsr_err *err);
 char *vsr_v2_classify_response(const vsr_v2_classify *c, const vsr_decision_meta *meta);
+/* The classify request's work as a job (one request per input; the scheduler runs its trees with
+ * vsr_v2_run_tree, expires it with vsr_v2_expire); owned by the classify. */
+vsr_v2_job *vsr_v2_classify_job(vsr_v2_classify *c);
+double vsr_v2_classify_deadline_ms(const vsr_v2_classify *c);
+/* The heads /v1/classify offers: the package's span presets ("pii": text inputs, "halu": grounded
+ * inputs), in that order; returns their count (names may be NULL). */
+int vsr_v2_classify_heads(const vsr_v2_decider *d, const char **names, int max);
+/* The model card's `heads` array (a jansson json_t*, owned by the caller). */
+struct json_t;
+struct json_t *vsr_v2_classify_heads_json(const vsr_v2_decider *d);
+
 void vsr_v2_classify_free(vsr_v2_classify *c);
 
 /* ---- golden self-check (the family's golden question set, section 3.1) ---- */

@@ -297,6 +297,60 @@ vsr_status vsr_v2_run_with(vsr_v2_decider *d, vsr_v2_job *j,
     return VSR_OK;
 }
 
+/* ---- stepwise running (the server's scheduler; helper HB) ----
+ * The same forwards as vsr_v2_run, one tree per call, so a scheduler can check deadlines and
+ * cancellation and let other jobs run between trees. A request is answered when its last tree
+ * has run; requests with no tree (every question failed before layout) need no answering. */
+
+int vsr_v2_trees_left(const vsr_v2_job *j) {
+    int n = 0;
+    for (int r = j->next_req; r < j->n_req; r++) n += j->req[r].n_trees - (r == j->next_req ? j->next_tree : 0);
+    return n;
+}
+
+int64_t vsr_v2_next_tree_tokens(const vsr_v2_job *j) {
+    int r = j->next_req, t = j->next_tree;
+    while (r < j->n_req && t >= j->req[r].n_trees) r++, t = 0;
+    if (r >= j->n_req) return 0;
+    const v2_request *rq = &j->req[r];
+    const v2_tree *tr = &rq->trees[t];
+    int64_t tokens = 0;
+    for (int k = 0; k < tr->n_blocks; k++)
+        if (tr->blocks[k].read && !rq->q[tr->blocks[k].q].err_code) tokens += tr->blocks[k].b.n_ids;
+    return tokens ? tokens + tr->n_ctx : 0;
+}
+
+vsr_status vsr_v2_run_tree(vsr_v2_decider *d, vsr_v2_job *j, vsr_forward_cb on_forward, void *cb_ctx, vsr_err *err) {
+    if (!d->model) return vsr_err_set(err, VSR_E_INVALID, "this decider has no model to run");
+    while (j->next_req < j->n_req && j->next_tree >= j->req[j->next_req].n_trees) j->next_req++, j->next_tree = 0;
+    if (j->next_req >= j->n_req) return VSR_OK; /* nothing left */
+    v2_request *rq = &j->req[j->next_req];
+    v2_tree *tr = &rq->trees[j->next_tree];
+    vsr_v2_block *blocks = malloc(sizeof *blocks * (size_t)(tr->n_blocks + 1));
+    if (!blocks) return vsr_err_set(err, VSR_E_NOMEM, "out of memory");
+    vsr_v2_tree view;
+    int64_t tokens = tr->n_ctx;
+    if (tree_view(rq, tr, &view, blocks) > 0) {
+        for (int k = 0; k < view.n_blocks; k++) tokens += view.blocks[k].n_ids;
+        double t0 = now_s();
+        vsr_status st = vsr_v2_forward(d->model, &view, 1, err);
+        if (on_forward) on_forward(cb_ctx, view.n_blocks, tokens, now_s() - t0);
+        if (st != VSR_OK) {
+            free(blocks);
+            return st;
+        }
+    }
+    free(blocks);
+    if (++j->next_tree >= rq->n_trees) {
+        v2_answer_request(d, rq);
+        j->next_req++;
+        j->next_tree = 0;
+    }
+    return VSR_OK;
+}
+
+/* ---- end of the stepwise block ---- */
+
 void vsr_v2_job_trees(const vsr_v2_job *j, void (*fn)(void *ctx, const vsr_v2_tree *t), void *ctx) {
     for (int r = 0; r < j->n_req; r++)
         for (int t = 0; t < j->req[r].n_trees; t++) {

@@ -130,6 +130,7 @@ struct vsr_v2_job {
     double deadline_ms;
     bool return_meta;
     bool broad;              /* the model has a broad head: span_heads are reported */
+    int next_req, next_tree; /* stepwise running (vsr_v2_run_tree): the next tree to run */
 };
 
 struct vsr_v2_decider {
