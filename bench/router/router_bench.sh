@@ -2,7 +2,7 @@
 # The router's added latency per request (issue 21), on this machine:
 #   bench/router/router_bench.sh [BUILD_DIR] [REQUESTS_1] [REQUESTS_64]
 # Starts the built-in d3-tiny worker on a Unix socket (the decision model, attached), one
-# upstream (bench/router/upstream.c, answers at once) and `vllm-sr serve --config` over both,
+# upstream (tests/tools/openai_upstream, built by make; answers at once) and `vllm-sr serve --config` over both,
 # then measures with bench/router/loadgen.c (closed loop, keep-alive), at 1 and 64 clients:
 #   upstream   POST /v1/chat/completions straight to the upstream
 #   explicit   the same through the router, model named (no decision call): the proxy alone
@@ -19,12 +19,15 @@ N64=${3:-1500}
 OUT=bench/router
 T=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
-cc -O2 -o "$T/upstream" "$OUT/upstream.c" -lmicrohttpd -ljansson
+UPSTREAM=$BUILD/tests/openai_upstream   # `make -C bench router_bench ROUTER_BUILD=$BUILD` builds what this needs
+for b in "$BUILD/vllm-srun" "$BUILD/vllm-sr" "$UPSTREAM"; do
+  [ -x "$b" ] || { echo "$b is not built: make -C bench router_bench ROUTER_BUILD=$BUILD"; exit 1; }
+done
 cc -O2 -o "$T/loadgen" "$OUT/loadgen.c" -lcurl -lm
 P=$((20000 + RANDOM % 20000)); RP=$P; UP=$((P + 1))
 "$BUILD/vllm-srun" fixture --install-builtin vllm-sr-c/d3-tiny --store "$T/store" >/dev/null 2>&1
 VSR_NO_PROGRESS=1 "$BUILD/vllm-srun" serve vllm-sr-c/d3-tiny --store "$T/store" --device cpu --uds "$T/w.sock" --log-level warn 2>"$T/w.log" &
-"$T/upstream" --port "$UP" --name up &
+"$UPSTREAM" --port "$UP" --name up 2>"$T/up.log" &
 for _ in $(seq 200); do curl -sf --unix-socket "$T/w.sock" http://w/health >/dev/null && break; sleep 0.1; done
 Q='{"type":"choice","instructions":"Which domain does this request belong to?","criteria":{"code":"Programming","other":"Anything else"}}'
 PROMPT="Write a Python function that merges two sorted lists and explain its running time."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vllm-sr serve --config (router mode) against a real worker (vllm-srun serve of the built-in
 # d3-tiny fixture, attached over its Unix socket) and two real OpenAI-compatible upstreams
-# (bench/router/upstream.c, compiled here): routing by the decision model's real answers
+# (tests/tools/openai_upstream, built by make): routing by the decision model's real answers
 # (the rule is written from what the worker answers), the headers naming decision, model and
 # backend, SSE passed through event by event (the upstream waits 400 ms between events),
 # explicit models, /v1/decisions forwarding, /v1/models, /health, /ready, /metrics, the
@@ -13,6 +13,7 @@ set -u
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
 SR=$(dirname "$BIN")/vllm-sr
+UPSTREAM=$(dirname "$BIN")/tests/openai_upstream
 T=$(mktemp -d)
 cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
 trap cleanup EXIT
@@ -20,8 +21,8 @@ fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 [ -x "$SR" ] || { echo "FAIL $SR is not built"; exit 1; }
+[ -x "$UPSTREAM" ] || { echo "FAIL $UPSTREAM is not built"; exit 1; }
 export VLLM_SR_STATE_DIR=$T/state VSR_NO_PROGRESS=1
-cc -O2 -o "$T/upstream" "$REPO/bench/router/upstream.c" -lmicrohttpd -ljansson || { echo "FAIL cannot build the upstream"; exit 1; }
 
 B=$((20000 + RANDOM % 20000))
 RP=$B; UA=$((B + 1)); UB=$((B + 2))
@@ -38,8 +39,9 @@ wait_http() { # url, expected code, tries
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny --store "$T/store" >/dev/null 2>&1 || bad "install d3-tiny"
 "$BIN" serve vllm-sr-c/d3-tiny --store "$T/store" --device cpu --uds "$T/w.sock" --log-level warn > "$T/worker.log" 2>&1 &
 WPID=$!
-"$T/upstream" --port "$UA" --name a > "$T/a.log" 2>&1 &
-"$T/upstream" --port "$UB" --name b --chunks 3 --delay-ms 400 > "$T/b.log" 2>&1 &
+"$UPSTREAM" --port "$UA" --name a > "$T/a.log" 2>&1 &
+# b streams 4 events 400 ms apart: the role, the whole content (one chunk), finish_reason, [DONE]
+"$UPSTREAM" --port "$UB" --name b --chunks 1 --chunk-delay-ms 400 > "$T/b.log" 2>&1 &
 for _ in $(seq 100); do
   [ "$(curl -s --unix-socket "$T/w.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && break
   sleep 0.1
@@ -124,8 +126,8 @@ BODY="{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"$PROMPT
 # ---- routing by the decision model's answer ----
 code=$(chat -d "$BODY")
 if [ "$code" = 200 ] && [ "$(hdr x-vsr-route)" = decision ] && [ "$(hdr x-vsr-decision)" = by-domain ] \
-   && [ "$(hdr x-vsr-model)" = coder ] && [ "$(hdr x-vsr-backend)" = a ] && [ "$(hdr x-upstream)" = a ] \
-   && grep -q "\"model\":\"coder\"" "$T/body" && grep -q "a: $PROMPT" "$T/body"; then
+   && [ "$(hdr x-vsr-model)" = coder ] && [ "$(hdr x-vsr-backend)" = a ] && [ "$(hdr x-upstream-backend)" = a ] \
+   && grep -q "\"model\":\"coder\"" "$T/body" && grep -qF "[a] coder: $PROMPT" "$T/body"; then
   ok "chat routed by the answer '$CHOICE' to decision by-domain, model coder, backend a"
 else bad "routing ($code): $(cat "$T/h" "$T/body")"; fi
 
@@ -135,7 +137,7 @@ curl -s -N "$R/v1/chat/completions" -d '{"model":"general","stream":true,"messag
 n=$(grep -c 'data: ' "$T/sse")
 first=$(head -1 "$T/sse" | cut -d' ' -f1); last=$(tail -1 "$T/sse" | cut -d' ' -f1)
 gap=$(( (last - first) / 1000000 ))
-if [ "$n" = 4 ] && grep -q 'data: \[DONE\]' "$T/sse" && grep -q '"content":"b-0"' "$T/sse" && [ "$gap" -ge 1000 ]; then
+if [ "$n" = 4 ] && grep -q 'data: \[DONE\]' "$T/sse" && grep -qF '"content":"[b] general: hi"' "$T/sse" && [ "$gap" -ge 1000 ]; then
   ok "SSE: 4 events arrive as sent (first to last ${gap} ms; the upstream spaces them 1200 ms)"
 else bad "SSE ($n events, ${gap} ms): $(cat "$T/sse")"; fi
 code=$(curl -s -D "$T/h" -o /dev/null -w '%{http_code}' "$R/v1/chat/completions" -d '{"model":"general","stream":true,"messages":[{"role":"user","content":"hi"}]}')
@@ -282,7 +284,7 @@ out=$("$SR" serve --config "$T/bad.yaml" --bogus 2>&1); [ $? = 2 ] && echo "$out
 config "$T/r.yaml" "$CHOICE" 1 0 no_match
 out=$("$SR" serve --config "$T/r.yaml" --host localhost --port "$RP" 2>&1); [ $? = 1 ] \
   && echo "$out" | grep -q -- '--host localhost: expected an IPv4 address' && ok "--host localhost refused" || bad "--host: $out"
-"$T/upstream" --port "$RP" --name squat > /dev/null 2>&1 &
+"$UPSTREAM" --port "$RP" --name squat > /dev/null 2>&1 &
 SQ=$!
 wait_http "$R/health" 200
 out=$("$SR" serve --config "$T/r.yaml" --port "$RP" 2>&1); [ $? = 1 ] \
