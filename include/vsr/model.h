@@ -4,6 +4,7 @@
 #ifndef VSR_MODEL_H
 #define VSR_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "vsr/device.h"
@@ -49,6 +50,29 @@ vsr_status vsr_model_forward_last(vsr_model *m, int n_rows, const int32_t *const
  * refused. */
 vsr_status vsr_model_forward_gather(vsr_model *m, int n_rows, const int32_t *const *ids, const int *lens,
                                     const int *n_pos, const int32_t *const *pos, float *hidden, vsr_err *err);
+
+/* Shape buckets (issue 25). Where forwards are recorded (CUDA graphs) and the model is causal,
+ * forward_last pads each batch to a bucket: every row to the length bucket of the longest row,
+ * the row count to a row bucket, pad tokens after each row's own (read by nothing real), so a
+ * bucket's recording replays for any batch that falls in it. Answers are those of the unpadded
+ * rows computed at the bucket's shape. VSR_BUCKETS=0 turns this off; =1 turns it on for any
+ * backend (the CPU then pads the same way: tests). */
+int64_t vsr_model_bucket_len(int64_t tokens); /* 16..128 by 16, then 4 steps per octave */
+int vsr_model_bucket_rows(int rows);          /* 1..4, then 2 steps per octave */
+bool vsr_model_bucketed(const vsr_model *m);
+/* The buckets of at most max_tokens (rows x length) up to the package's longest input: writes
+ * up to max_out {rows, length} pairs and returns how many there are (0 when not bucketed). */
+int vsr_model_buckets(const vsr_model *m, int64_t max_tokens, int64_t (*out)[2], int max_out);
+typedef void (*vsr_model_warm_fn)(void *ctx, int done, int total);
+typedef struct vsr_model_warm_report {
+    int buckets;        /* shapes run and recorded */
+    int64_t max_tokens; /* the largest bucket's rows x length */
+} vsr_model_warm_report;
+/* Runs every bucket of at most max_tokens twice (a recording is made at the second sighting),
+ * largest first, so that no later request pays planning, tuning or recording for them. A model
+ * that does not bucket does nothing (report zero). progress(ctx, done, total) after each. */
+vsr_status vsr_model_warm(vsr_model *m, int64_t max_tokens, vsr_model_warm_fn progress, void *ctx,
+                          vsr_model_warm_report *rep, vsr_err *err);
 
 /* Activation tap (calibration, issue 22): when set, `fn` is called before every linear of the
  * backbone with that linear's module name (package prefix included, e.g.

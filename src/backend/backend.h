@@ -60,12 +60,16 @@ typedef struct vsr_weight_view {
 typedef struct vsr_bweight vsr_bweight;
 
 /* Sequences packed back to back: sequence s holds rows [start[s], start[s] + len[s]) of a
- * token buffer; pos0[s] is the rotary position of its first token. */
+ * token buffer; pos0[s] is the rotary position of its first token. `staged` (bucketed forwards,
+ * rows_stage): the row table staged with the token ids holds pos0 at its start, and a backend
+ * that records forwards reads the positions from there, so that a replay takes the next
+ * request's; pos0 holds the same values (checks, backends that do not record). */
 typedef struct vsr_segs {
     int n;
     const int64_t *start;
     const int64_t *len;
     const int64_t *pos0;
+    int staged;
 } vsr_segs;
 
 typedef struct vsr_backend_ops {
@@ -168,7 +172,7 @@ typedef struct vsr_backend_ops {
     void (*feed_linears)(void *ctx, const float *x, int64_t rows, int64_t K, const vsr_bweight *const *readers,
                          int n_readers);
     /* Replay of a forward whose shape repeats (CUDA graphs). `key` names everything the op
-     * sequence depends on except the token ids. graph_begin either replays a recording of key
+     * sequence depends on except the token ids and the staged row table (rows_stage). graph_begin either replays a recording of key
      * with these ids (*replayed = 1: the model skips its op calls and reads the outputs), or
      * returns *replayed = 0 and may start recording: the model then makes its op calls as usual
      * and calls graph_end(ops_status) whatever happened; graph_end runs what was recorded. When
@@ -198,6 +202,15 @@ typedef struct vsr_backend_ops {
      * (VSR_E_INTERNAL), as a read of memory never written. The declaration is for the next linear
      * only; a backend may ignore it (then y is FP32 as usual). */
     void (*keep_product_bf16)(void *ctx, const float *y, int64_t rows, int64_t N);
+    /* Bucketed forwards (optional, with graph_begin): the values a recording must not bake in
+     * (each row's rotary start, the gathered token indices) go in a row table of n int64 that the
+     * backend copies to the device with the next embed's token ids, as a replay copies the ids. Called
+     * before graph_begin; the table stays staged until the next call. */
+    vsr_status (*rows_stage)(void *ctx, const int64_t *tab, int64_t n, vsr_err *err);
+    /* gather_rows with its indices read from the staged row table at tab_off (rows: the same values,
+     * for checks). */
+    vsr_status (*gather_rows_staged)(void *ctx, const float *src, const int64_t *rows, int64_t tab_off, int64_t n,
+                                     int64_t D, float *dst, vsr_err *err);
 } vsr_backend_ops;
 
 typedef struct vsr_backend {

@@ -82,6 +82,10 @@ struct vsr_model {
     void *tap_ctx;
     float *tap_host;      /* host copy of the tapped input */
     size_t tap_host_cap;  /* floats */
+    /* shape buckets (vsr_model_warm): 1 when forward_last pads to them */
+    int buckets;
+    int64_t max_len;        /* the package's longest input (tokens) */
+    int64_t gather_tab_off; /* >= 0 while a bucketed forward runs: its gather indices in the row table */
 };
 
 /* ---- allocation bookkeeping ---- */
@@ -598,6 +602,14 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
     if (pkg->vela2) max_tokens = pkg->vela2->max_length;
     if (max_tokens <= 0) max_tokens = 4096;
     if (m->rot > 0 && (st = rope_tables(m, max_tokens, err))) goto fail;
+    m->max_len = max_tokens;
+    m->gather_tab_off = -1;
+    /* Shape buckets where forwards are recorded and a pad token can be left unread (causal); VSR_BUCKETS=0
+     * turns them off, =1 on for any backend (tests: the CPU pads as the GPU does). */
+    const char *bk = getenv("VSR_BUCKETS");
+    m->buckets = pkg->family == VSR_FAMILY_DECISION3 && m->causal &&
+                 (bk && *bk ? strcmp(bk, "0") != 0
+                            : m->be.ops->graph_begin && m->be.ops->rows_stage && m->be.ops->gather_rows_staged);
     for (int64_t T = MAX_ROWS_PLANNED * max_tokens;; T /= 2) {
         if (!(st = arena_reserve(m, T, MAX_ROWS_PLANNED, MAX_ROWS_PLANNED, err))) break;
         if (T <= 512) goto fail;
@@ -774,6 +786,14 @@ static vsr_status mlp(vsr_model *m, const layer *L, const arena *a, float *x, fl
     return VSR_OK;
 }
 
+/* gather_rows; in a bucketed forward, with the indices the backend reads from the staged row table. */
+static vsr_status gather(vsr_model *m, const float *src, const int64_t *rows, int64_t n, int64_t D, float *dst,
+                         vsr_err *err) {
+    if (m->gather_tab_off >= 0 && B->gather_rows_staged)
+        return B->gather_rows_staged(X, src, rows, m->gather_tab_off, n, D, dst, err);
+    return B->gather_rows(X, src, rows, n, D, dst, err);
+}
+
 /* The forward's device work, embedding to readout: the final-norm hidden rows of the G gathered
  * tokens (`last`: indices into the packed tokens) into a->h, the logits (when asked) into a->cl. */
 static vsr_status run_ops(vsr_model *m, const arena *a, int64_t G, int64_t T, const int32_t *all, const vsr_segs *sg,
@@ -802,11 +822,11 @@ static vsr_status run_ops(vsr_model *m, const arena *a, int64_t G, int64_t T, co
         int64_t cw = L->type == VSR_LAYER_LINEAR_ATTENTION ? m->Vd : (int64_t)m->H * m->hd;
         if (!last_rows) {
             if ((st = B->linear(X, core, T, Wout, a->x, 1, err)) || (st = mlp(m, L, a, a->x, a->h, T, err))) return st;
-            if (l + 1 == nl && (st = B->gather_rows(X, a->x, last, G, m->D, a->xl, err))) return st;
+            if (l + 1 == nl && (st = gather(m, a->x, last, G, m->D, a->xl, err))) return st;
         } else {
             /* Only the gathered tokens are read: finish the last layer on those G rows. */
-            if ((st = B->gather_rows(X, core, last, G, cw, a->cl, err)) ||
-                (st = B->gather_rows(X, a->x, last, G, m->D, a->xl, err)) ||
+            if ((st = gather(m, core, last, G, cw, a->cl, err)) ||
+                (st = gather(m, a->x, last, G, m->D, a->xl, err)) ||
                 (st = B->linear(X, a->cl, G, Wout, a->xl, 1, err)) || (st = mlp(m, L, a, a->xl, a->h, G, err)))
                 return st;
         }
@@ -835,6 +855,104 @@ static uint64_t graph_key(const vsr_model *m, int R, const int *lens, int want_l
  * host copy that a replay would read again after it is freed, so such forwards are not recorded. */
 #define GRAPH_MAX_GATHER 256
 
+/* ---- shape buckets ----
+ * A recording (CUDA graph) replays one shape: rows x their lengths. Real traffic rarely repeats
+ * one, so a bucketed model pads every forward_last batch to a bucket: each row to one length
+ * bucket (that of the batch's longest row), the row count to a row bucket (rows of pad tokens).
+ * Row r keeps its tokens at the start of its slot and its positions (those of the left-padded
+ * batch, Lmax - len + i); the pad tokens follow it, so in a causal model (attention, the DeltaNet
+ * recurrence and its causal convolution) nothing a real token computes reads them; each row's
+ * last real token is gathered. What differs per request within a bucket, each row's rotary start
+ * and the gathered indices, goes in the row table (rows_stage) that a replay copies with the ids.
+ * Lengths: multiples of 16 up to 128, then four steps per octave (160, 192, 224, 256, 320, ...):
+ * at most 25 % padding, about 11 % on average. Rows: 1-4, then two steps per octave (6, 8, 12,
+ * 16, 24, ...). */
+#define BUCKET_MAX_ROWS 128 /* the CUDA backend's sequences per call */
+
+int64_t vsr_model_bucket_len(int64_t L) {
+    if (L <= 128) return L <= 16 ? 16 : (L + 15) / 16 * 16;
+    int64_t p = 128;
+    while (p * 2 < L) p *= 2;       /* p < L <= 2p */
+    int64_t step = p / 4;
+    return (L + step - 1) / step * step;
+}
+
+int vsr_model_bucket_rows(int R) {
+    if (R <= 4) return R < 1 ? 1 : R;
+    int p = 4;
+    while (p * 2 < R) p *= 2;       /* p < R <= 2p */
+    int step = p / 2;
+    return (R + step - 1) / step * step;
+}
+
+bool vsr_model_bucketed(const vsr_model *m) { return m && m->buckets; }
+
+static uint64_t bucket_key(const vsr_model *m, int Rb, int64_t Lb, int want_logits) {
+    uint64_t h = 1469598103934665603ull;
+    const uint64_t vals[] = {0x6275636b6574ull /* "bucket" */, (uint64_t)Rb, (uint64_t)Lb, (uint64_t)want_logits,
+                             (uint64_t)(uintptr_t)m->arena, (uint64_t)m->arena_tokens, (uint64_t)m->arena_rows,
+                             (uint64_t)m->arena_gather, (uint64_t)(uintptr_t)m->cos_t, (uint64_t)(uintptr_t)m->sin_t,
+                             (uint64_t)m->max_pos};
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) h = (h ^ vals[i]) * 1099511628211ull;
+    return h;
+}
+
+/* forward_last's batch padded to its bucket (see above); rows validated by the caller. */
+static vsr_status forward_bucketed(vsr_model *m, int R, const int32_t *const *ids, const int *lens, int64_t Lmax,
+                                   float *hidden, float *logits, vsr_err *err) {
+    const int64_t Lb = vsr_model_bucket_len(Lmax);
+    const int Rb = vsr_model_bucket_rows(R);
+    const int64_t T = (int64_t)Rb * Lb;
+    vsr_status st;
+    if ((st = arena_reserve(m, T, Rb, Rb, err))) return st;
+    /* the last pad token's position: pos0 <= Lmax - 1, plus Lb - 1 */
+    if (m->rot > 0 && (st = rope_tables(m, Lmax + Lb, err))) return st;
+    arena a;
+    arena_layout(m, m->arena_tokens, m->arena_rows, m->arena_gather, &a, m->arena);
+    int64_t *segbuf = malloc(sizeof(int64_t) * 5 * (size_t)Rb);
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)T);
+    if (!segbuf || !all) {
+        free(segbuf);
+        free(all);
+        return vsr_err_set(err, VSR_E_NOMEM, "forward: out of memory");
+    }
+    /* the row table: pos0[Rb] then the gathered indices last[Rb] */
+    int64_t *start = segbuf, *len = segbuf + Rb, *tab = segbuf + 2 * Rb, *pos0 = tab, *last = tab + Rb;
+    const int32_t pad = 0; /* any id: nothing real reads a pad token */
+    for (int r = 0; r < Rb; r++) {
+        const int n = r < R ? lens[r] : 0;
+        start[r] = (int64_t)r * Lb, len[r] = Lb;
+        pos0[r] = r < R ? Lmax - n : 0;
+        last[r] = start[r] + (r < R ? n - 1 : Lb - 1);
+        if (n) memcpy(all + start[r], ids[r], sizeof(int32_t) * (size_t)n);
+        for (int64_t t = n; t < Lb; t++) all[start[r] + t] = pad;
+    }
+    vsr_segs sg = {Rb, start, len, pos0, 1};
+    int want_logits = logits != NULL, replayed = 0;
+    const int graphs = B->graph_begin && !m->tap;
+    m->gather_tab_off = Rb;
+    if (B->rows_stage && (st = B->rows_stage(X, tab, 2 * (int64_t)Rb, err))) goto out;
+    if (graphs && (st = B->graph_begin(X, bucket_key(m, Rb, Lb, want_logits), all, T, &replayed, err))) goto out;
+    if (!replayed) {
+        st = run_ops(m, &a, Rb, T, all, &sg, last, want_logits, err);
+        if (graphs) {
+            int rerun = 0;
+            vsr_status st2 = B->graph_end(X, st, &rerun, err);
+            if (rerun) st = run_ops(m, &a, Rb, T, all, &sg, last, want_logits, err);
+            else if (!st) st = st2;
+        }
+    }
+    if (st) goto out;
+    /* the real rows come first among the gathered */
+    if (hidden && (st = B->buf_get(X, hidden, a.h, sizeof(float) * (size_t)R * (size_t)m->D, err))) goto out;
+    if (logits) st = B->buf_get(X, logits, a.cl, sizeof(float) * (size_t)R * VSR_D3_CODES, err);
+out:
+    m->gather_tab_off = -1;
+    free(segbuf);
+    free(all);
+    return st;
+}
+
 /* n_pos == NULL: each row's last token, positions of the left-padded batch (decision3).
  * Else row r's tokens at pos[r][0..n_pos[r]) (0-based within the row), plain positions 0..len-1. */
 static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids, const int *lens,
@@ -859,6 +977,8 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
         G += n_pos[r];
     }
     if (G < 1) return vsr_err_set(err, VSR_E_INVALID, "forward: no position to read");
+    if (!n_pos && m->buckets && vsr_model_bucket_rows(R) <= BUCKET_MAX_ROWS)
+        return forward_bucketed(m, R, ids, lens, Lmax, hidden, logits, err);
     vsr_status st;
     if ((st = arena_reserve(m, T, R, G, err))) return st;
     if (m->rot > 0 && (st = rope_tables(m, Lmax, err))) return st;
@@ -881,7 +1001,7 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
             for (int i = 0; i < n_pos[r]; i++) last[g++] = off + pos[r][i];
         memcpy(all + off, ids[r], sizeof(int32_t) * (size_t)lens[r]);
     }
-    vsr_segs sg = {R, start, len, pos0};
+    vsr_segs sg = {R, start, len, pos0, 0};
     int want_logits = logits != NULL, replayed = 0;
     const int graphs = B->graph_begin && !m->tap && G <= GRAPH_MAX_GATHER;
     /* A repeated shape replays the recorded forward (CUDA graphs) with these ids. */
@@ -903,6 +1023,82 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
 out:
     free(segbuf);
     free(all);
+    return st;
+}
+
+/* ---- warm-up ---- */
+
+static int cmp_bucket_desc(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    int64_t tx = x[0] * x[1], ty = y[0] * y[1];
+    return tx < ty ? 1 : tx > ty ? -1 : (x[1] < y[1] ? 1 : x[1] > y[1] ? -1 : 0);
+}
+
+int vsr_model_buckets(const vsr_model *m, int64_t max_tokens, int64_t (*out)[2], int max_out) {
+    if (!m || !m->buckets) return 0;
+    int n = 0;
+    const int64_t top = vsr_model_bucket_len(m->max_len);
+    for (int64_t L = 16; L <= top; L = vsr_model_bucket_len(L + 1))
+        for (int R = 1; R <= BUCKET_MAX_ROWS && (int64_t)R * L <= max_tokens; R = vsr_model_bucket_rows(R + 1)) {
+            if (out && n < max_out) out[n][0] = R, out[n][1] = L;
+            n++;
+        }
+    return n;
+}
+
+vsr_status vsr_model_warm(vsr_model *m, int64_t max_tokens, vsr_model_warm_fn progress, void *ctx,
+                          vsr_model_warm_report *rep, vsr_err *err) {
+    vsr_model_warm_report r = {0};
+    if (rep) *rep = r;
+    if (!m) return vsr_err_set(err, VSR_E_INVALID, "warm-up: no model");
+    int n = vsr_model_buckets(m, max_tokens, NULL, 0);
+    if (n == 0) return VSR_OK;
+    int64_t (*bk)[2] = malloc(sizeof *bk * (size_t)n);
+    if (!bk) return vsr_err_set(err, VSR_E_NOMEM, "warm-up: out of memory");
+    vsr_model_buckets(m, max_tokens, bk, n);
+    /* largest first: workspaces reach their size before the small shapes are recorded */
+    qsort(bk, (size_t)n, sizeof *bk, cmp_bucket_desc);
+    int64_t maxT = bk[0][0] * bk[0][1], maxL = 0;
+    int maxR = 0;
+    for (int i = 0; i < n; i++) {
+        if (bk[i][0] > maxR) maxR = (int)bk[i][0];
+        if (bk[i][1] > maxL) maxL = bk[i][1];
+    }
+    vsr_status st = VSR_OK;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)maxT);
+    const int32_t **rows = malloc(sizeof *rows * (size_t)maxR);
+    int *lens = malloc(sizeof *lens * (size_t)maxR);
+    float *hid = malloc(sizeof(float) * (size_t)maxR * (size_t)m->D);
+    float *lg = malloc(sizeof(float) * (size_t)maxR * VSR_D3_CODES);
+    if (!ids || !rows || !lens || !hid || !lg) {
+        st = vsr_err_set(err, VSR_E_NOMEM, "warm-up: out of memory");
+        goto out;
+    }
+    const int64_t vocab = m->c.vocab_size > 1 ? m->c.vocab_size : 2;
+    for (int64_t t = 0; t < maxT; t++) ids[t] = (int32_t)(1 + (t * 7919) % (vocab - 1));
+    pthread_mutex_lock(&m->lock);
+    /* the arena and the rotary tables at their largest now, so that no later forward moves them */
+    st = arena_reserve(m, maxT, maxR, maxR, err);
+    if (!st && m->rot > 0) st = rope_tables(m, 2 * maxL, err);
+    pthread_mutex_unlock(&m->lock);
+    for (int i = 0; i < n && !st; i++) {
+        const int R = (int)bk[i][0];
+        const int64_t L = bk[i][1];
+        for (int rr = 0; rr < R; rr++) rows[rr] = ids + (int64_t)rr * L, lens[rr] = (int)L;
+        /* twice: a shape is recorded at its second sighting */
+        for (int k = 0; k < 2 && !st; k++) st = vsr_model_forward_last(m, R, rows, lens, hid, lg, err);
+        if (st) vsr_err_prefix(err, "warm-up of bucket %d x %lld tokens", R, (long long)L);
+        r.buckets++;
+        if (R * L > r.max_tokens) r.max_tokens = R * L;
+        if (progress) progress(ctx, i + 1, n);
+    }
+out:
+    free(ids);
+    free(rows);
+    free(lens);
+    free(hid);
+    free(lg);
+    if (rep) *rep = r;
     return st;
 }
 

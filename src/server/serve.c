@@ -27,6 +27,7 @@ void vsr_serve_opts_default(vsr_serve_opts *o) {
     o->profile = "exact";
     o->batch_wait_ms = 2.0;
     o->max_batch_tokens = 65536;
+    o->warmup_tokens = 8192;
 }
 
 static double now_s(void) {

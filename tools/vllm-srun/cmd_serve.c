@@ -30,7 +30,9 @@ static void usage(FILE *f) {
             "MODEL is org/name from the package store (Hugging Face cache layout) or an\n"
             "absolute package path. --revision takes a commit, a branch or a tag.\n"
             "--quantize fp8-dynamic quantizes a BF16 package's weights to FP8 while loading (where\n"
-            "the device runs FP8; refused otherwise); /v1/models shows it as quantization.load_time.\n");
+            "the device runs FP8; refused otherwise); /v1/models shows it as quantization.load_time.\n"
+            "--warmup-tokens N (default 8192, 0 = none): where forwards are recorded (CUDA), every shape\n"
+            "bucket of at most N tokens (rows x length) is run and recorded before the worker is ready.\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -87,6 +89,7 @@ int cmd_serve(int argc, char **argv) {
         NUM("--max-queued-tokens", max_queued_tokens, 1, 1LL << 40)
         NUM("--max-request-bytes", max_request_bytes, 1024, 1LL << 32)
         NUM("--max-batch-tokens", max_batch_tokens, 8, 1LL << 30)
+        NUM("--warmup-tokens", warmup_tokens, 0, 1LL << 30)
 #undef NUM
 #define LIM(name, field, lo, hi)                                                                   \
     if ((r = arg_value(argc, argv, &i, name, &v)) != 0) {                                          \

@@ -367,6 +367,33 @@ vsr_status ids_stage(cuda_ctx *c, const int32_t *ids, int64_t n, vsr_err *err) {
     return VSR_OK;
 }
 
+static vsr_status cu_rows_stage(void *ctx, const int64_t *tab, int64_t n, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    cuda_ctx_priv *p = priv(c);
+    ENTER(c);
+    vsr_status st;
+    /* the last forward's copies out of the pinned buffers must be done */
+    if (p->ids_host && !p->capturing &&
+        (st = cuda_check(c, cudaEventSynchronize(p->ids_ev), "row table: wait for the last copy", err)))
+        return st;
+    if (n < 0) return vsr_err_set(err, VSR_E_INTERNAL, "row table: %lld entries", (long long)n);
+    if ((size_t)n > p->tab_cap) {
+        size_t cap = (size_t)n + (size_t)n / 2 + 64;
+        if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), "row table: synchronize", err))) return st;
+        cudaFreeHost(p->tab_host), cudaFree(p->tab_dev);
+        p->tab_host = NULL, p->tab_dev = NULL, p->tab_cap = 0, p->tab_n = 0;
+        c->mem_gen++;
+        if ((st = cuda_check(c, cudaHostAlloc((void **)&p->tab_host, cap * sizeof(int64_t), cudaHostAllocDefault),
+                             "row table: pinned buffer", err)) ||
+            (st = cuda_check(c, cudaMalloc((void **)&p->tab_dev, cap * sizeof(int64_t)), "row table: device buffer", err)))
+            return st;
+        p->tab_cap = cap;
+    }
+    if (n) memcpy(p->tab_host, tab, sizeof(int64_t) * (size_t)n);
+    p->tab_n = n, p->tab_armed = n > 0;
+    return VSR_OK;
+}
+
 static vsr_status cu_graph_begin(void *ctx, uint64_t key, const int32_t *ids, int64_t n, int *replayed, vsr_err *err) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     cuda_ctx_priv *p = priv(c);
@@ -385,6 +412,7 @@ static vsr_status cu_graph_begin(void *ctx, uint64_t key, const int32_t *ids, in
                                    ids[t], (long long)t, (long long)e->vocab);
         if ((st = ids_stage(c, ids, n, err))) return st;
         if (e->gen != c->mem_gen) goto record; /* staging moved the id buffers */
+        p->tab_armed = 0; /* the recording copies the staged row table itself */
         if ((st = cuda_check(c, cudaGraphLaunch(e->exec, c->stream), "graph launch", err))) return st;
         cudaEventRecord(p->ids_ev, c->stream);
         e->last_use = ++p->tick;
@@ -471,6 +499,8 @@ static void cu_destroy(void *ctx) {
     if (p->ids_ev) cudaEventDestroy(p->ids_ev);
     cudaFreeHost(p->ids_host);
     cudaFree(p->ids_dev);
+    cudaFreeHost(p->tab_host);
+    cudaFree(p->tab_dev);
     cudaFree(p->tw_buf);
     cuda_quant_ctx_free(c);
     lt_cache *lc = &((cuda_ctx_priv *)c)->lt;
@@ -701,6 +731,8 @@ static const vsr_backend_ops cuda_ops = {
     /* .weight_upload_cat = */ cu_weight_upload_cat,
     /* .linear_swiglu = */ cu_linear_swiglu,
     /* .keep_product_bf16 = */ cu_keep_product_bf16,
+    /* .rows_stage = */ cu_rows_stage,
+    /* .gather_rows_staged = */ cu_gather_rows_staged,
 };
 
 extern "C" vsr_status vsr_backend_cuda_new(int device_index, vsr_backend *out, vsr_err *err) {

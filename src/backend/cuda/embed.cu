@@ -61,6 +61,13 @@ vsr_status cu_embed(void *ctx, const vsr_bweight *table, const int32_t *ids, int
                                             cudaMemcpyHostToDevice, c->stream),
                          "embed: token ids to device", err)))
         return st;
+    /* the row table of a bucketed forward goes with them (a replay copies both) */
+    if (p->tab_armed && p->tab_n > 0 &&
+        (st = cuda_check(c, cudaMemcpyAsync(p->tab_dev, p->tab_host, sizeof(int64_t) * (size_t)p->tab_n,
+                                            cudaMemcpyHostToDevice, c->stream),
+                         "embed: row table to device", err)))
+        return st;
+    p->tab_armed = 0;
     if (!p->capturing) cudaEventRecord(p->ids_ev, c->stream);
     p->embed_vocab = table->v.N;
     dim3 grid(blocks_for(table->v.K, 256) > 8 ? 8 : blocks_for(table->v.K, 256), (unsigned)n);
@@ -94,6 +101,33 @@ vsr_status cu_gather_rows(void *ctx, const float *src, const int64_t *rows, int6
     }
     dim3 grid(blocks_for(D, 256) > 16 ? 16 : blocks_for(D, 256), (unsigned)n);
     k_gather<<<grid, 256, 0, c->stream>>>(src, r, rd, D, dst);
+    return cuda_check_launch(c, "gather_rows", err);
+}
+
+/* gather_rows, the indices read on the device from the staged row table (a replay reads the next
+ * request's); rows holds the same values, for the checks. */
+vsr_status cu_gather_rows_staged(void *ctx, const float *src, const int64_t *rows, int64_t tab_off, int64_t n,
+                                 int64_t D, float *dst, vsr_err *err) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    ENTER(c);
+    cuda_ctx_priv *p = priv(c);
+    if (n <= 0) return VSR_OK;
+    if (n > 65535) return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: gather_rows: %lld rows (at most 65535)", c->device, (long long)n);
+    if (tab_off < 0 || tab_off + n > p->tab_n)
+        return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: gather_rows: indices %lld..%lld are outside the staged row table (%lld)",
+                           c->device, (long long)tab_off, (long long)(tab_off + n), (long long)p->tab_n);
+    PROF(c, "gather_rows");
+    for (int64_t i = 0; i < n; i++) {
+        if (rows[i] != p->tab_host[tab_off + i])
+            return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: gather_rows: index %lld differs from the staged row table",
+                               c->device, (long long)i);
+        vsr_status sg = kp_guard(c, src + rows[i] * D, sizeof(float) * (size_t)D, "gather_rows", err);
+        if (sg) return sg;
+    }
+    twin_clobber(c, dst, sizeof(float) * (size_t)(n * D));
+    drows r;
+    dim3 grid(blocks_for(D, 256) > 16 ? 16 : blocks_for(D, 256), (unsigned)n);
+    k_gather<<<grid, 256, 0, c->stream>>>(src, r, p->tab_dev + tab_off, D, dst);
     return cuda_check_launch(c, "gather_rows", err);
 }
 

@@ -120,8 +120,9 @@ typedef struct prof {
     int n_rows;
 } prof;
 
-/* Recorded forwards (CUDA graphs), by the model's key; recorded on a key's second sighting. */
-#define GRAPHS 8
+/* Recorded forwards (CUDA graphs), by the model's key; recorded on a key's second sighting. A
+ * bucketed model warms a few hundred shapes (src/model/qwen35.c), hence the room. */
+#define GRAPHS 1024
 #define GRAPH_SEEN 32
 typedef struct graph_ent {
     uint64_t key, last_use;
@@ -161,6 +162,10 @@ typedef struct cuda_ctx_priv {
     int32_t *ids_host, *ids_dev;        /* staging of token ids: pinned host, device */
     size_t ids_cap;                     /* elements of both */
     cudaEvent_t ids_ev;                 /* the last copy out of ids_host has finished */
+    int64_t *tab_host, *tab_dev;        /* rows_stage's row table: pinned host, device */
+    size_t tab_cap;                     /* elements of both */
+    int64_t tab_n;                      /* elements staged */
+    int tab_armed;                      /* staged since the last embed: the next embed copies it */
 } cuda_ctx_priv;
 
 static inline cuda_ctx_priv *priv(cuda_ctx *c) { return (cuda_ctx_priv *)c; }
@@ -302,6 +307,8 @@ vsr_status cu_embed(void *ctx, const vsr_bweight *table, const int32_t *ids, int
 /* embed.cu */
 vsr_status cu_gather_rows(void *ctx, const float *src, const int64_t *rows, int64_t n, int64_t D, float *dst,
                                  vsr_err *err);
+vsr_status cu_gather_rows_staged(void *ctx, const float *src, const int64_t *rows, int64_t tab_off, int64_t n,
+                                 int64_t D, float *dst, vsr_err *err);
 /* embed.cu */
 vsr_status cu_readout(void *ctx, const float *h, int64_t M, const vsr_bweight *R, float *logits, vsr_err *err);
 /* linear.cu */

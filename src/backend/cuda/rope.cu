@@ -1,6 +1,6 @@
 /* src/backend/cuda/rope.cu: rotary position embedding (backend.h rope), in place on the first rot columns
  * of each head: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, positions from the segment table (pos0 of each
- * sequence), cos/sin from the model's tables; one thread per (row, head, pair).
+ * sequence, or the staged row table of a bucketed forward), cos/sin from the model's tables; one thread per (row, head, pair).
  *
  * Floor: bytes read and written / 4.19 TB/s (memory-bound). Test: tests/test_cuda_ops.c (against the CPU
  * oracle, 9e-8 normalised error). */
@@ -11,11 +11,11 @@
 
 #include "backend/cuda/ops_internal.cuh" /* first: wraps the C headers in extern "C" */
 
-__global__ void k_rope(float *x, int64_t xs, const dsegs s, int H, int64_t hs, int half, const float *__restrict__ cos_t,
-                       const float *__restrict__ sin_t) {
+__global__ void k_rope(float *x, int64_t xs, const dsegs s, const int64_t *__restrict__ pos_tab, int H, int64_t hs,
+                       int half, const float *__restrict__ cos_t, const float *__restrict__ sin_t) {
     int64_t r = blockIdx.y;
     int sg = seg_of_row_d(s, r);
-    int64_t pos = s.pos0[sg] + (r - s.start[sg]);
+    int64_t pos = (pos_tab ? pos_tab[sg] : s.pos0[sg]) + (r - s.start[sg]);
     for (int u = blockIdx.x * blockDim.x + threadIdx.x; u < H * half; u += gridDim.x * blockDim.x) {
         int h = u / half, i = u % half;
         float *xh = x + r * xs + h * hs;
@@ -45,6 +45,11 @@ vsr_status cu_rope(void *ctx, float *x, int64_t xs, const vsr_segs *seg, int H, 
     if ((st = kp_guard(c, x, sizeof(float) * (size_t)((rows - 1) * xs + (H - 1) * hs + rot), "rope", err))) return st;
     twin_clobber(c, x, sizeof(float) * (size_t)((rows - 1) * xs + (H - 1) * hs + rot));
     dim3 grid(blocks_for((int64_t)H * half, 128) > 16 ? 16 : blocks_for((int64_t)H * half, 128), (unsigned)rows);
-    k_rope<<<grid, 128, 0, c->stream>>>(x, xs, s, H, hs, half, cos_t, sin_t);
+    /* a bucketed forward's positions come from the staged row table (its first n entries) */
+    const cuda_ctx_priv *p = priv(c);
+    if (seg->staged && p->tab_n < seg->n)
+        return vsr_err_set(err, VSR_E_INTERNAL, "rope: the staged row table holds %lld positions for %d sequences",
+                           (long long)p->tab_n, seg->n);
+    k_rope<<<grid, 128, 0, c->stream>>>(x, xs, s, seg->staged ? p->tab_dev : NULL, H, hs, half, cos_t, sin_t);
     return cuda_check_launch(c, "rope", err);
 }
