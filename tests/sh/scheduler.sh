@@ -41,6 +41,8 @@ out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --batch-wait-ms -1 2>&1); rc=$
 [ $rc = 2 ] && echo "$out" | grep -q "batch-wait-ms must be a number of milliseconds from 0 to 10000; got '-1'" && ok "--batch-wait-ms -1 refused" || bad "--batch-wait-ms: $rc $out"
 out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --max-batch-tokens 4 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q "max-batch-tokens" && ok "--max-batch-tokens 4 refused" || bad "--max-batch-tokens: $rc $out"
+out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --warmup-tokens -1 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "warmup-tokens must be an integer from 0 to" && ok "--warmup-tokens -1 refused" || bad "--warmup-tokens: $rc $out"
 
 python3 - "$T" <<'EOF'
 import json, sys

@@ -1,0 +1,125 @@
+#!/bin/bash
+# tools/gpu/s15.sh: one device call for issue 25's shape buckets (and the CUDA regressions of the
+# session's changes), from the repository root.
+#   here:   bash tools/gpu/s15.sh build   -> .gpuc/s15.tar.xz (carry ".gpuc"): vllm-srun, vllm-sr,
+#           openai_upstream, test_cuda_ops, test_cuda_fused, test_cuda_quant, test_buckets,
+#           test_vela2_model, host libraries they need (libmicrohttpd, libcurl closures)
+#   there:  bash tools/gpu/s15.sh run [steps]  (steps: tests traffic fair; default all) -> $OUT:
+#     tests:   the CUDA op/fused/quant tests, test_buckets on cuda:0 (bucketed vs VSR_BUCKETS=0 at
+#              0.02, warm-up), the vela2 references on cuda:0 at 0.02;
+#     traffic: bench/traffic_bench.sh on the lite fixture, buckets on (warm-up 8192) and off, each
+#              exact and batching at c=1,4,16,64 (CSV + latencies to $OUT), warm-up time and the
+#              GPU memory before/after warm-up;
+#     fair:    a one-question request sent while a 64 x 256-question request runs (lite, exact):
+#              its latency against the large request's forward time (Server-Timing).
+set -u
+cd "$(dirname "$0")/../.."
+if [ "${1:-}" = build ]; then
+  set -e
+  BUILD=${GPU_BUILD:-build-gpu}
+  make -j2 BUILD=$BUILD $BUILD/libvsr.a $BUILD/tests/test_cuda_ops.o $BUILD/tests/test_cuda_fused.o \
+    $BUILD/tests/test_cuda_quant.o $BUILD/tests/test_buckets.o $BUILD/tests/test_vela2_model.o \
+    $BUILD/tests/harness.o $BUILD/tests/pkgbuild.o $BUILD/tests/openai_upstream >/dev/null
+  make -j2 BUILD=$BUILD $(ls tools/vllm-srun/*.c tools/vllm-sr/*.c tools/common/*.c | sed "s|^|$BUILD/|; s|\.c$|.o|") >/dev/null
+  S=.gpus; rm -rf $S; mkdir -p $S/lib
+  CUDA=/usr/local/cuda
+  STATIC="-Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -lyaml -lcrypto -Wl,-Bdynamic"
+  DYN="-L$CUDA/lib64 -lcudart_static -lcublasLt -lstdc++ -ldl -lrt -lm -pthread -Wl,-rpath,$CUDA/lib64 -Wl,-rpath,\$ORIGIN/lib"
+  cc -O2 -pthread -o $S/vllm-srun $BUILD/tools/vllm-srun/*.o $BUILD/tools/common/*.o $BUILD/libvsr.a $STATIC -lmicrohttpd $DYN
+  cc -O2 -pthread -o $S/vllm-sr $BUILD/tools/vllm-sr/*.o $BUILD/tools/common/*.o $BUILD/libvsr.a $STATIC -lmicrohttpd -lcurl $DYN
+  cp $BUILD/tests/openai_upstream $S/
+  for t in test_cuda_ops test_cuda_fused test_cuda_quant test_buckets test_vela2_model; do
+    cc -O2 -pthread -o $S/$t $BUILD/tests/$t.o $BUILD/tests/harness.o $BUILD/tests/pkgbuild.o $BUILD/libvsr.a $STATIC $DYN
+  done
+  for b in $S/vllm-srun $S/vllm-sr $S/openai_upstream; do
+    for l in $(ldd $b | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libstdc|libgcc|libcublas'); do
+      cp -Ln "$l" $S/lib/ 2>/dev/null || true
+    done
+  done
+  strip $S/vllm-srun $S/vllm-sr $S/test_* $S/openai_upstream
+  pwd > $S/build_root
+  mkdir -p .gpuc && tar -C . -cJf .gpuc/s15.tar.xz $S
+  ex=$(git rev-parse --git-path info/exclude) && for d in /.gpus/ /.gpuc/; do grep -qx "$d" "$ex" || echo "$d" >> "$ex"; done
+  du -sh $S .gpuc/s15.tar.xz
+  exit 0
+fi
+[ "${1:-}" = run ] || { echo "usage: $0 build|run [tests] [traffic] [fair]" >&2; exit 2; }
+shift
+STEPS=${*:-tests traffic fair}
+tar -xJf .gpuc/s15.tar.xz
+S=$PWD/.gpus
+. tools/gpu/cuda_env.sh
+export LD_LIBRARY_PATH="$S/lib:${LD_LIBRARY_PATH:-}" VSR_REPO=$PWD VSR_NO_PROGRESS=1 HF_HUB_CACHE=/tmp/store
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,power.limit --format=csv,noheader | tee "$OUT/env.txt"
+gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+rc=0
+step() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if step tests; then
+  for t in test_cuda_ops test_cuda_fused; do
+    ( cd /tmp && timeout 200 $S/$t ) > "$OUT/$t.log" 2>&1; r=$?
+    echo "$t rc=$r $(tail -1 "$OUT/$t.log")"; [ $r = 0 ] || { rc=1; grep -E "FAIL|failed" "$OUT/$t.log" | head -8; }
+  done
+  ( cd /tmp && timeout 200 $S/test_cuda_quant ) > "$OUT/test_cuda_quant.log" 2>&1; r=$?
+  echo "test_cuda_quant rc=$r $(tail -1 "$OUT/test_cuda_quant.log")"; [ $r = 0 ] || { rc=1; grep -E "FAIL|failed" "$OUT/test_cuda_quant.log" | head -8; }
+  VSR_BK_DEVICE=cuda:0 VSR_BK_TOL=0.02 timeout 200 $S/test_buckets > "$OUT/test_buckets.log" 2>&1; r=$?
+  echo "test_buckets (cuda:0) rc=$r"; tail -9 "$OUT/test_buckets.log"; [ $r = 0 ] || rc=1
+  VSR_V2_DEVICE=cuda:0 VSR_V2_TOL=0.02 VSR_V2_REFS=vela2-tiny-seed7.json,vela2-small-seed7.json \
+    timeout 200 $S/test_vela2_model > "$OUT/test_vela2_model.log" 2>&1; r=$?
+  echo "test_vela2_model (cuda:0) rc=$r $(tail -1 "$OUT/test_vela2_model.log")"; [ $r = 0 ] || { rc=1; tail -6 "$OUT/test_vela2_model.log"; }
+fi
+
+LITE=/tmp/lite
+if step traffic || step fair; then
+  [ -d $LITE ] || $S/vllm-srun fixture $LITE --family decision3 --size lite --scheme bf16 --seed 0 >/dev/null
+fi
+
+if step traffic; then
+  for mode in buckets plain; do
+    m0=$(gpu_mem)
+    if [ $mode = buckets ]; then env=(); else env=(VSR_BUCKETS=0); fi
+    t0=$(date +%s.%N)
+    env "${env[@]}" VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh lite-h200-$mode $LITE cuda:0 256 \
+      > "$OUT/traffic-$mode.log" 2>&1 || { rc=1; echo "traffic $mode failed"; tail -5 "$OUT/traffic-$mode.log"; }
+    echo "traffic $mode: $(grep -m1 'ready after' "$OUT/traffic-$mode.log") (GPU memory used before start ${m0} MiB) total $(python3 -c "print(round($(date +%s.%N)-$t0))") s"
+    rm -f $OUT/lite-h200-$mode.png
+  done
+  # warm-up alone: time and memory, buckets on vs off (the log line and nvidia-smi while ready)
+  for wt in 8192 0; do
+    $S/vllm-srun serve $LITE --device cuda:0 --port 18777 --warmup-tokens $wt > "$OUT/warm-$wt.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1200); do [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18777/health)" = 200 ] && break; sleep 0.1; done
+    echo "warmup-tokens $wt: GPU memory used while ready $(gpu_mem) MiB; $(grep -h 'warm-up' "$OUT/warm-$wt.log" | tail -1)"
+    kill -TERM $pid; wait $pid
+  done
+fi
+
+if step fair; then
+  # 64 states x 256 questions: the main state and 63 `states` entries (the reference's limit)
+  python3 - > /tmp/bigs.json <<'EOF'
+import json
+qs = lambda n: {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} about the text true?"} for i in range(n)}
+print(json.dumps({"state": "Shared context: the deployment has 64 replicas across three regions. " * 4, "questions": qs(256),
+                  "states": {f"s{k}": {"state": f"State {k}: the service answered {k} requests today. " * 4,
+                                       "questions": qs(256)} for k in range(63)}}))
+EOF
+  $S/vllm-srun serve $LITE --device cuda:0 --port 18778 > "$OUT/fair.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1200); do [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18778/health)" = 200 ] && break; sleep 0.1; done
+  small='{"state":"hello there","questions":{"greet":{"type":"noul","instructions":"Is this a greeting?"}}}'
+  for body in /tmp/bigs.json; do
+    curl -s -o /dev/null -w 'small alone: %{time_total} s\n' -H 'content-type: application/json' -d "$small" http://127.0.0.1:18778/v1/decisions
+    for k in 1 2 3 4; do
+      curl -s -D /tmp/bh -o /tmp/bo -w "%{time_total}" -H 'content-type: application/json' --data-binary @$body http://127.0.0.1:18778/v1/decisions > /tmp/bt &
+      bp=$!
+      sleep 0.3
+      st=$(curl -s -D /tmp/sh -o /tmp/so -w "%{time_total}" -H 'content-type: application/json' -d "$small" http://127.0.0.1:18778/v1/decisions)
+      wait $bp
+      echo "large 64x256-question request: $(cat /tmp/bt) s ($(grep -i server-timing /tmp/bh | tr -d '\r')); small sent 0.3 s in: $st s ($(grep -i server-timing /tmp/sh | tr -d '\r'))"
+    done
+  done | tee "$OUT/fair.txt"
+  curl -s http://127.0.0.1:18778/metrics | grep -E '^vsr_forward|^vsr_rows_per_forward' | head -12 >> "$OUT/fair.txt"
+  kill -TERM $pid; wait $pid
+fi
+echo "s15 rc=$rc"
+exit $rc
