@@ -50,12 +50,12 @@ if [ "${1:-}" = build ]; then
   STATIC="-Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -lyaml -lpng -lcrypto -Wl,-Bdynamic"
   cc -O2 -pthread -o "$G/vllm-sr" "$BUILD"/tools/vllm-sr/*.o "$BUILD"/tools/common/*.o "$BUILD/libvsr.a" $STATIC \
     -lmicrohttpd -lcurl -lz -ldl -lm -pthread -Wl,-rpath,\$ORIGIN/lib
-  for l in $(ldd "$G/vllm-sr" | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libstdc|libgcc'); do
+  for l in $(ldd "$G/vllm-sr" | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|libresolv|ld-linux|libstdc|libgcc'); do
     case "$l" in "$PWD/$G"/*|"$G"/*) continue ;; esac
     cp -L "$l" "$G/lib/"
   done
   strip "$G/vllm-sr"
-  ex=$(git rev-parse --git-path info/exclude 2>/dev/null) && { grep -qx "/$G/" "$ex" 2>/dev/null || echo "/$G/" >> "$ex"; }
+  case "$G" in /*) ;; *) ex=$(git rev-parse --git-path info/exclude 2>/dev/null) && { grep -qx "/$G/" "$ex" 2>/dev/null || echo "/$G/" >> "$ex"; } ;; esac
   [ -f "$G/build_root" ] || pwd > "$G/build_root"
   [ -x "$G/vllm-srun" ] || echo "note: $G/vllm-srun is missing: bash tools/gpu/worker_run.sh build (it writes .gpuw/)"
   ls -la "$G" "$G/lib"
@@ -173,7 +173,14 @@ c = json.load(sys.stdin)["data"][0]
 q = c.get("quantization") or {}
 print(c.get("model_sha256"), q.get("scheme"), q.get("format"), c.get("device"), c.get("status"), c.get("memory_bytes"))' 2>/dev/null
 }
-worker_pids() { pgrep -P "$RPID" -f 'vllm-srun serve' | sort; }
+worker_pids() { # the router's vllm-srun children (pgrep where there is one, else /proc)
+  if command -v pgrep >/dev/null; then pgrep -P "$RPID" -f 'vllm-srun serve' | sort; return; fi
+  local d pp
+  for d in /proc/[0-9]*; do
+    pp=$(sed 's/.*) [A-Za-z] \([0-9]*\).*/\1/' "$d/stat" 2>/dev/null) || continue
+    [ "$pp" = "$RPID" ] && tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -q 'vllm-srun serve' && echo "${d#/proc/}"
+  done | sort
+}
 SOCK1=$(sock_now)
 CARD1=$(card "$SOCK1")
 set -- $CARD1
