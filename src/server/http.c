@@ -38,7 +38,7 @@ typedef struct timing {
     double parse, tokenize, queue, forward, post, serialize, total; /* seconds */
 } timing;
 
-typedef enum route_kind { R_DECISIONS, R_UNSUPPORTED, R_MODELS, R_HEALTH, R_LIVE, R_METRICS, R_OPENAPI } route_kind;
+typedef enum route_kind { R_DECISIONS, R_CLASSIFY, R_UNSUPPORTED, R_MODELS, R_HEALTH, R_LIVE, R_METRICS, R_OPENAPI } route_kind;
 
 typedef struct route {
     const char *path;
@@ -50,7 +50,7 @@ typedef struct route {
 static const route routes[] = {
     {"/v1/decisions", "POST", R_DECISIONS, true},
     {"/v1/systemone", "POST", R_DECISIONS, true},
-    {"/v1/classify", "POST", R_UNSUPPORTED, true},
+    {"/v1/classify", "POST", R_CLASSIFY, true}, /* Vela 2.0 packages; 422 on Decision 3.0 */
     {"/v1/embeddings", "POST", R_UNSUPPORTED, true},
     {"/v1/rerank", "POST", R_UNSUPPORTED, true},
     {"/v1/models", "GET", R_MODELS, false},
@@ -98,6 +98,57 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *o
 
 /* ---- GET endpoints ---- */
 
+/* The bytes the loaded weights take on the device (0 before the load). */
+static uint64_t model_memory(srv_model *m) {
+    pthread_mutex_lock(&m->mu);
+    vsr_model *model = m->model;
+    vsr_v2_model *v2 = m->v2 ? m->engine.v2_model : NULL;
+    pthread_mutex_unlock(&m->mu);
+    return model ? vsr_model_memory_bytes(model) : v2 ? vsr_v2_model_memory_bytes(v2) : 0;
+}
+
+/* The card of a Vela 2.0 decoder package: its surfaces, question types, presets, heads and the
+ * exact profile only (the batching profile is refused for it at startup). */
+static void vela2_card(srv_model *m, json_t *card) {
+    const vsr_package *p = m->pkg;
+    const vsr_vela2_config *vc = p->vela2;
+    const json_t *cal = vc ? vc->calibration : NULL;
+    pthread_mutex_lock(&m->mu);
+    vsr_v2_decider *d = m->v2;
+    pthread_mutex_unlock(&m->mu);
+    json_object_set_new(card, "model_name", vc && vc->model_name[0] ? json_string(vc->model_name) : json_null());
+    json_object_set_new(card, "surfaces", json_pack("[ss]", "decisions", "classify"));
+    json_object_set_new(card, "question_types", json_pack("[sssss]", "choice", "noul", "score", "set", "span"));
+    json_object_set_new(card, "modalities", json_pack("[s]", "text"));
+    json_t *presets = json_array();
+    static const char *const names[3] = {"pii", "halu", "relevance"};
+    static const char *const schemas[3] = {"pii_schema", "halu_schema", "relevance_schema"};
+    for (int i = 0; i < 3; i++)
+        if (cal && json_object_get(cal, schemas[i])) json_array_append_new(presets, json_string(names[i]));
+    json_object_set_new(card, "presets", presets);
+    bool broad = d ? vsr_v2_decider_has_broad_head(d) : vc && vc->has_broad_head;
+    json_object_set_new(card, "span_heads", broad ? json_pack("[ss]", "router", "broad") : json_pack("[s]", "router"));
+    /* /v1/classify's token heads (one per span preset); listed once the decision layer is open */
+    json_object_set_new(card, "heads", d ? (json_t *)vsr_v2_classify_heads_json(d) : json_null());
+    json_t *lim = json_object();
+    json_object_set_new(lim, "max_input_tokens", json_integer(vc ? vc->max_length : 0));
+    json_object_set_new(lim, "min_options", json_integer(2));
+    json_object_set_new(lim, "max_options", json_integer(255));
+    json_object_set_new(lim, "min_levels", json_integer(2));
+    json_object_set_new(lim, "max_levels", json_integer(10));
+    json_object_set_new(lim, "max_labels", json_integer(255));
+    json_object_set_new(lim, "max_inputs", json_integer(2048));
+    if (vc)
+        json_object_set_new(lim, "span_layout", json_pack("{s:i,s:i,s:i}", "hybrid_rmax", vc->hybrid_rmax, "window",
+                                                          vc->window, "stride", vc->stride));
+    json_object_set_new(card, "limits", lim);
+    json_object_set_new(card, "profile", json_string("exact"));
+    json_object_set_new(card, "profiles",
+                        json_pack("[{s:s,s:s,s:s}]", "name", "exact", "numerics", "exact", "description",
+                                  "Each request alone, one tree per forward (the shared context with the blocks "
+                                  "of its questions; a long span target's windows are trees of their own)."));
+}
+
 static json_t *model_card(srv_http *h) {
     srv_model *m = h->model;
     const vsr_package *p = m->pkg;
@@ -106,7 +157,6 @@ static json_t *model_card(srv_http *h) {
     srv_state state = m->state;
     char reason[VSR_ERR_MSG_MAX];
     snprintf(reason, sizeof reason, "%s", m->reason);
-    vsr_model *model = m->model;
     vsr_decider *decider = m->decider;
     pthread_mutex_unlock(&m->mu);
     json_object_set_new(card, "id", json_string(m->served_name));
@@ -134,43 +184,53 @@ static json_t *model_card(srv_http *h) {
     /* weights quantized while loading (serve --quantize): the identity above is the BF16 package's */
     json_object_set_new(fmt, "load_time", m->engine.load_quantize ? json_string(m->engine.load_quantize) : json_null());
     json_object_set_new(card, "quantization", fmt);
-    json_object_set_new(card, "surfaces", json_pack("[s]", "decisions"));
-    json_object_set_new(card, "question_types", json_pack("[sss]", "choice", "noul", "score"));
-    json_object_set_new(card, "modalities", json_pack("[s]", "text"));
-    json_t *lim = json_object();
-    json_object_set_new(lim, "max_input_tokens",
-                        json_integer(decider ? vsr_decider_max_input_tokens(decider)
-                                                : (p->decision.max_length > 0 ? p->decision.max_length
-                                                                              : p->config.text.max_position_embeddings)));
-    json_object_set_new(lim, "min_options", json_integer(2));
-    json_object_set_new(lim, "max_options", json_integer(255));
-    json_object_set_new(lim, "min_levels", json_integer(2));
-    json_object_set_new(lim, "max_levels", json_integer(10));
-    json_object_set_new(card, "limits", lim);
-    const char *profile = m->opts && m->opts->profile ? m->opts->profile : "exact";
-    json_object_set_new(card, "profile", json_string(profile));
-    json_t *profiles = json_pack("[{s:s,s:s,s:s}]", "name", "exact", "numerics", "exact", "description",
-                                 "One request's questions as the released runtime batches them: eight of its "
-                                 "rows per forward, never mixed with another request's.");
-    if (!strcmp(profile, "batching")) {
-        json_t *b = json_pack("{s:s,s:s,s:s,s:f,s:I}", "name", "batching", "numerics", "approximate",
-                              "description",
-                              "Questions of concurrent requests that ask for it share forwards (longest first, "
-                              "under max_batch_tokens padded tokens, after batch_wait_ms); answers move by "
-                              "rounding, within the GPU tolerance of exact.",
-                              "batch_wait_ms", m->opts->batch_wait_ms, "max_batch_tokens",
-                              (json_int_t)m->opts->max_batch_tokens);
-        json_array_append_new(profiles, b);
+    if (p->family == VSR_FAMILY_VELA2) {
+        vela2_card(m, card);
+    } else {
+        json_object_set_new(card, "surfaces", json_pack("[s]", "decisions"));
+        json_object_set_new(card, "question_types", json_pack("[sss]", "choice", "noul", "score"));
+        json_object_set_new(card, "modalities", json_pack("[s]", "text"));
+        json_t *lim = json_object();
+        json_object_set_new(lim, "max_input_tokens",
+                            json_integer(decider ? vsr_decider_max_input_tokens(decider)
+                                                    : (p->decision.max_length > 0 ? p->decision.max_length
+                                                                                  : p->config.text.max_position_embeddings)));
+        json_object_set_new(lim, "min_options", json_integer(2));
+        json_object_set_new(lim, "max_options", json_integer(255));
+        json_object_set_new(lim, "min_levels", json_integer(2));
+        json_object_set_new(lim, "max_levels", json_integer(10));
+        json_object_set_new(card, "limits", lim);
+        const char *profile = m->opts && m->opts->profile ? m->opts->profile : "exact";
+        json_object_set_new(card, "profile", json_string(profile));
+        json_t *profiles = json_pack("[{s:s,s:s,s:s}]", "name", "exact", "numerics", "exact", "description",
+                                     "One request's questions as the released runtime batches them: eight of its "
+                                     "rows per forward, never mixed with another request's.");
+        if (!strcmp(profile, "batching")) {
+            json_t *b = json_pack("{s:s,s:s,s:s,s:f,s:I}", "name", "batching", "numerics", "approximate",
+                                  "description",
+                                  "Questions of concurrent requests that ask for it share forwards (longest first, "
+                                  "under max_batch_tokens padded tokens, after batch_wait_ms); answers move by "
+                                  "rounding, within the GPU tolerance of exact.",
+                                  "batch_wait_ms", m->opts->batch_wait_ms, "max_batch_tokens",
+                                  (json_int_t)m->opts->max_batch_tokens);
+            json_array_append_new(profiles, b);
+        }
+        json_object_set_new(card, "profiles", profiles);
     }
-    json_object_set_new(card, "profiles", profiles);
     json_object_set_new(card, "engine", json_string("native"));
     json_object_set_new(card, "accelerator", json_string(vsr_device_kind_name(m->device.kind)));
     json_object_set_new(card, "device", json_string(m->device_id));
     json_object_set_new(card, "device_name", json_string(m->device.name));
-    json_object_set_new(card, "dtype", json_string(p->quant.scheme == VSR_SCHEME_BF16 ? "bf16/fp32-readout"
-                                                                                    : "quantized/fp32-readout"));
-    json_object_set_new(card, "parameters", json_integer(p->has_manifest ? p->manifest.params_loaded : p->params_text));
-    json_object_set_new(card, "memory_bytes", json_integer(model ? (json_int_t)vsr_model_memory_bytes(model) : 0));
+    if (p->family == VSR_FAMILY_VELA2) {
+        json_object_set_new(card, "dtype", json_string("bf16/fp32-heads"));
+        json_object_set_new(card, "parameters", json_integer(vsr_package_params_loaded(p)));
+    } else {
+        json_object_set_new(card, "dtype", json_string(p->quant.scheme == VSR_SCHEME_BF16 ? "bf16/fp32-readout"
+                                                                                        : "quantized/fp32-readout"));
+        json_object_set_new(card, "parameters",
+                            json_integer(p->has_manifest ? p->manifest.params_loaded : p->params_text));
+    }
+    json_object_set_new(card, "memory_bytes", json_integer((json_int_t)model_memory(m)));
     json_object_set_new(card, "ready", json_boolean(state == SRV_READY));
     json_object_set_new(card, "status", json_string(srv_state_name(state)));
     json_object_set_new(card, "reason", reason[0] ? json_string(reason) : json_null());
@@ -221,7 +281,6 @@ static enum MHD_Result h_metrics(srv_http *h, struct MHD_Connection *c) {
     pthread_mutex_lock(&m->mu);
     int ready = m->state == SRV_READY;
     int depth = m->queued;
-    vsr_model *model = m->model;
     pthread_mutex_unlock(&m->mu);
     srv_model_gauges g = {.model = m->served_name,
                           .revision = m->pkg->revision[0] ? m->pkg->revision : "local",
@@ -229,7 +288,7 @@ static enum MHD_Result h_metrics(srv_http *h, struct MHD_Connection *c) {
                           .accelerator = vsr_device_kind_name(m->device.kind),
                           .device = m->device_id,
                           .profile = m->opts && m->opts->profile ? m->opts->profile : "exact",
-                          .memory_bytes = model ? vsr_model_memory_bytes(model) : 0,
+                          .memory_bytes = model_memory(m),
                           .ready = ready,
                           .queue_depth = depth};
     char *s = srv_metrics_render(h->metrics, &g);
@@ -350,6 +409,13 @@ struct req_ctx {
     srv_task task;
 };
 
+static bool is_vela2(const srv_http *h) { return h->model->pkg->family == VSR_FAMILY_VELA2; }
+
+/* The routes whose bodies are read and handed to the handler threads. */
+static bool takes_body(const srv_http *h, const route *r) {
+    return r->kind == R_DECISIONS || (r->kind == R_CLASSIFY && is_vela2(h));
+}
+
 static const route *find_route(const char *url, const char *method, bool *path_known) {
     const route *r = NULL;
     *path_known = false;
@@ -439,21 +505,58 @@ static void job_done(srv_job *j, void *arg) { /* the scheduler, with the model's
     task_push(rc->h, &rc->task);
 }
 
+static void job_free(srv_job *j) {
+    if (j->kind == SRV_JOB_D3) vsr_decision_free(j->dj);
+    else if (j->kind == SRV_JOB_V2) vsr_v2_job_free(j->v2);
+    else vsr_v2_classify_free(j->v2c);
+    j->dj = NULL;
+    j->v2 = NULL;
+    j->v2c = NULL;
+}
+
 static void run_parse(req_ctx *rc) {
     srv_http *h = rc->h;
     srv_model *m = h->model;
     double t_parse = mono();
     rc->t.parse = t_parse - rc->t0;
     vsr_http_error he = {0};
-    vsr_decision_job *dj = vsr_decision_parse(m->decider, rc->body ? rc->body : "", rc->len, m->served_name, &he);
+    const char *body = rc->body ? rc->body : "";
+    double deadline_ms = 0;
+    rc->job = (srv_job){.on_done = job_done, .on_done_arg = rc};
+    bool parsed = false;
+    if (rc->r->kind == R_CLASSIFY) { /* routed here for Vela 2.0 packages only */
+        vsr_v2_classify *c = vsr_v2_classify_parse(m->v2, body, rc->len, m->served_name, &he);
+        if ((parsed = c)) {
+            rc->job.kind = SRV_JOB_V2_CLASSIFY;
+            rc->job.v2c = c;
+            rc->job.v2 = vsr_v2_classify_job(c);
+            rc->job.tokens = vsr_v2_classify_tokens(c);
+            deadline_ms = vsr_v2_classify_deadline_ms(c);
+        }
+    } else if (m->v2) {
+        vsr_v2_job *j = vsr_v2_parse(m->v2, body, rc->len, m->served_name, &he);
+        if ((parsed = j)) {
+            rc->job.kind = SRV_JOB_V2;
+            rc->job.v2 = j;
+            rc->job.tokens = vsr_v2_job_tokens(j);
+            deadline_ms = vsr_v2_job_deadline_ms(j);
+        }
+    } else {
+        vsr_decision_job *dj = vsr_decision_parse(m->decider, body, rc->len, m->served_name, &he);
+        if ((parsed = dj)) {
+            rc->job.kind = SRV_JOB_D3;
+            rc->job.dj = dj;
+            rc->job.tokens = vsr_decision_tokens(dj);
+            deadline_ms = vsr_decision_deadline_ms(dj);
+        }
+    }
     body_release(h, rc); /* the job holds what it needs */
     __atomic_sub_fetch(&h->backlog, 1, __ATOMIC_SEQ_CST);
     rc->t.tokenize = mono() - t_parse;
-    if (!dj) {
+    if (!parsed) {
         complete_error(rc, he.status, he.code, he.message);
         return;
     }
-    rc->job = (srv_job){.dj = dj, .tokens = vsr_decision_tokens(dj), .on_done = job_done, .on_done_arg = rc};
     pthread_mutex_lock(&h->wmu); /* watched before it can finish */
     srv_task *t = &rc->task;
     t->wprev = NULL;
@@ -462,14 +565,13 @@ static void run_parse(req_ctx *rc) {
     h->watch = t;
     t->watched = true;
     pthread_mutex_unlock(&h->wmu);
-    srv_submit sub = srv_model_submit(m, &rc->job, vsr_decision_deadline_ms(dj));
+    srv_submit sub = srv_model_submit(m, &rc->job, deadline_ms);
     if (sub == SUBMIT_OK) return;
     pthread_mutex_lock(&h->wmu);
     watch_remove_locked(h, t);
     pthread_mutex_unlock(&h->wmu);
     long long tokens = rc->job.tokens;
-    vsr_decision_free(dj);
-    rc->job.dj = NULL;
+    job_free(&rc->job);
     char msg[400];
     if (sub == SUBMIT_STOPPING) {
         complete_error(rc, 503, "not_ready", "the worker is shutting down (SIGTERM); retry on another worker");
@@ -495,12 +597,10 @@ static void run_finish(req_ctx *rc) {
     watch_remove_locked(h, &rc->task);
     pthread_mutex_unlock(&h->wmu);
     srv_job *job = &rc->job;
-    vsr_decision_job *dj = job->dj;
     timing *t = &rc->t;
     if (__atomic_load_n(&rc->abandoned, __ATOMIC_SEQ_CST)) {
         /* The client went away: its work was withdrawn or cancelled; nothing to send. */
-        vsr_decision_free(dj);
-        job->dj = NULL;
+        job_free(job);
         complete(rc, 499, NULL);
         return;
     }
@@ -510,13 +610,13 @@ static void run_finish(req_ctx *rc) {
     if (job->st != VSR_OK) {
         char msg[VSR_ERR_MSG_MAX];
         snprintf(msg, sizeof msg, "%s", job->err.msg);
-        vsr_decision_free(dj);
-        job->dj = NULL;
+        job_free(job);
         complete_error(rc, 500, "internal_error", msg);
         return;
     }
-    vsr_decision_outcomes(dj, count_question, h->metrics);
-    srv_metrics_input_tokens(h->metrics, vsr_decision_tokens(dj));
+    if (job->kind == SRV_JOB_D3) vsr_decision_outcomes(job->dj, count_question, h->metrics);
+    else vsr_v2_outcomes(job->v2, count_question, h->metrics);
+    srv_metrics_input_tokens(h->metrics, job->tokens);
     if (job->dropped) srv_metrics_deadline_dropped(h->metrics, job->dropped);
     vsr_decision_meta meta = {.model_id = m->served_name,
                               .revision = m->pkg->revision[0] ? m->pkg->revision : NULL,
@@ -527,9 +627,10 @@ static void run_finish(req_ctx *rc) {
                               .compute_ms = t->forward * 1e3};
     double t_ser = mono();
     t->post = t_ser - t_post;
-    char *body = vsr_decision_response(dj, &meta);
-    vsr_decision_free(dj);
-    job->dj = NULL;
+    char *body = job->kind == SRV_JOB_D3 ? vsr_decision_response(job->dj, &meta)
+                 : job->kind == SRV_JOB_V2 ? vsr_v2_response(job->v2, &meta)
+                                           : vsr_v2_classify_response(job->v2c, &meta);
+    job_free(job);
     double t_end = mono();
     t->serialize = t_end - t_ser;
     t->total = t_end - rc->t0;
@@ -685,7 +786,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         rc->received += n;
-        if (rc->reject || rc->r->kind != R_DECISIONS) {
+        if (rc->reject || !takes_body(h, rc->r)) {
             /* discarded; past the bound the connection closes */
             return rc->received > h->lim.max_discard_bytes + h->opts->max_request_bytes ? MHD_NO : MHD_YES;
         }
@@ -736,7 +837,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         bool surface = rc->r ? rc->r->surface : path_is_surface(url);
         ret = queue_now(h, c, rc, status, error_response(rc->reject_code, rc->reject_msg, surface ? &t : NULL, rc->t0));
     } else {
-        switch (rc->r->kind) {
+        route_kind kind = rc->r->kind;
+        if (kind == R_CLASSIFY && !is_vela2(h)) kind = R_UNSUPPORTED;
+        switch (kind) {
+        case R_CLASSIFY:
         case R_DECISIONS: {
             srv_model *m = h->model;
             pthread_mutex_lock(&m->mu);
@@ -778,8 +882,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         }
         case R_UNSUPPORTED: {
             char msg[400];
-            snprintf(msg, sizeof msg, "%s is a Decision 3.0 model: it serves POST /v1/decisions, not %s",
-                     h->model->served_name, url);
+            if (is_vela2(h))
+                snprintf(msg, sizeof msg, "%s is a Vela 2.0 model: it serves POST /v1/decisions and POST /v1/classify, not %s",
+                         h->model->served_name, url);
+            else
+                snprintf(msg, sizeof msg, "%s is a Decision 3.0 model: it serves POST /v1/decisions, not %s",
+                         h->model->served_name, url);
             status = 422;
             ret = queue_now(h, c, rc, status, error_response("unsupported_surface", msg, &t, rc->t0));
             break;
@@ -805,7 +913,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         }
         default: ret = MHD_NO; break;
         }
-        if (rc->r->kind != R_DECISIONS && rc->r->kind != R_UNSUPPORTED) conn_set_phase(h, rc->sc, PH_WRITING);
+        if (kind != R_DECISIONS && kind != R_CLASSIFY && kind != R_UNSUPPORTED) conn_set_phase(h, rc->sc, PH_WRITING);
     }
     srv_metrics_request(h->metrics, rc->label, status, mono() - rc->t0);
     srv_log(SRV_LOG_DEBUG, "%s %s %d %.3f ms", method, rc->label, status, (mono() - rc->t0) * 1e3);

@@ -59,12 +59,13 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
     vsr_status st = vsr_engine_prepare(&m->engine, &m->eopts, err);
     m->pkg = m->engine.pkg;
     if (st != VSR_OK) return st;
-    /* The worker's scheduler forwards Decision 3.0 rows; the span family's trees are answered by
-     * `vllm-srun decide` only, so a vela2 package is refused here rather than served wrongly. */
-    if (m->pkg->family == VSR_FAMILY_VELA2)
+    /* A Vela 2.0 package's jobs run one tree per turn, each request's trees alone (exact): the
+     * batching profile (rows of concurrent Decision 3.0 requests in shared forwards) does not apply. */
+    if (m->pkg->family == VSR_FAMILY_VELA2 && m->coalesce)
         return vsr_err_set(err, VSR_E_UNSUPPORTED,
-                           "%s is a Vela 2.0 decoder package: vllm-srun serve does not serve the span family yet "
-                           "(vllm-srun decide answers its requests)", o->model);
+                           "--profile batching applies to Decision 3.0 packages only: %s is a Vela 2.0 decoder "
+                           "package, whose requests run tree by tree under the exact profile (serve it with "
+                           "--profile exact)", o->model);
     m->device = m->engine.device;
     snprintf(m->device_id, sizeof m->device_id, "%s", m->engine.device_id);
     if (o->served_name)
@@ -78,6 +79,31 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
     return VSR_OK;
 }
 
+static void warm_progress(void *ctx, int done, int total) {
+    (void)done, (void)total;
+    vsr_progress_add(ctx, 1);
+}
+
+/* Shape buckets (issue 25): every bucket of at most --warmup-tokens run and recorded while the
+ * worker says `warming`, so that no request pays planning, tuning or recording for them. */
+static vsr_status warm_up(srv_model *m, vsr_err *err) {
+    if (!m->model || !vsr_model_bucketed(m->model)) return VSR_OK; /* nothing is recorded (CPU) */
+    if (m->opts->warmup_tokens <= 0) {
+        srv_log(SRV_LOG_INFO, "warm-up: off (--warmup-tokens 0): each new shape bucket is recorded when first asked twice");
+        return VSR_OK;
+    }
+    int n = vsr_model_buckets(m->model, m->opts->warmup_tokens, NULL, 0);
+    vsr_progress *pg = vsr_progress_new("warm-up", (uint64_t)n, "buckets");
+    vsr_model_warm_report rep;
+    double t0 = mono();
+    vsr_status st = vsr_model_warm(m->model, m->opts->warmup_tokens, warm_progress, pg, &rep, err);
+    vsr_progress_done(pg);
+    if (st) return st;
+    srv_log(SRV_LOG_INFO, "warm-up: %d shape buckets up to %lld tokens recorded in %.1f s", rep.buckets,
+            (long long)rep.max_tokens, mono() - t0);
+    return VSR_OK;
+}
+
 static void *loader_main(void *arg) {
     srv_model *m = arg;
     vsr_err err = {0};
@@ -86,6 +112,7 @@ static void *loader_main(void *arg) {
     pthread_mutex_lock(&m->mu);
     m->model = m->engine.model;
     m->decider = m->engine.decider;
+    m->v2 = m->engine.v2;
     if (m->decider) vsr_decider_set_profile(m->decider, m->opts->profile);
     pthread_mutex_unlock(&m->mu);
     if (st != VSR_OK) {
@@ -101,6 +128,10 @@ static void *loader_main(void *arg) {
     }
     srv_log(SRV_LOG_INFO, "golden self-check: %s (%d/%d)%s%s", m->golden.status, m->golden.matched,
             m->golden.checked, m->golden.reason[0] ? ": " : "", m->golden.reason);
+    if ((st = warm_up(m, &err)) != VSR_OK) {
+        set_state(m, SRV_FAILED, err.msg);
+        return NULL;
+    }
     set_state(m, SRV_READY, NULL);
     return NULL;
 }
@@ -125,7 +156,16 @@ static void on_forward(void *ctx, int rows, int64_t tokens, double seconds) {
 static int64_t padded8(int64_t n) { return (n + 7) / 8 * 8; }
 
 static bool coalesces(const srv_model *m, const srv_job *j) {
-    return m->coalesce && strcmp(vsr_decision_profile(j->dj), "exact");
+    return j->kind == SRV_JOB_D3 && m->coalesce && strcmp(vsr_decision_profile(j->dj), "exact");
+}
+
+/* Work left: a Decision 3.0 job's rows, a Vela 2.0 job's trees (-1: out of memory). */
+static int work_left(const srv_job *j) {
+    return j->kind == SRV_JOB_D3 ? vsr_decision_rows_left(j->dj) : vsr_v2_trees_left(j->v2);
+}
+
+static void count_expired(void *ctx, const char *type, const char *outcome) {
+    if (!strcmp(outcome, "deadline_exceeded")) ++*(int *)ctx;
 }
 
 /* The job leaves the scheduler (lock held): it is answered with what it has. */
@@ -152,7 +192,7 @@ static void retire(srv_model *m, double now) {
             finish_job(m, j, now);
             continue;
         }
-        int left = vsr_decision_rows_left(j->dj);
+        int left = work_left(j);
         if (left < 0) {
             j->st = vsr_err_set(&j->err, VSR_E_NOMEM, "out of memory planning the job's forwards");
             finish_job(m, j, now);
@@ -161,16 +201,24 @@ static void retire(srv_model *m, double now) {
         } else if (j->deadline > 0 && now > j->deadline) {
             j->dropped = left;
             j->expired = true;
-            vsr_decision_expire(j->dj); /* the rows already answered keep their answers */
+            if (j->kind == SRV_JOB_D3) {
+                vsr_decision_expire(j->dj); /* the rows already answered keep their answers */
+            } else {
+                /* the requests (states, classify inputs) whose trees all ran keep their answers */
+                vsr_v2_expire(j->v2);
+                j->dropped = 0;
+                vsr_v2_outcomes(j->v2, count_expired, &j->dropped);
+            }
             finish_job(m, j, now);
         }
     }
 }
 
 /* Picks the next forward (lock held). Returns its row count, 0 when nothing may run yet (then
- * *wait_until says when a coalescing job ripens), -1 on out of memory (job in *failed). */
+ * *wait_until says when a coalescing job ripens), -1 on out of memory (job in *failed). When the
+ * job whose turn it is is a Vela 2.0 job, *tree says so and 1 is returned: its next tree runs. */
 static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, double *wait_until,
-                        srv_job **failed) {
+                        srv_job **failed, srv_job **tree) {
     srv_job *best = NULL;
     *wait_until = 0;
     for (srv_job *j = m->active; j; j = j->next) {
@@ -182,6 +230,10 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
         if (!best || j->finish < best->finish) best = j;
     }
     if (!best) return 0;
+    if (best->kind != SRV_JOB_D3) {
+        *tree = best;
+        return 1;
+    }
     if (*cap < VSR_D3_ROWS_PER_FORWARD) {
         vsr_row_ref *r = realloc(*rows, sizeof **rows * VSR_D3_ROWS_PER_FORWARD);
         if (!r) return *failed = best, -1;
@@ -228,6 +280,29 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
     return take;
 }
 
+/* One turn of a Vela 2.0 job (lock held on entry and exit; released while the tree runs). */
+static void run_tree(srv_model *m, srv_job *j, double now) {
+    if (!j->t_start) j->t_start = now;
+    int64_t tokens = vsr_v2_next_tree_tokens(j->v2);
+    pthread_mutex_unlock(&m->mu);
+    vsr_err err = {0};
+    double t0 = mono();
+    vsr_status st = vsr_v2_run_tree(m->v2, j->v2, on_forward, m, &err);
+    double dt = mono() - t0;
+    pthread_mutex_lock(&m->mu);
+    if (tokens > 0 && st == VSR_OK) {
+        m->token_cost = (1 - COST_SMOOTHING) * m->token_cost + COST_SMOOTHING * dt / (double)tokens;
+        j->forward_s += dt;
+        j->forwards++;
+    }
+    m->forward_seq++;
+    if (st != VSR_OK) { /* the job answers 500 with the forward's reason */
+        j->st = st;
+        j->err = err;
+        finish_job(m, j, mono());
+    }
+}
+
 static void *sched_main(void *arg) {
     srv_model *m = arg;
     vsr_row_ref *rows = NULL;
@@ -250,8 +325,8 @@ static void *sched_main(void *arg) {
         }
         retire(m, now);
         double wait_until;
-        srv_job *failed = NULL;
-        int n = plan_forward(m, now, &rows, &cap, &wait_until, &failed);
+        srv_job *failed = NULL, *tree = NULL;
+        int n = plan_forward(m, now, &rows, &cap, &wait_until, &failed, &tree);
         if (n < 0) {
             failed->st = vsr_err_set(&failed->err, VSR_E_NOMEM, "out of memory planning a forward");
             finish_job(m, failed, now);
@@ -267,6 +342,10 @@ static void *sched_main(void *arg) {
                 if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
                 pthread_cond_timedwait(&m->wake, &m->mu, &ts);
             }
+            continue;
+        }
+        if (tree) { /* a Vela 2.0 job: its next tree */
+            run_tree(m, tree, now);
             continue;
         }
         int64_t tokens = 0;
@@ -327,7 +406,7 @@ srv_submit srv_model_submit(srv_model *m, srv_job *j, double deadline_ms) {
         return why;
     }
     j->state = JOB_QUEUED;
-    vsr_decision_set_owner(j->dj, j);
+    if (j->kind == SRV_JOB_D3) vsr_decision_set_owner(j->dj, j);
     if (!j->on_done) pthread_cond_init(&j->done, NULL);
     j->t_enqueue = mono();
     j->deadline = deadline_ms > 0 ? j->t_enqueue + deadline_ms / 1000.0 : 0;

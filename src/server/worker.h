@@ -1,5 +1,6 @@
 /* The model a worker serves: its load lifecycle and its scheduler (one thread
- * draining a bounded FIFO of decision jobs; HTTP threads never run the model). */
+ * draining a bounded FIFO of jobs: Decision 3.0 decision jobs, or a Vela 2.0 package's decision
+ * and classify jobs; HTTP threads never run the model). */
 #ifndef VSR_SERVER_WORKER_H
 #define VSR_SERVER_WORKER_H
 
@@ -12,14 +13,24 @@
 #include "vsr/engine.h"
 #include "vsr/package.h"
 #include "vsr/server.h"
+#include "vsr/vela2_decide.h"
 
 typedef enum srv_state { SRV_STARTING, SRV_LOADING, SRV_WARMING, SRV_READY, SRV_FAILED } srv_state;
 const char *srv_state_name(srv_state s);
 
 typedef enum srv_job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } srv_job_state;
 
+typedef enum srv_job_kind {
+    SRV_JOB_D3,      /* a Decision 3.0 /v1/decisions job (dj): one forward of rows per turn */
+    SRV_JOB_V2,      /* a Vela 2.0 /v1/decisions job (v2): one tree per turn */
+    SRV_JOB_V2_CLASSIFY, /* a Vela 2.0 /v1/classify job (v2c; its trees are vsr_v2_classify_job's) */
+} srv_job_kind;
+
 typedef struct srv_job {
-    vsr_decision_job *dj;
+    srv_job_kind kind;
+    vsr_decision_job *dj;    /* SRV_JOB_D3 */
+    vsr_v2_job *v2;          /* SRV_JOB_V2, and the classify's job under SRV_JOB_V2_CLASSIFY */
+    vsr_v2_classify *v2c;    /* SRV_JOB_V2_CLASSIFY */
     srv_job_state state;
     volatile int cancel;     /* set by the HTTP thread when its client went away */
     vsr_status st;
@@ -52,6 +63,7 @@ typedef struct srv_model {
     vsr_package *pkg;
     vsr_model *model;
     vsr_decider *decider;
+    vsr_v2_decider *v2;      /* a Vela 2.0 package: its decision layer (decider is NULL) */
     vsr_device device;
     char device_id[32];
     vsr_golden_report golden;

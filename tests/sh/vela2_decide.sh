@@ -2,7 +2,7 @@
 # `vllm-srun decide` on a Vela 2.0 decoder fixture (issue 23): the pii and halu presets, a custom
 # span question on the broad head, choice/noul/set; every span's offsets checked against Python's
 # slicing of the text the question read; the response's key order; refusals as error bodies;
-# `vllm-srun serve` refusing the family with its message.
+# `vllm-srun serve` refusing the batching profile for the family (vela2_serve.sh serves it).
 set -u
 BIN=${VSR_BIN:?}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -56,7 +56,7 @@ o=$("$BIN" decide "$T/v2" --device cpu --request "$T/bad.json" 2>/dev/null); rc=
 printf '{"state":"x","questions":{"a":{"preset":"pii"}},"images":["data:image/png;base64,AA=="]}' > "$T/img.json"
 o=$("$BIN" decide "$T/v2" --device cpu --request "$T/img.json" 2>/dev/null); rc=$?
 [ $rc = 1 ] && echo "$o" | grep -q "this model has no image modality: the Vela 2.0 packages read text only" && ok "images refused" || bad "images: $rc $o"
-o=$("$BIN" serve "$T/v2" --device cpu --port 18799 2>&1); rc=$?
-[ $rc = 1 ] && echo "$o" | grep -q "is a Vela 2.0 decoder package: vllm-srun serve does not serve the span family yet" \
-  && ok "serve refuses the span family with its message" || bad "serve: $rc $o"
+o=$("$BIN" serve "$T/v2" --device cpu --port 18799 --profile batching 2>&1); rc=$?
+[ $rc = 1 ] && echo "$o" | grep -q "profile batching applies to Decision 3.0 packages only" \
+  && ok "serve refuses the batching profile for the span family (tests/sh/vela2_serve.sh serves it)" || bad "serve: $rc $o"
 exit $fail
