@@ -2,7 +2,7 @@
 # tools/gpu/router_fp8_switch.sh: issue 21, "a deployment switched from BF16 to FP8 this way
 # (SIGHUP) keeps serving throughout", on a GPU that runs FP8 (the H200; the CPU refuses FP8).
 #
-#   tools/gpu/router_fp8_switch.sh build [DIR]   (here) puts vllm-sr into DIR (default .gpuw)
+#   tools/gpu/router_fp8_switch.sh build-router [DIR]   (here) puts vllm-sr into DIR (default .gpuw)
 #       beside the CUDA vllm-srun that `bash tools/gpu/worker_run.sh build` writes there: the
 #       router itself runs no model, so it is linked from a CPU build (GPU_BUILD, default
 #       build-gpusr) with the host libraries static where they can be and the rest carried in
@@ -34,13 +34,13 @@
 #
 # A dry run on the CPU (no FP8 there; the switch goes to a second BF16 package, seed 2, while
 # the quantize step still runs):
-#   FP8SW_DEVICE=cpu FP8SW_SECOND=bf16 FP8SW_SIZE=small tools/gpu/router_fp8_switch.sh build-x
+#   FP8SW_DEVICE=cpu FP8SW_SECOND=bf16 FP8SW_SIZE=small tools/gpu/router_fp8_switch.sh build   (a CPU build dir)
 # FP8SW_SECOND=fp8 on the CPU shows the other side: the FP8 worker is refused (the reason is in
 # its log), the switch never completes, the BF16 worker keeps answering, the script fails.
 set -u
 cd "$(dirname "$0")/../.."
 
-if [ "${1:-}" = build ]; then
+if [ "${1:-}" = build-router ]; then
   set -e
   G=${2:-.gpuw}
   BUILD=${GPU_BUILD:-build-gpusr}
@@ -62,7 +62,7 @@ if [ "${1:-}" = build ]; then
   exit 0
 fi
 
-D=${1:?usage: tools/gpu/router_fp8_switch.sh DIR (vllm-srun and vllm-sr in DIR) | build [DIR]}
+D=${1:?usage: tools/gpu/router_fp8_switch.sh DIR (vllm-srun and vllm-sr in DIR) | build-router [DIR]}
 D=$(cd "$D" && pwd)
 B=$D/vllm-srun
 SR=$D/vllm-sr
@@ -74,7 +74,7 @@ LOAD_S=${FP8SW_LOAD_S:-5}
 SWITCH_TIMEOUT_S=${FP8SW_SWITCH_TIMEOUT_S:-180}
 READY_TIMEOUT_S=${FP8SW_READY_TIMEOUT_S:-300}
 case "$SECOND" in fp8|bf16) ;; *) echo "FP8SW_SECOND must be fp8 or bf16 (found '$SECOND')" >&2; exit 2 ;; esac
-for x in "$B" "$SR"; do [ -x "$x" ] || { echo "FAIL $x is missing (build: tools/gpu/worker_run.sh build; tools/gpu/router_fp8_switch.sh build)" >&2; exit 2; }; done
+for x in "$B" "$SR"; do [ -x "$x" ] || { echo "FAIL $x is missing (build: tools/gpu/worker_run.sh build; tools/gpu/router_fp8_switch.sh build-router)" >&2; exit 2; }; done
 if [ "$DEVICE" != cpu ]; then . tools/gpu/cuda_env.sh; fi   # $OUT, cuBLASLt on the library path, the data dir
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 [ -d "$D/lib" ] && export LD_LIBRARY_PATH="$D/lib:${LD_LIBRARY_PATH:-}"
