@@ -95,7 +95,7 @@ json.dump({"state": {"request": texts[0]}, "questions": {"pii": {"preset": "pii"
           open(f"{T}/c_as_decisions.json", "w"))
 # a large request (256 span questions, one tree each) and deadline work (40 states of 3 trees)
 text = "Hi, I'm Tom Baker (tom.baker@example.com), I live in Paris and call +33 6 12 34 56 78 on Mondays."
-json.dump({"state": text, "questions": {f"q{i}": {"type": "span", "instructions": f"Which spans are kind {i}?",
+json.dump({"state": " ".join([text] * 3), "questions": {f"q{i}": {"type": "span", "instructions": f"Which spans are kind {i}?",
                                                   "criteria": {"a": "thing a", "b": "thing b"}} for i in range(256)}},
           open(f"{T}/big.json", "w"))
 json.dump({"state": text, "questions": {"pii": {"preset": "pii"}}, "options": {"deadline_ms": 100},
@@ -298,6 +298,38 @@ refuse "embeddings on vela2" /v1/embeddings 422 unsupported_surface "v2 is a Vel
 refuse "rerank on vela2" /v1/rerank 422 unsupported_surface "v2 is a Vela 2.0 model: it serves POST /v1/decisions and POST /v1/classify, not /v1/rerank" '{"query":"x"}'
 code=$(curl -s -o "$T/r.out" -w '%{http_code}' "$URL/v1/classify" --data-binary @"$T/c_pii.json")
 cmp -s "$T/r.out" "$T/c_pii.http" && [ "$code" = 200 ] && ok "after every refusal the worker answers the same classify again" || bad "after refusals: $code"
+
+# ---- the OpenAPI document the worker serves describes these requests and answers ----
+curl -s "$URL/openapi.yaml" > "$T/openapi.yaml"
+curl -s -o "$T/err.json" "$URL/v1/classify" -d '{"input":[]}'
+if python3 -c 'import jsonschema, yaml' 2>/dev/null; then
+python3 - "$T" <<'PY' && ok "requests and answers (decisions, states, deadline, classify, card, errors) validate against the served /openapi.yaml" || bad "OpenAPI validation"
+import json, sys, jsonschema, yaml
+T = sys.argv[1]
+spec = yaml.safe_load(open(f"{T}/openapi.yaml"))
+def conv(s):
+    if isinstance(s, list): return [conv(x) for x in s]
+    if not isinstance(s, dict): return s
+    s = {k: conv(v) for k, v in s.items()}
+    if "$ref" in s: s["$ref"] = s["$ref"].replace("#/components/schemas/", "#/$defs/")
+    if s.pop("nullable", False) and "type" in s: s["type"] = [s["type"], "null"]
+    if s.get("exclusiveMinimum") is True: s.pop("exclusiveMinimum"); s["exclusiveMinimum"] = s.pop("minimum", 0)
+    return s
+defs = {k: conv(v) for k, v in spec["components"]["schemas"].items()}
+def check(name, doc):
+    jsonschema.validate(doc, {"$ref": f"#/$defs/{name}", "$defs": defs})
+allq = json.load(open(f"{T}/all.json")); del allq["questions"]["bad"]  # bad: an invalid threshold on purpose
+for doc in (allq, json.load(open(f"{T}/states.json")), json.load(open(f"{T}/deadline.json")), json.load(open(f"{T}/big.json"))):
+    check("DecisionRequest", doc)
+for b in ("c_pii", "c_halu", "c_trunc", "c_reject"):
+    check("ClassifyRequest", json.load(open(f"{T}/{b}.json")))
+    check("ClassifyResponse", json.load(open(f"{T}/{b}.http")))
+for b in ("all", "states", "dl", "c_as_decisions"):
+    check("DecisionResponse", json.load(open(f"{T}/{b}.http")))
+check("ModelCard", json.load(open(f"{T}/models.json"))["data"][0])
+check("Error", json.load(open(f"{T}/err.json")))
+PY
+else echo "note: no python3 jsonschema/yaml here: the OpenAPI validation was not run"; fi
 
 met=$(curl -s "$URL/metrics")
 for f in 'vllm_srun_model_memory_bytes{model="v2"} [1-9]' 'vllm_srun_model_info{model="v2",revision="local",family="vela2"' \
