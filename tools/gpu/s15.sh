@@ -23,7 +23,7 @@ if [ "${1:-}" = build ]; then
   make -j2 BUILD=$BUILD $(ls tools/vllm-srun/*.c tools/vllm-sr/*.c tools/common/*.c | sed "s|^|$BUILD/|; s|\.c$|.o|") >/dev/null
   S=.gpus; rm -rf $S; mkdir -p $S/lib
   CUDA=/usr/local/cuda
-  STATIC="-Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -lyaml -lcrypto -Wl,-Bdynamic"
+  STATIC="-Wl,-Bstatic -ljansson -lpcre2-8 -lutf8proc -lyaml -lcrypto -lpng16 -lz -Wl,-Bdynamic"
   DYN="-L$CUDA/lib64 -lcudart_static -lcublasLt -lstdc++ -ldl -lrt -lm -pthread -Wl,-rpath,$CUDA/lib64 -Wl,-rpath,\$ORIGIN/lib"
   cc -O2 -pthread -o $S/vllm-srun $BUILD/tools/vllm-srun/*.o $BUILD/tools/common/*.o $BUILD/libvsr.a $STATIC -lmicrohttpd $DYN
   cc -O2 -pthread -o $S/vllm-sr $BUILD/tools/vllm-sr/*.o $BUILD/tools/common/*.o $BUILD/libvsr.a $STATIC -lmicrohttpd -lcurl $DYN
@@ -49,6 +49,9 @@ STEPS=${*:-tests traffic fair}
 tar -xJf .gpuc/s15.tar.xz
 S=$PWD/.gpus
 . tools/gpu/cuda_env.sh
+# everything under $OUT/s15, packed into $OUT/s15-<steps>.tgz at the end (the tool returns at most 8 files)
+FINAL_OUT=$OUT; OUT=$OUT/s15; mkdir -p "$OUT"
+trap 'tar -czf "$FINAL_OUT/s15-$(echo $STEPS | tr " " _).tgz" -C "$FINAL_OUT" s15 && rm -rf "$FINAL_OUT/s15"' EXIT
 export LD_LIBRARY_PATH="$S/lib:${LD_LIBRARY_PATH:-}" VSR_REPO=$PWD VSR_NO_PROGRESS=1 HF_HUB_CACHE=/tmp/store
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,power.limit --format=csv,noheader | tee "$OUT/env.txt"
 gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }

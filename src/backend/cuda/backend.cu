@@ -378,7 +378,10 @@ static vsr_status cu_rows_stage(void *ctx, const int64_t *tab, int64_t n, vsr_er
         return st;
     if (n < 0) return vsr_err_set(err, VSR_E_INTERNAL, "row table: %lld entries", (long long)n);
     if ((size_t)n > p->tab_cap) {
+        /* room for the largest row bucket (2 x 128 entries) at once: growing moves the buffers and
+         * so retires every recording made before */
         size_t cap = (size_t)n + (size_t)n / 2 + 64;
+        if (cap < 512) cap = 512;
         if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), "row table: synchronize", err))) return st;
         cudaFreeHost(p->tab_host), cudaFree(p->tab_dev);
         p->tab_host = NULL, p->tab_dev = NULL, p->tab_cap = 0, p->tab_n = 0;
