@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Records the golden answers of the built-in fixture packages for one device class.
+"""Records the golden answers of the built-in fixture packages (Decision 3.0 and Vela 2.0) for one device class.
 
 Runs `vllm-srun golden --record` (our own forward, which tests/test_model.c proves against
 transformers) on each built-in, merges the answers into data/golden_answers.json
 ({repo: {device_class: {qid: answer}}}) and regenerates src/fixture/golden_answers.c from it.
 A package the device refuses (FP8 and NVFP4 on a CPU) gets no recording for that class.
+A Vela 2.0 recording holds the golden request's answers, spans and thresholds
+(vsr_v2_golden_request, src/vela2/decide.c).
 
-usage: tools/record_goldens.py [--bin build/vllm-srun] [--device cpu|cuda:0]
+usage: tools/record_goldens.py [--bin build/vllm-srun] [--device cpu|cuda:0] [--only NAME ...]
 """
 import argparse
 import json
@@ -14,7 +16,8 @@ import os
 import subprocess
 import tempfile
 
-BUILTINS = ["d3-tiny", "d3-tiny-FP8", "d3-tiny-W4A16-GPTQ", "d3-tiny-W4A16-AWQ", "d3-tiny-NVFP4"]
+BUILTINS = ["d3-tiny", "d3-tiny-FP8", "d3-tiny-W4A16-GPTQ", "d3-tiny-W4A16-AWQ", "d3-tiny-NVFP4",
+            "vela2-tiny", "vela2-tiny-no-broad", "vela2-small"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "data/golden_answers.json")
 CFILE = os.path.join(ROOT, "src/fixture/golden_answers.c")
@@ -40,11 +43,12 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/vllm-srun"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--write-only", action="store_true", help="regenerate the C file only")
+    ap.add_argument("--only", nargs="+", choices=BUILTINS, help="record these built-ins only (the others are kept)")
     a = ap.parse_args()
     data = json.load(open(DATA)) if os.path.exists(DATA) else {}
     if not a.write_only:
         with tempfile.TemporaryDirectory() as store:
-            for name in BUILTINS:
+            for name in a.only or BUILTINS:
                 repo = "vllm-sr-c/" + name
                 subprocess.run([a.bin, "fixture", "--install-builtin", repo, "--store", store], check=True,
                                stdout=subprocess.DEVNULL)

@@ -6,7 +6,8 @@
  *    (data/catalog/published-d3-golden.json);
  *  - the published quantized packages of the seeds (identity from their own manifest, no
  *    golden answers: their self-check reports `unverified`);
- *  - our built-in fixture packages (identity and golden answers recorded here). */
+ *  - our built-in fixture packages, Decision 3.0 and Vela 2.0 (identity and golden answers
+ *    recorded here). */
 #ifndef VSR_CATALOG_H
 #define VSR_CATALOG_H
 
@@ -27,6 +28,7 @@ typedef struct vsr_fixture_recipe {
     const char *attention_mode; /* "causal" or "noncausal_full_attention" */
     bool actorder;        /* w4a16-gptq: act-order g_idx (additive, fixture engineer) */
     int group_size;       /* int4 group; 0 = the size's default (additive, fixture engineer) */
+    bool no_broad_head;   /* vela2: no broad_head.safetensors (additive, vela2 goldens) */
 } vsr_fixture_recipe;
 
 /* One pinned file of a published package. */
@@ -38,7 +40,7 @@ typedef struct vsr_pinned_file {
 typedef struct vsr_builtin {
     const char *repo;             /* "vllm-sr/d3-FP8" */
     const char *revision;         /* 40-hex commit */
-    const char *family;           /* "decision3" */
+    const char *family;           /* "decision3" or "vela2" */
     vsr_scheme scheme;
     const char *scheme_note;      /* "GPTQ, symmetric, group 128" */
     int64_t parameters;           /* loaded parameters; 0 when not recorded */

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 typedef struct vsr_fixture_opts {
-    const char *family;         /* "decision3" */
+    const char *family;         /* "decision3" or "vela2" (src/fixture/vela2_fixture.c) */
     const char *size;           /* "tiny", "small", "lite", "27b-shape" */
     const char *scheme;         /* "bf16", "fp8", "w4a16-gptq", "w4a16-awq", "nvfp4" */
     uint64_t seed;
@@ -34,6 +34,11 @@ typedef struct vsr_fixture_opts {
      * model.visual., vision_config, preprocessor_config.json and the default model_name;
      * `size` still picks the text model. BF16 only; no max_shard_bytes. */
     const char *like;
+    /* additive (vela2 goldens): --family vela2 without broad_head.safetensors. With family
+     * "vela2" the writer, the check, the recipe and the install take size, seed, model_name,
+     * tokenizer_dir and this; scheme must be NULL or "bf16" (span packages stay BF16) and every
+     * Decision 3.0 option unset. */
+    bool no_broad_head;
 } vsr_fixture_opts;
 
 /* The published layouts --like accepts (short names), NULL-terminated; and the number of

@@ -96,6 +96,12 @@ vsr_status vsr_engine_golden(vsr_engine *e, vsr_err *err) {
     /* A built-in by name, or a verified local copy of one (same identity, same bytes). */
     const vsr_builtin *b = e->pkg->builtin;
     if (!b && e->pkg->verified) b = vsr_catalog_find_identity(e->pkg->model_sha256);
+    /* A Vela 2.0 identity covers the weights only: calibration.json (thresholds, temperatures) and
+     * the tokenizer change the answers too, so a local copy takes the recorded answers only with
+     * the built-in's manifest, which lists every file. */
+    if (b && !e->pkg->builtin && e->pkg->family == VSR_FAMILY_VELA2 && b->manifest_sha256 &&
+        (!e->pkg->has_manifest || strcmp(b->manifest_sha256, e->pkg->manifest.manifest_sha256)))
+        b = NULL;
     /* Recorded answers are the BF16 package's: weights quantized at load are another model. */
     const char *recorded = b && !e->load_quantize ? b->golden_json : NULL;
     vsr_status st = e->v2 ? vsr_v2_golden_check(e->v2, recorded, dclass, tol, &e->golden, err)

@@ -163,7 +163,7 @@ static void ensure(void) { pthread_once(&once, parse_all); }
 
 size_t vsr_catalog_count(void) {
     ensure();
-    return n_parsed + N_SEED + vsr_builtin_fixture_count;
+    return n_parsed + N_SEED + vsr_builtin_fixture_count + vsr_builtin_v2_fixture_count;
 }
 
 const vsr_builtin *vsr_catalog_at(size_t i) {
@@ -172,7 +172,9 @@ const vsr_builtin *vsr_catalog_at(size_t i) {
     i -= n_parsed;
     if (i < N_SEED) return &seed_quantized[i];
     i -= N_SEED;
-    return i < vsr_builtin_fixture_count ? &vsr_builtin_fixtures[i] : NULL;
+    if (i < vsr_builtin_fixture_count) return &vsr_builtin_fixtures[i];
+    i -= vsr_builtin_fixture_count;
+    return i < vsr_builtin_v2_fixture_count ? &vsr_builtin_v2_fixtures[i] : NULL;
 }
 
 const vsr_builtin *vsr_catalog_find(const char *repo, const char *revision) {

@@ -28,6 +28,7 @@
 
 #include "core/json_util.h"
 #include "package/package_internal.h"
+#include "vsr/catalog.h"
 #include "vsr/hash.h"
 #include "vsr/progress.h"
 
@@ -924,6 +925,22 @@ vsr_status vsr_vela2_verify(vsr_package *p, int threads, vsr_progress *progress,
             }
         }
         if ((st = vsr_identity_files_sha256(k, idn, ids, p->model_sha256, err))) goto done;
+    }
+    /* A built-in by name (vllm-sr-c/vela2-*) must be exactly the recorded package, as for Decision
+     * 3.0 built-ins (package.c step 8): a weight changed with the manifest and SHA256SUMS rewritten
+     * to match still has another identity, and a changed calibration another manifest. */
+    if (p->builtin && p->builtin->model_sha256 && strcmp(p->builtin->model_sha256, p->model_sha256)) {
+        st = vsr_err_set(err, VSR_E_INTEGRITY, "%s@%s: model_sha256 is %s but the catalogue pins %s for this built-in package",
+                         p->repo, p->revision, p->model_sha256, p->builtin->model_sha256);
+        goto done;
+    }
+    if (p->builtin && p->builtin->manifest_sha256 &&
+        (!p->has_manifest || strcmp(p->builtin->manifest_sha256, p->manifest.manifest_sha256))) {
+        st = vsr_err_set(err, VSR_E_INTEGRITY,
+                         "%s@%s: manifest_sha256 is %s but the catalogue pins %s for this built-in package", p->repo,
+                         p->revision, p->has_manifest ? p->manifest.manifest_sha256 : "(no manifest)",
+                         p->builtin->manifest_sha256);
+        goto done;
     }
     if ((st = vsr_vela2_check(p, err))) goto done;
     p->verified = true;

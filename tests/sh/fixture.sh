@@ -27,7 +27,7 @@ out=$(HF_HUB_CACHE="$T/store" "$BIN" inspect vllm-sr-c/d3-tiny-W4A16-GPTQ 2>&1)
 grep -q "$rev" <<<"$out" && ok "inspect resolves the installed package" || bad "inspect: $out"
 
 out=$("$BIN" fixture --install-builtin all --store "$T/store2" 2>&1)
-[ $? = 0 ] && [ "$(grep -c '@' <<<"$out")" = 5 ] && ok "install-builtin all" || bad "install-builtin: $out"
+[ $? = 0 ] && [ "$(grep -c '@' <<<"$out")" = 8 ] && ok "install-builtin all (5 Decision 3.0, 3 Vela 2.0)" || bad "install-builtin: $out"
 [ "$(cat "$T/store2/models--vllm-sr-c--d3-tiny/refs/main")" = 093b448bd143d3ff19ae16b7797d6d7420e2d157 ] \
   && ok "built-in revision" || bad "built-in revision"
 

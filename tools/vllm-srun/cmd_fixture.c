@@ -1,4 +1,4 @@
-/* vllm-srun fixture: write a deterministic Decision 3.0 package (docs/fixtures.md). */
+/* vllm-srun fixture: write a deterministic Decision 3.0 or Vela 2.0 package (docs/fixtures.md, docs/spans.md). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "                 [--size tiny|small|lite|27b-shape] [--seed S] [--name MODEL_NAME]\n"
             "       vllm-srun fixture OUT --family vela2 --size tiny|small|lite [--seed S] [--no-broad-head]\n"
             "                 [--name MODEL_NAME]\n"
-            "       vllm-srun fixture --install --repo ORG/NAME [--store DIR] --family ... (as above)\n"
+            "       vllm-srun fixture --install [--repo ORG/NAME] [--store DIR] --family ... (as above)\n"
             "       vllm-srun fixture --install-builtin NAME|all [--store DIR]\n"
             "\n"
             "Writes a package in the exact on-disk format of a real one, with weights from a seeded\n"
@@ -33,6 +33,7 @@ static void usage(FILE *f) {
             "with the text model of --size (default tiny; family decision3, scheme bf16, seed 0).\n"
             "Built-ins:");
     for (size_t i = 0; i < vsr_builtin_fixture_count; i++) fprintf(f, " %s", vsr_builtin_fixtures[i].repo);
+    for (size_t i = 0; i < vsr_builtin_v2_fixture_count; i++) fprintf(f, " %s", vsr_builtin_v2_fixtures[i].repo);
     fprintf(f, "\n");
 }
 
@@ -42,35 +43,56 @@ static int fail(const vsr_err *e) {
     return 1;
 }
 
-/* --family vela2: a Vela 2.0 decoder package (src/fixture/vela2_fixture.c). */
-static int fixture_vela2(const vsr_fixture_opts *o, const char *out, bool install, bool no_broad, const char *seed) {
-    if (install || !out || o->scheme || o->like || o->attention_mode || o->actorder || o->group_size ||
-        o->max_shard_bytes) {
-        fprintf(stderr, "vllm-srun fixture: --family vela2 takes OUT, --size, --seed, --no-broad-head and --name "
-                        "only (no --install, --scheme, --like, --attention-mode, --actorder, --group-size or "
+/* --family vela2: a Vela 2.0 decoder package (src/fixture/vela2_fixture.c), into OUT or (--install)
+ * into the store under its recipe revision, as vllm-sr-c/vela2-<size>[-no-broad] by default. */
+static int fixture_vela2(vsr_fixture_opts *o, const char *out, bool install, bool no_broad, const char *seed,
+                         const char *store, const char *repo) {
+    if (o->scheme || o->like || o->attention_mode || o->actorder || o->group_size || o->max_shard_bytes) {
+        fprintf(stderr, "vllm-srun fixture: --family vela2 takes OUT or --install, --size, --seed, --no-broad-head and "
+                        "--name only (no --scheme, --like, --attention-mode, --actorder, --group-size or "
                         "--max-shard-bytes)\n");
         return 2;
     }
-    vsr_v2_fixture_opts vo = {.size = o->size ? o->size : "tiny", .seed = seed ? o->seed : 0,
-                              .no_broad_head = no_broad, .model_name = o->model_name};
+    if (install == !!out) {
+        fprintf(stderr, "vllm-srun fixture: give an OUT folder, or --install (not both)\n");
+        return 2;
+    }
+    if (store && !install) {
+        fprintf(stderr, "vllm-srun fixture: --store applies only with --install or --install-builtin\n");
+        return 2;
+    }
+    if (!o->size) o->size = "tiny";
+    if (!seed) o->seed = 0;
+    o->no_broad_head = no_broad;
     vsr_err e = {0};
     vsr_fixture_info info;
+    vsr_status st;
+    if ((st = vsr_fixture_check(o, &e))) return fail(&e);
+    char rev[41] = "", snap[8192] = "", defrepo[160];
+    if (install && !repo) {
+        snprintf(defrepo, sizeof defrepo, "vllm-sr-c/vela2-%s%s", o->size, no_broad ? "-no-broad" : "");
+        repo = defrepo;
+    }
     vsr_progress *p = vsr_progress_new("fixture", 0, "B");
-    vsr_status st = vsr_v2_fixture_write(out, &vo, p, &info, &e);
+    if (install) st = vsr_fixture_install(store, repo, o, p, &info, rev, snap, sizeof snap, &e);
+    else st = vsr_fixture_write_ex(out, o, p, &info, &e);
     vsr_progress_done(p);
     if (st) return fail(&e);
-    printf("%s\n  model_name       %s\n  model_sha256     %s\n  manifest_sha256  %s\n", out, info.model_name,
-           info.model_sha256, info.manifest_sha256);
+    printf("%s\n  model_name       %s\n  model_sha256     %s\n  manifest_sha256  %s\n", install ? snap : out,
+           info.model_name, info.model_sha256, info.manifest_sha256);
     printf("  parameters       %" PRId64 " loaded (%" PRId64 " backbone + %" PRId64 " heads)\n", info.params_loaded,
            info.params_text, info.params_readout);
     printf("  weight files     %d\n  bytes            %" PRIu64 "\n", info.n_shards, info.total_bytes);
+    if (install) printf("  installed        %s@%s (refs/main)\n", repo, rev);
     return 0;
 }
 
 static int install_builtins(const char *which, const char *store) {
     int done = 0;
-    for (size_t i = 0; i < vsr_builtin_fixture_count; i++) {
-        const vsr_builtin *b = &vsr_builtin_fixtures[i];
+    size_t n = vsr_builtin_fixture_count + vsr_builtin_v2_fixture_count;
+    for (size_t i = 0; i < n; i++) {
+        const vsr_builtin *b = i < vsr_builtin_fixture_count ? &vsr_builtin_fixtures[i]
+                                                             : &vsr_builtin_v2_fixtures[i - vsr_builtin_fixture_count];
         if (strcmp(which, "all") != 0 && vsr_builtin_fixture_find(which) != b) continue;
         vsr_err e = {0};
         char snap[8192];
@@ -84,6 +106,7 @@ static int install_builtins(const char *which, const char *store) {
     if (!done) {
         fprintf(stderr, "vllm-srun fixture: unknown built-in '%s'; built-ins:", which);
         for (size_t i = 0; i < vsr_builtin_fixture_count; i++) fprintf(stderr, " %s", vsr_builtin_fixtures[i].repo);
+        for (size_t i = 0; i < vsr_builtin_v2_fixture_count; i++) fprintf(stderr, " %s", vsr_builtin_v2_fixtures[i].repo);
         fprintf(stderr, " (or all)\n");
         return 1;
     }
@@ -155,7 +178,7 @@ int cmd_fixture(int argc, char **argv) {
         }
         return install_builtins(builtin, store);
     }
-    if (o.family && !strcmp(o.family, "vela2")) return fixture_vela2(&o, out, install, no_broad, v);
+    if (o.family && !strcmp(o.family, "vela2")) return fixture_vela2(&o, out, install, no_broad, v, store, repo);
     if (no_broad) {
         fprintf(stderr, "vllm-srun fixture: --no-broad-head applies only to --family vela2\n");
         return 2;
