@@ -14,11 +14,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture/builtin.h"
 #include "fixture/vela2_fixture.h"
 #include "test.h"
+#include "vsr/catalog.h"
+#include "vsr/engine.h"
+#include "vsr/vela2_decide.h"
 #include "vsr/hash.h"
 #include "vsr/package.h"
 #include "vsr/safetensors.h"
+
+#define V2_PIN_TINY "b52203853b1e0ffdad0346642f67a336f06ca83f1f36f6ffcd15f2085c045a82"
 
 static char base[PATH_MAX];
 static vsr_fixture_info base_info;
@@ -569,6 +575,203 @@ TEST(fixture_options_are_checked) {
     CHECK(strcmp(a.model_sha256, b.model_sha256));
 }
 
+/* ---- built-ins and their golden answers ---- */
+
+/* Each Vela 2.0 built-in: its recipe gives the recorded revision, identity, manifest and
+ * parameters; the writer entry points of vsr/fixture.h (family vela2) agree with the vela2
+ * writer; CPU answers are recorded for it. */
+TEST(builtins_regenerate_with_recorded_goldens) {
+    CHECK(vsr_builtin_v2_fixture_count == 3);
+    for (size_t i = 0; i < vsr_builtin_v2_fixture_count; i++) {
+        const vsr_builtin *b = &vsr_builtin_v2_fixtures[i];
+        CHECK(!strcmp(b->family, "vela2") && b->scheme == VSR_SCHEME_BF16 && b->fixture && !b->published);
+        CHECK(vsr_builtin_fixture_find(b->repo) == b && vsr_catalog_find(b->repo, NULL) == b &&
+              vsr_catalog_find(b->repo, b->revision) == b && vsr_catalog_find_identity(b->model_sha256) == b);
+        vsr_fixture_opts o;
+        vsr_builtin_fixture_opts(b, &o);
+        char rev[41];
+        vsr_err e = {0};
+        CHECK_OK(vsr_fixture_revision(&o, rev, &e), e);
+        CHECK_MSG(!strcmp(rev, b->revision), "%s: revision %s, recorded %s", b->repo, rev, b->revision);
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s/bi-%zu", test_tmpdir(), i);
+        vsr_fixture_info info;
+        CHECK_OK(vsr_fixture_write_ex(dir, &o, NULL, &info, &e), e);
+        CHECK_MSG(!strcmp(info.model_sha256, b->model_sha256), "%s model_sha256 %s", b->repo, info.model_sha256);
+        CHECK_MSG(!strcmp(info.manifest_sha256, b->manifest_sha256), "%s manifest %s", b->repo, info.manifest_sha256);
+        CHECK(info.params_loaded == b->parameters);
+        /* the package's own verify computes the same identity */
+        vsr_package *p = NULL;
+        CHECK_OK(vsr_package_open(dir, NULL, NULL, &p, &e), e);
+        if (p) {
+            CHECK_OK(vsr_package_verify(p, 1, NULL, &e), e);
+            CHECK(!strcmp(p->model_sha256, b->model_sha256) && !strcmp(p->manifest.manifest_sha256, b->manifest_sha256));
+            CHECK(p->vela2->has_broad_head == !b->fixture->no_broad_head);
+        }
+        vsr_package_close(p);
+        json_t *g = b->golden_json ? json_loads(b->golden_json, 0, NULL) : NULL;
+        json_t *cpu = json_object_get(g, "cpu");
+        CHECK_MSG(cpu && json_object_size(json_object_get(cpu, "answers")) == 3 &&
+                      json_object_size(json_object_get(cpu, "spans")) == 3 &&
+                      json_object_size(json_object_get(cpu, "thresholds")) == 3,
+                  "%s: no CPU golden answers/spans/thresholds recorded", b->repo);
+        json_decref(g);
+    }
+    /* family vela2 through vsr/fixture.h refuses the Decision 3.0 options */
+    vsr_err e = {0};
+    vsr_fixture_opts o = {.family = "vela2", .size = "tiny", .scheme = "fp8"};
+    CHECK_ERR(vsr_fixture_check(&o, &e), e, VSR_E_INVALID, "fixture: --family vela2 takes no --scheme (span packages stay BF16)");
+    o = (vsr_fixture_opts){.family = "vela2", .size = "tiny", .actorder = true};
+    CHECK_ERR(vsr_fixture_check(&o, &e), e, VSR_E_INVALID, "fixture: --family vela2 takes no --actorder");
+    o = (vsr_fixture_opts){.family = "decision3", .size = "tiny", .scheme = "bf16", .no_broad_head = true};
+    CHECK_ERR(vsr_fixture_check(&o, &e), e, VSR_E_INVALID, "fixture: --no-broad-head applies only to --family vela2");
+    o = (vsr_fixture_opts){.family = "vela3", .size = "tiny", .scheme = "bf16"};
+    CHECK_ERR(vsr_fixture_check(&o, &e), e, VSR_E_INVALID, "fixture: unknown --family 'vela3' (expected decision3 or vela2)");
+}
+
+/* Flips the sign bit of the first element of span2.v.weight (the router span head's output
+ * weights, F32) in dir's shard 2, then rewrites MODEL_MANIFEST.json and SHA256SUMS to the new
+ * digests: a package whose own digests are all consistent, with one weight byte changed. */
+static void flip_and_fix_digests(const char *dir) {
+    char a[PATH_MAX * 2];
+    snprintf(a, sizeof a, "%s/model-00002-of-00002.safetensors", dir);
+    vsr_st_file *f = NULL;
+    vsr_err e = {0};
+    CHECK_OK(vsr_st_open_header(a, NULL, &f, &e), e);
+    const vsr_tensor *t = f ? vsr_st_find(f, "span2.v.weight") : NULL;
+    CHECK(t && t->dtype == VSR_DT_F32);
+    uint64_t off = t ? t->offset : 0;
+    vsr_st_close(f);
+    size_t n;
+    char *buf = test_read_file(a, &n);
+    CHECK(buf && off + 4 <= n);
+    if (!buf || off + 4 > n) return;
+    buf[off + 3] ^= (char)0x80;
+    char sha[65];
+    vsr_sha256_hex(buf, n, sha);
+    unlink(a); /* never through a hard link */
+    CHECK(test_write_file(a, buf, n) == 0);
+    free(buf);
+    char v[80];
+    snprintf(v, sizeof v, "\"%s\"", sha);
+    edit(dir, "MODEL_MANIFEST.json", "files_sha256/model-00002-of-00002.safetensors", v);
+    /* SHA256SUMS: every file with its digest, the rewritten manifest too */
+    const char *names[] = {"MODEL_MANIFEST.json", "broad_head.safetensors", "calibration.json", "config.json",
+                           "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"};
+    char sums[4096] = "";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char q[PATH_MAX * 2];
+        snprintf(q, sizeof q, "%s/%s", dir, names[i]);
+        char *b = test_read_file(q, &n);
+        if (!b) continue; /* no broad head */
+        vsr_sha256_hex(b, n, sha);
+        free(b);
+        snprintf(sums + strlen(sums), sizeof sums - strlen(sums), "%s  %s\n", sha, names[i]);
+    }
+    put(dir, "SHA256SUMS", sums);
+}
+
+/* Loads `model` on the CPU and runs the golden self-check; returns the status of the check. */
+static vsr_status golden_of(const char *model, const char *store, vsr_engine *en, vsr_err *e) {
+    vsr_engine_opts o = {.model = model, .store_dir = store, .device = "cpu", .dtype = "auto", .threads = 2};
+    vsr_status st = vsr_engine_prepare(en, &o, e);
+    if (!st) st = vsr_engine_load(en, &o, e);
+    if (!st) st = vsr_engine_golden(en, e);
+    return st;
+}
+
+TEST(golden_verified_on_cpu_and_a_changed_weight_caught) {
+    const vsr_builtin *b = vsr_builtin_fixture_find("vllm-sr-c/vela2-tiny");
+    CHECK(b != NULL);
+    if (!b) return;
+    vsr_err e = {0};
+    /* 1. by name from the store: matched against the recorded CPU answers */
+    char store[PATH_MAX], snap[PATH_MAX + 800];
+    snprintf(store, sizeof store, "%s/gstore", test_tmpdir());
+    CHECK_OK(vsr_builtin_fixture_install(b, store, NULL, snap, sizeof snap, &e), e);
+    vsr_engine en;
+    CHECK_OK(golden_of("vllm-sr-c/vela2-tiny", store, &en, &e), e);
+    CHECK_MSG(!strcmp(en.golden.status, "matched") && en.golden.checked == 6 && en.golden.matched == 6 &&
+                  !strcmp(en.golden.reference, "cpu"),
+              "by name: %s %d/%d %s", en.golden.status, en.golden.matched, en.golden.checked, en.golden.reason);
+    /* the check compares what the record holds: the answers, spans and thresholds */
+    json_t *got = en.golden.answers_json ? json_loads(en.golden.answers_json, 0, NULL) : NULL;
+    CHECK(got && json_object_get(got, "answers") && json_is_array(json_object_get(json_object_get(got, "spans"), "pii")) &&
+          json_is_number(json_object_get(json_object_get(got, "thresholds"), "pii")));
+    json_decref(got);
+    vsr_engine_close(&en);
+
+    /* 2. a local copy written by `vllm-srun fixture OUT --family vela2 --size tiny`: the same bytes */
+    char local[PATH_MAX];
+    snprintf(local, sizeof local, "%s/glocal", test_tmpdir());
+    vsr_v2_fixture_opts vo = {.size = "tiny"};
+    CHECK_OK(vsr_v2_fixture_write(local, &vo, NULL, NULL, &e), e);
+    CHECK_OK(golden_of(local, NULL, &en, &e), e);
+    CHECK_MSG(!strcmp(en.golden.status, "matched") && en.golden.matched == 6, "local copy: %s %s", en.golden.status,
+              en.golden.reason);
+    vsr_engine_close(&en);
+
+    /* 3. one weight byte changed in the store's snapshot, manifest and SHA256SUMS rewritten to match:
+     * the catalogue's pin refuses it before any answer */
+    flip_and_fix_digests(snap);
+    vsr_status st = golden_of("vllm-sr-c/vela2-tiny", store, &en, &e);
+    CHECK_ERR(st, e, VSR_E_INTEGRITY, "vllm-sr-c/vela2-tiny@");
+    CHECK(strstr(e.msg, "but the catalogue pins " V2_PIN_TINY " for this built-in package") != NULL);
+    vsr_engine_close(&en);
+
+    /* 4. the same change to a local copy: its own digests agree, so it loads, but it is no longer the
+     * built-in (another identity): unverified, never `matched`; and the recorded answers, asked of
+     * it, differ: the golden check itself catches the changed byte */
+    char tam[PATH_MAX];
+    snprintf(tam, sizeof tam, "%s/gtampered", test_tmpdir());
+    CHECK_OK(vsr_v2_fixture_write(tam, &vo, NULL, NULL, &e), e);
+    flip_and_fix_digests(tam);
+    CHECK_OK(golden_of(tam, NULL, &en, &e), e);
+    CHECK_MSG(!strcmp(en.golden.status, "unverified") && strcmp(en.pkg->model_sha256, b->model_sha256),
+              "tampered copy: %s", en.golden.status);
+    vsr_golden_report r;
+    CHECK_OK(vsr_v2_golden_check(en.v2, b->golden_json, "cpu", 1e-3, &r, &e), e);
+    CHECK_MSG(!strcmp(r.status, "failed") && strstr(r.reason, "golden answers differ: golden.") && r.matched == 0,
+              "recorded answers against the changed weight: %s %s", r.status, r.reason);
+    vsr_golden_report_free(&r);
+    vsr_engine_close(&en);
+
+    /* 5. a copy with another calibration (thresholds), manifest rewritten: same weights, other
+     * answers; not the built-in's manifest, so unverified rather than failed */
+    char cal[PATH_MAX];
+    snprintf(cal, sizeof cal, "%s/gcal", test_tmpdir());
+    CHECK_OK(vsr_v2_fixture_write(cal, &vo, NULL, NULL, &e), e);
+    rm(cal, "SHA256SUMS");
+    edit(cal, "calibration.json", "thresholds/span:halu", "0.9");
+    {
+        char q[PATH_MAX * 2], sha[65], v[80];
+        size_t n;
+        snprintf(q, sizeof q, "%s/calibration.json", cal);
+        char *buf = test_read_file(q, &n);
+        CHECK(buf != NULL);
+        if (buf) vsr_sha256_hex(buf, n, sha);
+        free(buf);
+        snprintf(v, sizeof v, "\"%s\"", sha);
+        edit(cal, "MODEL_MANIFEST.json", "files_sha256/calibration.json", v);
+    }
+    CHECK_OK(golden_of(cal, NULL, &en, &e), e);
+    CHECK_MSG(!strcmp(en.golden.status, "unverified") && !strcmp(en.pkg->model_sha256, b->model_sha256),
+              "calibration copy: %s", en.golden.status);
+    CHECK_OK(vsr_v2_golden_check(en.v2, b->golden_json, "cpu", 1e-3, &r, &e), e);
+    CHECK_MSG(!strcmp(r.status, "failed"), "recorded answers against another calibration: %s", r.status);
+    vsr_golden_report_free(&r);
+    vsr_engine_close(&en);
+
+    /* 6. no recorded answers for another device class: unverified, with the reason */
+    en = (vsr_engine){0};
+    CHECK_OK(golden_of(local, NULL, &en, &e), e);
+    CHECK_OK(vsr_v2_golden_check(en.v2, b->golden_json, "cuda", 0.02, &r, &e), e);
+    CHECK(!strcmp(r.status, "unverified") && strstr(r.reason, "no recorded answers for device class cuda"));
+    vsr_golden_report_free(&r);
+    vsr_engine_close(&en);
+}
+
 int main(void) {
     RUN(fixture_opens_verifies_and_maps);
     RUN(identity_is_sha256_json_of_the_weight_digests);
@@ -577,5 +780,7 @@ int main(void) {
     RUN(tensor_refusals);
     RUN(vela3_fast_by_repo_name);
     RUN(fixture_options_are_checked);
+    RUN(builtins_regenerate_with_recorded_goldens);
+    RUN(golden_verified_on_cpu_and_a_changed_weight_caught);
     return test_summary();
 }
