@@ -25,6 +25,7 @@
 #include "vsr/device.h"
 #include "vsr/package.h"
 #include "vsr/progress.h"
+#include "vsr/vela2_decide.h"
 
 #define GB 1e9 /* the seed's memory math uses 1 GB = 10^9 bytes */
 
@@ -196,6 +197,24 @@ int cmd_inspect(int argc, char **argv) {
         lst = vsr_decider_open(p, NULL, &dec, &ve);
         vsr_decider_free(dec);
     }
+    /* Vela 2.0: the decision layer's own checks (tokenizer, calibration's presets) with no model;
+     * it also names the presets the package defines. */
+    const char *presets[4] = {0};
+    int n_presets = 0;
+    const vsr_vela2_config *v2 = p->family == VSR_FAMILY_VELA2 ? p->vela2 : NULL;
+    if (v2) {
+        vsr_v2_info info = {.model_name = v2->model_name, .max_length = v2->max_length, .pad_token_id = v2->pad_token_id,
+                            .head_dim = v2->head_dim, .span_d = v2->span_d, .span_slots = v2->span_slots,
+                            .hybrid_rmax = v2->hybrid_rmax, .window = v2->window, .stride = v2->stride,
+                            .window_above = v2->window_above, .has_broad_head = v2->has_broad_head,
+                            .hidden_size = p->config.text.hidden_size};
+        vsr_v2_decider *vd = NULL;
+        vsr_err de0 = {0};
+        vsr_status ds = vsr_v2_decider_open_dir(p->path, &info, &vd, &de0);
+        if (!ds) n_presets = vsr_v2_decider_presets(vd, presets, 4);
+        else if (!lst) lst = ds, ve = de0;
+        vsr_v2_decider_free(vd);
+    }
 
     const vsr_text_config *c = &p->config.text;
     const vsr_quant_config *q = &p->quant;
@@ -233,9 +252,35 @@ int cmd_inspect(int argc, char **argv) {
             printf("decision:    %s, attention %s, readout %s, temperature %g, max_length %s\n", p->decision.format_id,
                    p->decision.attention_mode, p->decision.readout_dtype, p->decision.temperature,
                    p->decision.max_length < 0 ? "null" : commas(p->decision.max_length, a, sizeof a));
-        if (p->builtin)
-            printf("catalogue:   %s (%s)\n", p->builtin->published ? "published package, golden unverified" : "built-in",
-                   p->builtin->scheme_note ? p->builtin->scheme_note : "");
+        if (v2) {
+            printf("vela2:       %s, max_length %s, span_layout %d / %d / %d (hybrid_rmax / window / stride)\n",
+                   v2->model_name, commas(v2->max_length, a, sizeof a), v2->hybrid_rmax, v2->window, v2->stride);
+            printf("heads (FP32, %s parameters):\n", commas(p->params_heads, a, sizeof a));
+            printf("  candidate   head.* + set_bias, head_dim %d: choice, noul, score and set questions\n", v2->head_dim);
+            printf("  router span span2.*, d %d, slots %d: span questions, the pii and halu presets\n", v2->span_d,
+                   v2->span_slots);
+            if (v2->has_broad_head)
+                printf("  broad span  span_broad.* (broad_head.safetensors), d %d, slots %d: other label sets\n",
+                       v2->broad_d, v2->broad_slots);
+            else
+                printf("  broad span  none (no broad_head.safetensors): every span question reads the router head\n");
+            printf("presets:     ");
+            for (int i = 0; i < n_presets; i++) printf("%s%s", i ? ", " : "", presets[i]);
+            printf("%s\n", n_presets ? " (calibration.json)" : "none");
+        }
+        if (p->builtin) {
+            char classes[128] = "";
+            json_t *g = p->builtin->golden_json ? json_loads(p->builtin->golden_json, 0, NULL) : NULL;
+            const char *k;
+            json_t *gv;
+            json_object_foreach(g, k, gv) snprintf(classes + strlen(classes), sizeof classes - strlen(classes), "%s%s",
+                                                   classes[0] ? ", " : "", k);
+            json_decref(g);
+            printf("catalogue:   %s (%s)%s%s\n", p->builtin->published ? "published package" : "built-in",
+                   p->builtin->scheme_note ? p->builtin->scheme_note : "",
+                   classes[0] ? "; golden answers recorded for " : "; no golden answers recorded (golden unverified)",
+                   classes);
+        }
     }
 
     /* schemes per linear group */
@@ -263,16 +308,35 @@ int cmd_inspect(int argc, char **argv) {
                      quantized, layers, layers - quantized);
         printf("  %-9s %-13s %s\n", lin_kinds[k].group, shortname, buf);
     }
-    if (!json) printf("  embeddings, norms, conv1d, dt_bias, A_log stay %s; readout %s\n", c->dtype,
-                      p->family == VSR_FAMILY_DECISION3 ? p->decision.readout_dtype : "none");
+    if (!json) printf("  embeddings, norms, conv1d, dt_bias, A_log stay %s; %s %s\n", c->dtype, v2 ? "heads" : "readout",
+                      p->family == VSR_FAMILY_DECISION3 ? p->decision.readout_dtype : v2 ? "FP32 (above)" : "none");
     json_object_set_new(J, "linears", JS);
+    if (v2) {
+        json_t *JP = json_array();
+        for (int i = 0; i < n_presets; i++) json_array_append_new(JP, json_string(presets[i]));
+        json_object_set_new(
+            J, "vela2",
+            json_pack("{s:s,s:I,s:{s:i,s:i,s:i},s:I,s:{s:{s:s,s:i},s:{s:s,s:i,s:i},s:o},s:o}", "model_name",
+                      v2->model_name, "max_length", (json_int_t)v2->max_length, "span_layout", "hybrid_rmax",
+                      v2->hybrid_rmax, "window", v2->window, "stride", v2->stride, "head_parameters",
+                      (json_int_t)p->params_heads, "heads", "candidate", "tensors", "head.*, set_bias", "head_dim",
+                      v2->head_dim, "router_span", "tensors", "span2.*", "d", v2->span_d, "slots", v2->span_slots,
+                      "broad_span",
+                      v2->has_broad_head ? json_pack("{s:s,s:i,s:i}", "tensors", "span_broad.*", "d", v2->broad_d,
+                                                     "slots", v2->broad_slots)
+                                         : json_null(),
+                      "presets", JP));
+    }
 
     /* parameters */
     int64_t loaded = vsr_package_params_loaded(p);
-    json_object_set_new(J, "parameters", json_pack("{s:I,s:I,s:I,s:I}", "text", (json_int_t)p->params_text, "vision",
+    json_object_set_new(J, "parameters", json_pack("{s:I,s:I,s:I,s:I,s:I}", "text", (json_int_t)p->params_text, "vision",
                                                    (json_int_t)p->params_vision, "readout", (json_int_t)p->params_readout,
-                                                   "loaded", (json_int_t)loaded));
-    if (!json) {
+                                                   "heads", (json_int_t)p->params_heads, "loaded", (json_int_t)loaded));
+    if (!json && v2) {
+        printf("\nparameters:  backbone %s, heads %s, loaded %s\n", commas(p->params_text, a, sizeof a),
+               commas(p->params_heads, b, sizeof b), commas(loaded, buf, sizeof buf));
+    } else if (!json) {
         printf("\nparameters:  text %s, vision %s (not loaded), readout %s, loaded %s\n", commas(p->params_text, a, sizeof a),
                commas(p->params_vision, b, sizeof b), commas(p->params_readout, d, sizeof d),
                commas(loaded, buf, sizeof buf));
@@ -307,13 +371,18 @@ int cmd_inspect(int argc, char **argv) {
     json_object_set_new(J, "load", json_pack("{s:s,s:s?,s:b}", "status", lst ? "refused" : "ok", "reason",
                                              lst ? ve.msg : NULL, "hashed", verify));
     json_object_set_new(J, "identity",
-                        json_pack("{s:s?,s:s?,s:s?,s:s,s:s?}", "model_sha256", p->has_manifest ? p->manifest.model_sha256 : NULL,
+                        json_pack("{s:s?,s:s?,s:s?,s:s,s:s?}", "model_sha256",
+                                  p->has_manifest && p->manifest.model_sha256[0] ? p->manifest.model_sha256 : NULL,
                                   "manifest_sha256", p->has_manifest ? p->manifest.manifest_sha256 : NULL, "computed_model_sha256",
                                   p->verified ? p->model_sha256 : NULL, "status", vstate, "reason", vst ? ve.msg : NULL));
     if (!json) {
         printf("\nidentity:\n");
         if (p->has_manifest) {
-            printf("  model_sha256     %s (recorded)\n", p->manifest.model_sha256);
+            if (p->manifest.model_sha256[0]) printf("  model_sha256     %s (recorded)\n", p->manifest.model_sha256);
+            else if (v2)
+                printf("  model_sha256     %s\n", p->verified ? p->model_sha256
+                                                            : "(not recorded: the vela2 manifest lists file digests; "
+                                                              "--verify computes sha256_json of the weight digests)");
             printf("  manifest_sha256  %s\n", p->manifest.manifest_sha256);
         } else {
             printf("  no MODEL_MANIFEST.json\n");
