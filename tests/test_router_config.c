@@ -452,12 +452,105 @@ TEST(signal_and_question_rules) {
                "providers.models[1].name", 33, 14, "duplicate provider model 'small'");
 }
 
+/* A Vela 2.0 deployment is span-capable (issue 23): the seed's bindings {pii: spans,
+ * hallucination: spans} are accepted on it, whether the package is a local path, a Hub id in the
+ * store, a built-in of the catalogue, or a store snapshot that does not open (decided from
+ * config.json's model_type); the same bindings on a Decision 3.0 deployment stay refused with the
+ * issue's message. */
+TEST(vela2_is_span_capable) {
+    char v2[1200], st2[1200];
+    snprintf(v2, sizeof v2, "%s/vela2-local", test_tmpdir());
+    snprintf(st2, sizeof st2, "%s/hub-v2", test_tmpdir());
+    vsr_fixture_opts o = {.family = "vela2", .size = "tiny"};
+    vsr_err err = {0};
+    CHECK_OK(vsr_fixture_write(v2, &o, NULL, &err), err);
+    char rev[41], snap[4096];
+    vsr_fixture_info info;
+    CHECK_OK(vsr_fixture_install(st2, "acme/vela2", &o, NULL, &info, rev, snap, sizeof snap, &err), err);
+    /* a snapshot whose config.json names vela2-decoder but which does not open (no other file) */
+    const char *c3 = "3333333333333333333333333333333333333333";
+    char p[2048];
+    snprintf(p, sizeof p, "%s/models--acme--vela2-broken/refs/main", st2);
+    CHECK(test_write_file(p, c3, 40) == 0);
+    snprintf(p, sizeof p, "%s/models--acme--vela2-broken/snapshots/%s/config.json", st2, c3);
+    const char *cfg = "{\"format_version\":1,\"model_type\":\"vela2-decoder\"}";
+    CHECK(test_write_file(p, cfg, strlen(cfg)) == 0);
+    struct {
+        const char *artifact, *revision, *source;
+    } cases[] = {
+        {v2, NULL, "package"},
+        {"acme/vela2", rev, "store"},
+        {"vllm-sr-c/vela2-tiny", NULL, "catalogue"},
+        {"vllm-sr-c/vela2-tiny-no-broad", "cd98d1b3fe1b2ac2de770a0388c7a3155d56cae8", "catalogue"},
+        {"acme/vela2-broken", c3, "store"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *base = base_yaml(), art[2048];
+        if (cases[i].revision)
+            snprintf(art, sizeof art, "artifact: %s\n        revision: %s", cases[i].artifact, cases[i].revision);
+        else
+            snprintf(art, sizeof art, "artifact: %s", cases[i].artifact);
+        char *y = replace(base, "artifact: acme/span", art);
+        vsr_router_options opt = {.store_dir = st2};
+        vsr_router_config *c = vsr_router_config_parse(y, strlen(y), "test.yaml", &opt);
+        CHECK_MSG(c && c->n_errors == 0, "%s: the seed's span bindings on a vela2 deployment: %d errors",
+                  cases[i].artifact, c ? c->n_errors : -1);
+        if (c && c->n_errors) dump(c);
+        if (c && !c->n_errors) {
+            const char *src = NULL, *fam = vsr_router_artifact_family(vsr_router_deployment(c, "spans"), st2, &src);
+            CHECK_MSG(fam && !strcmp(fam, "span") && src && !strcmp(src, cases[i].source), "%s: family %s from %s",
+                      cases[i].artifact, fam ? fam : "(none)", src ? src : "(none)");
+            CHECK(c->n_bindings == 2 && !strcmp(c->bindings[0].deployment, "spans") &&
+                  !strcmp(c->bindings[1].deployment, "spans"));
+        }
+        vsr_router_config_free(c);
+        free(y);
+        free(base);
+    }
+    /* the seed's layout, with the pii and hallucination bindings on the Decision 3.0 deployment instead:
+     * both refused with the issue's message, word for word */
+    char *base = base_yaml();
+    char *y1 = replace(base, "pii: spans", "pii: d3-fp8");
+    char *y = replace(y1, "{deployment: spans, contract: token_spans.v1}", "d3-fp8");
+    vsr_router_config *c = load(y);
+    CHECK(c && c->n_errors == 2);
+    if (c && c->n_errors == 2) {
+        CHECK(!strcmp(c->errors[0].msg,
+                      "model capability mismatch: deployment \"d3-fp8\" serves vllm-sr/d3-FP8, which has no classify "
+                      "head and no ready-made pii question; bind a token head or a model that defines the pii question, "
+                      "such as Vela 2.0"));
+        CHECK(!strcmp(c->errors[1].msg,
+                      "model capability mismatch: deployment \"d3-fp8\" serves vllm-sr/d3-FP8, which has no classify "
+                      "head and no ready-made hallucination question; bind a token head or a model that defines the "
+                      "hallucination question, such as Vela 2.0"));
+    } else if (c) {
+        dump(c);
+    }
+    /* the built-in Decision 3.0 fixture too (family from the catalogue) */
+    vsr_router_config_free(c);
+    free(y);
+    char *y2 = replace(y1, "artifact: vllm-sr/d3-FP8\n        revision: 2fb271adbdaf6dc969ca1ca746b61a6a5127ed62",
+                       "artifact: vllm-sr-c/d3-tiny");
+    c = load(y2);
+    CHECK(c && c->n_errors == 1 &&
+          !strcmp(c->errors[0].msg,
+                  "model capability mismatch: deployment \"d3-fp8\" serves vllm-sr-c/d3-tiny, which has no classify head "
+                  "and no ready-made pii question; bind a token head or a model that defines the pii question, such as "
+                  "Vela 2.0"));
+    if (c && c->n_errors != 1) dump(c);
+    vsr_router_config_free(c);
+    free(y2);
+    free(y1);
+    free(base);
+}
+
 int main(void) {
     setup();
     RUN(valid_config_loads_typed);
     RUN(revision_rules);
     RUN(artifact_rules);
     RUN(binding_rules);
+    RUN(vela2_is_span_capable);
     RUN(decision_model_rules);
     RUN(placement_rules);
     RUN(routing_rules);

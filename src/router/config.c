@@ -390,6 +390,9 @@ static const char *family_of_dir(const char *dir) {
     snprintf(p, sizeof p, "%s/config.json", dir);
     json_t *cfg = json_load_file(p, 0, NULL);
     const char *fam = NULL;
+    /* Vela 2.0 (model_type vela2-decoder, or the 0.3B vela2-unified): span-capable */
+    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    if (mt && !strncmp(mt, "vela2-", 6)) fam = "span";
     json_t *arch = json_object_get(cfg, "architectures");
     for (size_t i = 0; i < json_array_size(arch); i++) {
         const char *a = json_string_value(json_array_get(arch, i));
@@ -408,13 +411,16 @@ const char *vsr_router_artifact_family(const vsr_rt_deployment *d, const char *s
         const vsr_builtin *b = vsr_catalog_find(d->artifact, d->revision);
         if (b && b->family) {
             if (source) *source = "catalogue";
-            return b->family;
+            return !strcmp(b->family, "vela2") ? "span" : b->family; /* the built-in vllm-sr-c/vela2-* */
         }
     }
     vsr_package *p = NULL;
     vsr_err e = {0};
     if (!vsr_package_open(d->artifact, abs_path ? NULL : (d->revision ? d->revision : "main"), store_dir, &p, &e)) {
-        const char *fam = p->family == VSR_FAMILY_DECISION3 ? "decision3" : p->family == VSR_FAMILY_SPAN ? "span" : NULL;
+        /* Vela 2.0 decoder packages answer span questions (the pii and halu presets): family "span" */
+        const char *fam = p->family == VSR_FAMILY_DECISION3                                   ? "decision3"
+                          : p->family == VSR_FAMILY_SPAN || p->family == VSR_FAMILY_VELA2 ? "span"
+                                                                                            : NULL;
         vsr_package_close(p);
         if (fam) {
             if (source) *source = abs_path ? "package" : "store";
