@@ -57,6 +57,28 @@ grep -q "installed        vllm-sr-c/vela2-tiny@47b673d48e317c110cb0abc65d330f01a
 out=$("$BIN" fixture "$T/x" --family vela2 --scheme fp8 2>&1); rc=$?
 [ $rc = 2 ] && grep -q -- "--family vela2 takes OUT or --install" <<<"$out" && ok "vela2 with --scheme refused" || bad "scheme: $rc $out"
 
+out=$("$BIN" fixture "$T/y" --install --family vela2 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "give an OUT folder, or --install (not both)" <<<"$out" && ok "vela2: OUT and --install refused" || bad "out+install: $rc $out"
+out=$("$BIN" fixture "$T/y" --family vela2 --store "$T/s3" 2>&1); rc=$?
+[ $rc = 2 ] && grep -q -- "--store applies only with --install or --install-builtin" <<<"$out" && ok "vela2: --store without --install refused" || bad "store: $rc $out"
+
+# another calibration in the built-in's snapshot, manifest rewritten: the manifest pin refuses it
+"$BIN" fixture --install-builtin vllm-sr-c/vela2-tiny --store "$T/s4" >/dev/null 2>&1
+SNAP4=$(ls -d "$T"/s4/models--vllm-sr-c--vela2-tiny/snapshots/*)
+python3 - "$SNAP4" <<'PY'
+import hashlib, json, os, sys
+d = sys.argv[1]; p = lambda f: os.path.join(d, f)
+c = json.load(open(p("calibration.json"))); c["thresholds"]["span:halu"] = 0.9
+os.unlink(p("calibration.json")); json.dump(c, open(p("calibration.json"), "w"))
+sha = lambda f: hashlib.sha256(open(p(f), "rb").read()).hexdigest()
+m = json.load(open(p("MODEL_MANIFEST.json"))); m["files_sha256"]["calibration.json"] = sha("calibration.json")
+os.unlink(p("MODEL_MANIFEST.json")); json.dump(m, open(p("MODEL_MANIFEST.json"), "w"))
+os.unlink(p("SHA256SUMS"))
+PY
+g=$("$BIN" golden vllm-sr-c/vela2-tiny --store "$T/s4" --device cpu 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "manifest_sha256 is [0-9a-f]\{64\} but the catalogue pins 5c51512ae2b6ebc195350ec26faa2fcec231146f8d76d7cde055f3604b19ed4a for this built-in package" <<<"$g" \
+  && ok "another calibration in the built-in's snapshot: refused by the manifest pin" || bad "manifest pin: $rc $g"
+
 # one weight byte changed (the sign of span2.v.weight[0]) and every digest rewritten to match
 flip() { python3 - "$1" <<'PY'
 import hashlib, json, os, struct, sys
