@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "quantize/quant_internal.h"
 #include "test.h"
@@ -180,9 +181,16 @@ static vsr_package *quantize(setup *s, const char *scheme) {
     return st ? NULL : open_pkg(out);
 }
 
+/* A tensor's bytes in an aligned buffer (mapped tensors may be unaligned). */
+static void *copy_data(const vsr_tensor *t) {
+    void *b = malloc(t->nbytes ? t->nbytes : 1);
+    memcpy(b, t->data, t->nbytes);
+    return b;
+}
+
 typedef struct layer_ctx {
     const vsr_calib_layer *L;
-    const uint16_t *w; /* original BF16 weight */
+    uint16_t *w; /* original BF16 weight (a copy) */
     double ref, ref_rtn;
 } layer_ctx;
 
@@ -195,10 +203,12 @@ static bool layer_of(setup *s, json_t *row, layer_ctx *lc) {
     CHECK(lc->L->N == jint(row, "N", NULL) && lc->L->K == jint(row, "K", NULL));
     const vsr_tensor *t = tensor(s->bf16, module, "weight");
     if (!t || t->dtype != VSR_DT_BF16) return false;
-    lc->w = t->data;
     lc->ref = json_real_value(json_object_get(row, "error"));
     lc->ref_rtn = json_real_value(json_object_get(row, "rtn_error"));
-    return lc->ref > 0 && lc->ref_rtn > 0;
+    CHECK_MSG(lc->ref > 0 && lc->ref_rtn > 0, "%s: the reference has no error / rtn_error", module);
+    if (!(lc->ref > 0 && lc->ref_rtn > 0)) return false;
+    lc->w = copy_data(t);
+    return true;
 }
 
 /* The dequantized int4 weight stored for `module` (pack-quantized, no g_idx). */
@@ -206,8 +216,10 @@ static uint16_t *stored_int4(const vsr_package *q, const char *module, int64_t N
     const vsr_tensor *pk = tensor(q, module, "weight_packed"), *sc = tensor(q, module, "weight_scale");
     const vsr_tensor *zp = sym ? NULL : tensor(q, module, "weight_zero_point");
     if (!pk || !sc || (!sym && !zp)) return NULL;
-    uint16_t *wq = malloc(sizeof *wq * (size_t)(N * K));
-    vsr_dequant_int4_ref(pk->data, sc->data, zp ? zp->data : NULL, NULL, N, K, group, wq);
+    uint32_t *p = copy_data(pk), *z = zp ? copy_data(zp) : NULL;
+    uint16_t *scale = copy_data(sc), *wq = malloc(sizeof *wq * (size_t)(N * K));
+    vsr_dequant_int4_ref(p, scale, z, NULL, N, K, group, wq);
+    free(p), free(z), free(scale);
     return wq;
 }
 
@@ -248,7 +260,10 @@ static void check_gptq(setup *s) {
         if (!layer_of(s, r, &lc)) continue;
         const vsr_calib_layer *L = lc.L;
         uint16_t *wq = stored_int4(q, L->module, L->N, L->K, s->group, true);
-        if (!wq) continue;
+        if (!wq) {
+            free(lc.w);
+            continue;
+        }
         uint16_t *wr = rtn_int4(lc.w, L->N, L->K, s->group, true);
         double ours = out_error(lc.w, wq, NULL, NULL, L->N, L->K, L->H, L->n_tokens);
         double our_rtn = out_error(lc.w, wr, NULL, NULL, L->N, L->K, L->H, L->n_tokens);
@@ -266,7 +281,7 @@ static void check_gptq(setup *s) {
         agree = fmax(agree, fabs(our_rtn / lc.ref_rtn - 1.0));
         sum_ours += ours * ours, sum_ref += lc.ref * lc.ref;
         n++;
-        free(wq), free(wr);
+        free(wq), free(wr), free(lc.w);
     }
     printf("# GPTQ %s: %d layers, worst ratio %.4f, all layers (rms) %.4f; plain RTN would pass the bound on %d; "
            "RTN errors agree within %.2g\n", s->size, n, worst, sqrt(sum_ours / sum_ref), rtn_passes, agree);
@@ -291,27 +306,81 @@ static awq_lin *find_lin(awq_lin *a, int n, const char *module) {
     return NULL;
 }
 
-/* One mapping, as the writer's awq_map: search on the balance layers' shared statistics, scale
- * their columns, fold 1/s into the producing Linear's rows (prev) if any. */
-static void awq_mapping(setup *s, awq_lin **bal, int nb, awq_lin *prev) {
-    const vsr_calib_layer *L = bal[0]->L;
-    int64_t K = L->K, G = K / s->group;
-    vsr_awq_linear lin[3];
-    memset(lin, 0, sizeof lin);
-    for (int b = 0; b < nb; b++) {
-        lin[b].w_bf16 = bal[b]->work;
-        lin[b].N = bal[b]->L->N;
-        lin[b].packed = malloc(sizeof(uint32_t) * (size_t)(lin[b].N * K / 8));
-        lin[b].scale_bf16 = malloc(sizeof(uint16_t) * (size_t)(lin[b].N * G));
-        lin[b].zp_packed = calloc((size_t)((lin[b].N + 7) / 8 * G), sizeof(uint32_t));
+/* AWQ's candidate scales, written here from llm-compressor's AWQModifier (0.14,
+ * _compute_best_scale with duo_scaling True, n_grid 20): candidate 0 is s = 1 (ratio 0, no duo),
+ * candidate i >= 1 is ratio (i-1)/18 with duo scaling,
+ *   s = clamp(xm^ratio / (wm^(1-ratio) + 1e-4), 1e-4),  normalised by sqrt(max s * min s),
+ * xm the mean |x| per input channel, wm the mean over every balance row of |w| / (its group's
+ * max |w| + 1e-6). */
+static void awq_candidate(const double *xm, const double *wm, int64_t K, int c, float *sc) {
+    double ratio = c == 0 ? 0.0 : (double)(c - 1) / (VSR_AWQ_GRID - 2), mx = 0.0, mn = INFINITY;
+    for (int64_t k = 0; k < K; k++) {
+        double v = c == 0 ? pow(xm[k], ratio) : pow(xm[k], ratio) / (pow(wm[k], 1.0 - ratio) + 1e-4);
+        v = v < 1e-4 ? 1e-4 : v;
+        sc[k] = (float)v;
+        mx = fmax(mx, v), mn = fmin(mn, v);
     }
+    double norm = sqrt(mx * mn);
+    for (int64_t k = 0; k < K; k++) {
+        double v = sc[k] / norm;
+        sc[k] = isfinite(v) ? (float)v : 1.0f;
+    }
+}
+
+/* Does RTN (asymmetric) of bf16(work diag(sc)) give the package's tensors of that Linear? */
+static bool reproduces(setup *s, const vsr_package *q, const awq_lin *a, const float *sc) {
+    int64_t N = a->L->N, K = a->L->K, G = K / s->group;
+    uint16_t *w = malloc(sizeof *w * (size_t)(N * K)), *scale = malloc(sizeof *scale * (size_t)(N * G));
+    uint32_t *pk = malloc(sizeof *pk * (size_t)(N * K / 8)), *zp = calloc((size_t)((N + 7) / 8 * G), 4);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            w[n * K + k] = sc ? vsr_f32_to_bf16(vsr_bf16_to_f32(a->work[n * K + k]) * sc[k]) : a->work[n * K + k];
+    vsr_quantize_int4_rtn(w, N, K, s->group, false, NULL, pk, scale, zp);
+    const vsr_tensor *tp = tensor(q, a->module, "weight_packed"),
+                     *ts = tensor(q, a->module, "weight_scale"),
+                     *tz = tensor(q, a->module, "weight_zero_point");
+    bool eq = tp && ts && tz && tp->nbytes == sizeof *pk * (size_t)(N * K / 8) && !memcmp(tp->data, pk, tp->nbytes) &&
+              ts->nbytes == sizeof *scale * (size_t)(N * G) && !memcmp(ts->data, scale, ts->nbytes) &&
+              tz->nbytes == 4 * (size_t)((N + 7) / 8 * G) && !memcmp(tz->data, zp, tz->nbytes);
+    free(w), free(scale), free(pk), free(zp);
+    return eq;
+}
+
+/* One mapping as the writer applies it (src/quantize/writer.c awq_map): which of the candidates
+ * did the package apply? The first balance Linear's stored tensors depend on this mapping's s
+ * alone (q_proj, gate_proj, down_proj), so the candidate that reproduces them byte for byte is
+ * the one; then the balance columns are scaled by it and the producing Linear's rows (prev,
+ * up_proj for down_proj) divided by it, as the writer does. Every Linear's final bytes are
+ * compared again after all mappings. */
+static void awq_mapping(setup *s, const vsr_package *q, awq_lin **bal, int nb, awq_lin *prev) {
+    const vsr_calib_layer *L = bal[0]->L;
+    int64_t K = L->K, gs = s->group;
+    double *wm = calloc((size_t)K, sizeof *wm);
+    int64_t rows = 0;
+    for (int b = 0; b < nb; b++) {
+        for (int64_t n = 0; n < bal[b]->L->N; n++) {
+            const uint16_t *w = bal[b]->work + n * K;
+            for (int64_t g0 = 0; g0 < K; g0 += gs) {
+                double amax = 0.0;
+                for (int64_t k = g0; k < g0 + gs; k++) amax = fmax(amax, fabs((double)vsr_bf16_to_f32(w[k])));
+                for (int64_t k = g0; k < g0 + gs; k++) wm[k] += fabs((double)vsr_bf16_to_f32(w[k])) / (amax + 1e-6);
+            }
+        }
+        rows += bal[b]->L->N;
+    }
+    for (int64_t k = 0; k < K; k++) wm[k] /= (double)rows;
     float *sc = malloc(sizeof *sc * (size_t)K);
-    vsr_awq_result res;
-    vsr_err e = {0};
-    vsr_status st = vsr_awq_search(L->H, L->act_absmean, K, lin, nb, s->group, false, VSR_AWQ_DUO, VSR_AWQ_GRID, sc,
-                                   &res, &e);
-    CHECK_OK(st, e);
-    if (!st) {
+    int found = -1;
+    for (int c = 0; c < VSR_AWQ_GRID && found < 0; c++) {
+        awq_candidate(L->act_absmean, wm, K, c, sc);
+        if (reproduces(s, q, bal[0], sc)) found = c;
+    }
+    CHECK_MSG(found >= 0, "%s: none of AWQ's %d candidate scales reproduces the package's tensors", bal[0]->module,
+              VSR_AWQ_GRID);
+    if (found >= 0) {
+        if (getenv("VSR_TEST_VERBOSE"))
+            printf("#   %s: candidate %d (ratio %.4f%s)\n", bal[0]->module, found,
+                   found ? (double)(found - 1) / (VSR_AWQ_GRID - 2) : 0.0, found ? ", duo" : ", s = 1");
         for (int b = 0; b < nb; b++) {
             awq_lin *a = bal[b];
             a->c = malloc(sizeof *a->c * (size_t)K);
@@ -326,8 +395,7 @@ static void awq_mapping(setup *s, awq_lin **bal, int nb, awq_lin *prev) {
             for (int64_t k = 0; k < K; k++) prev->r[k] = sc[k];
         }
     }
-    for (int b = 0; b < nb; b++) free(lin[b].packed), free(lin[b].scale_bf16), free(lin[b].zp_packed);
-    free(sc);
+    free(wm), free(sc);
 }
 
 static void check_awq(setup *s) {
@@ -344,8 +412,7 @@ static void check_awq(setup *s) {
         const vsr_tensor *t = tensor(s->bf16, a[i].module, "weight");
         CHECK(a[i].L != NULL && t != NULL);
         if (!a[i].L || !t) goto out;
-        a[i].work = malloc(t->nbytes);
-        memcpy(a[i].work, t->data, t->nbytes);
+        a[i].work = copy_data(t);
     }
     /* the writer's mapping order per decoder layer (src/quantize/writer.c awq_unit) */
     for (int layer = 0;; layer++) {
@@ -358,9 +425,9 @@ static void check_awq(setup *s) {
             x[k] = find_lin(a, nl, m[k]);
         }
         if (!x[3] && !x[0]) break;
-        if (x[0] && x[1] && x[2]) awq_mapping(s, (awq_lin *[]){x[0], x[1], x[2]}, 3, NULL);
-        if (x[3] && x[4]) awq_mapping(s, (awq_lin *[]){x[3], x[4]}, 2, NULL);
-        if (x[5] && x[4]) awq_mapping(s, (awq_lin *[]){x[5]}, 1, x[4]);
+        if (x[0] && x[1] && x[2]) awq_mapping(s, q, (awq_lin *[]){x[0], x[1], x[2]}, 3, NULL);
+        if (x[3] && x[4]) awq_mapping(s, q, (awq_lin *[]){x[3], x[4]}, 2, NULL);
+        if (x[5] && x[4]) awq_mapping(s, q, (awq_lin *[]){x[5]}, 1, x[4]);
     }
     header("AWQ W4A16_ASYM", s->size);
     int n = 0, same = 0;
@@ -369,26 +436,21 @@ static void check_awq(setup *s) {
         layer_ctx lc;
         if (!layer_of(s, r, &lc)) continue;
         const vsr_calib_layer *L = lc.L;
-        int64_t N = L->N, K = L->K, G = K / s->group;
+        int64_t N = L->N, K = L->K;
         /* the scales are the package's: RTN of the re-derived working weight = its stored tensors */
-        uint32_t *pk = malloc(sizeof *pk * (size_t)(N * K / 8)), *zp = calloc((size_t)((N + 7) / 8 * G), 4);
-        uint16_t *sc = malloc(sizeof *sc * (size_t)(N * G));
-        vsr_quantize_int4_rtn(a[i].work, N, K, s->group, false, NULL, pk, sc, zp);
-        const vsr_tensor *tp = tensor(q, L->module, "weight_packed"), *ts = tensor(q, L->module, "weight_scale"),
-                         *tz = tensor(q, L->module, "weight_zero_point");
-        bool eq = tp && ts && tz && tp->nbytes == sizeof *pk * (size_t)(N * K / 8) && !memcmp(tp->data, pk, tp->nbytes) &&
-                  ts->nbytes == sizeof *sc * (size_t)(N * G) && !memcmp(ts->data, sc, ts->nbytes) &&
-                  tz->nbytes == 4 * (size_t)((N + 7) / 8 * G) && !memcmp(tz->data, zp, tz->nbytes);
+        bool eq = reproduces(s, q, &a[i], NULL);
         CHECK_MSG(eq, "%s: the re-derived AWQ weight does not reproduce the package's tensors", L->module);
         same += eq;
-        free(pk), free(zp), free(sc);
         /* AWQ touched the same Linears in both (input scaled / output scaled) */
         CHECK_MSG((a[i].c != NULL) == json_is_true(json_object_get(r, "input_scaled")) &&
                       (a[i].r != NULL) == json_is_true(json_object_get(r, "output_scaled")),
                   "%s: AWQ mappings differ from llm-compressor's", L->module);
         uint16_t *wq = stored_int4(q, L->module, N, K, s->group, false);
         uint16_t *wr = rtn_int4(lc.w, N, K, s->group, false);
-        if (!wq) continue;
+        if (!wq) {
+            free(wr), free(lc.w);
+            continue;
+        }
         double ours = out_error(lc.w, wq, a[i].c, a[i].r, N, K, L->H, L->n_tokens);
         double our_rtn = out_error(lc.w, wr, NULL, NULL, N, K, L->H, L->n_tokens);
         row(L->module, ours, lc.ref, our_rtn, lc.ref_rtn);
@@ -401,7 +463,7 @@ static void check_awq(setup *s) {
         agree = fmax(agree, fabs(our_rtn / lc.ref_rtn - 1.0));
         sum_ours += ours * ours, sum_ref += lc.ref * lc.ref;
         n++;
-        free(wq), free(wr);
+        free(wq), free(wr), free(lc.w);
     }
     printf("# AWQ %s: %d layers (%d reproduced byte for byte), worst ratio %.4f, all layers (rms) %.4f; RTN errors "
            "agree within %.2g\n", s->size, n, same, worst, sqrt(sum_ours / sum_ref), agree);
@@ -473,19 +535,33 @@ static void check_rtn(setup *s) {
     }
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void run_size(const char *size) {
     setup s;
+    double t0 = now_s(), t1, t2, t3;
     if (setup_open(&s, size)) {
+        t1 = now_s();
         check_gptq(&s);
+        t2 = now_s();
         check_awq(&s);
+        t3 = now_s();
         check_rtn(&s);
+        printf("# %s: %.1f s (calibration %.1f, GPTQ %.1f, AWQ %.1f, FP8 + NVFP4 %.1f)\n", size, now_s() - t0, t1 - t0,
+               t2 - t1, t3 - t2, now_s() - t3);
     }
     setup_close(&s);
 }
 
 TEST(against_llmcompressor_tiny) { run_size("tiny"); }
+TEST(against_llmcompressor_small) { run_size("small"); }
 
 int main(void) {
     RUN(against_llmcompressor_tiny);
+    RUN(against_llmcompressor_small);
     return test_summary();
 }
