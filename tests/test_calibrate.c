@@ -18,9 +18,14 @@
  *
  * Checks, per layer: ours <= 1.05 x llm-compressor's (GPTQ and AWQ), and the ratio is printed.
  * The bound has teeth: plain RTN in place of GPTQ must fail it on most layers. For AWQ the test
- * re-derives the scales our writer applied (the same mapping order and folds) and first proves
- * them by reproducing the package's int4 tensors byte for byte. FP8_DYNAMIC and NVFP4A16: every
- * tensor our writer stores for a quantized Linear has llm-compressor's dtype, shape and sha256. */
+ * needs the scales c, r our writer applied (the package does not store them): per mapping, in the
+ * writer's order, it finds which of AWQ's 20 candidate scales (computed here from llm-compressor's
+ * formula) reproduces the package's int4 tensors byte for byte, then checks every Linear's final
+ * bytes. FP8_DYNAMIC and NVFP4A16: every tensor our writer stores for a quantized Linear has
+ * llm-compressor's dtype, shape and sha256, and we store no other tensor for those Linears.
+ *
+ * Where the fixture generator or the calibration file changes, the references must be remade
+ * (docs/quantize.md, "How our GPTQ/AWQ compare with llm-compressor"); the test says so. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -133,8 +138,9 @@ static bool setup_open(setup *s, const char *size) {
     CHECK_OK(st, e);
     if (st || !(s->bf16 = open_pkg(s->bf16_dir))) return false;
     /* the same package as the references' (the fixture generator did not drift) */
-    CHECK_MSG(!strcmp(s->bf16->model_sha256, jstr(fx, "model_sha256", NULL)), "%s fixture model_sha256 %s, references %s",
-              size, s->bf16->model_sha256, jstr(fx, "model_sha256", NULL));
+    CHECK_MSG(!strcmp(s->bf16->model_sha256, jstr(fx, "model_sha256", NULL)),
+              "%s fixture model_sha256 %s, the references' %s: the fixture changed; remake the references with "
+              "tools/llmcompressor_reference.py", size, s->bf16->model_sha256, jstr(fx, "model_sha256", NULL));
     for (int i = 0; i < 2; i++) { /* both references were made from the same fixture and data */
         json_t *o = i ? s->awq : s->rtn;
         CHECK(!strcmp(jstr(o, "fixture", "model_sha256"), jstr(fx, "model_sha256", NULL)));
@@ -149,8 +155,9 @@ static bool setup_open(setup *s, const char *size) {
     st = vsr_calib_collect(s->bf16, s->calib_path, s->samples, true, true, NULL, &s->calib, sha, &used, &e);
     CHECK_OK(st, e);
     if (st) return false;
-    CHECK_MSG(!strcmp(sha, jstr(s->gptq, "calibration", "sha256")), "calibration file %s sha256 %s, references %s",
-              s->calib_path, sha, jstr(s->gptq, "calibration", "sha256"));
+    CHECK_MSG(!strcmp(sha, jstr(s->gptq, "calibration", "sha256")),
+              "calibration file %s sha256 %s, the references' %s: remake the references with "
+              "tools/llmcompressor_reference.py", s->calib_path, sha, jstr(s->gptq, "calibration", "sha256"));
     CHECK(used == s->samples);
     /* the same tokens: every Linear saw the references' token count */
     long long tokens = jint(s->gptq, "calibration", "tokens");
