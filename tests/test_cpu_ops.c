@@ -240,7 +240,7 @@ static void run_conv(const void *cv, float *out) {
 static int64_t pack_segs(vsr_segs *s, int64_t *start, int64_t *len, int64_t *pos0, const int *lens, int n) {
     int64_t r = 0;
     for (int i = 0; i < n; i++) start[i] = r, len[i] = lens[i], pos0[i] = 0, r += lens[i];
-    *s = (vsr_segs){n, start, len, pos0, 0};
+    *s = (vsr_segs){n, start, len, pos0, 0, NULL};
     return r;
 }
 

@@ -794,7 +794,7 @@ static void keep_case(const char *what, const vsr_weight_view *wv, int64_t T, in
     CHECK_OK(GB.ops->weight_upload(GB.ctx, wv, &W, &e), e);
     if (!W) return;
     int64_t start[2] = {0, T / 3}, len[2] = {T / 3, T - T / 3}, pos0[2] = {0, 0};
-    vsr_segs sg = {2, start, len, pos0, 0};
+    vsr_segs sg = {2, start, len, pos0, 0, NULL};
     float *hx = hrand(T * K, 1.0f), *hcw = hrand(C * 4, 0.5f), *hg = hrand(T * Vd, 1.0f), *hn = hrand(dv, 0.5f),
           *hA = hrand(Hv, 0.5f), *hd = hrand(Hv, 0.5f);
     void *x = up(hx, T * K), *cw = up(hcw, C * 4), *xg = up(hg, T * Vd), *nw = up(hn, dv), *A = up(hA, Hv),
@@ -912,7 +912,7 @@ TEST(strided_conv_and_gated_norm) {
     vsr_backend cb;
     CHECK_OK(vsr_backend_cpu_new(1, &cb, &e), e);
     int64_t start[3] = {0, 9, 10}, len[3] = {9, 1, 30}, pos0[3] = {0, 0, 0};
-    vsr_segs sg = {3, start, len, pos0, 0};
+    vsr_segs sg = {3, start, len, pos0, 0, NULL};
     const int64_t rows = 40, Kc = 4;
     static const int64_t Cs[][2] = {{64, 160}, {64, 162}, {36, 40}}; /* C, stride (162: unaligned rows) */
     for (int i = 0; i < 3; i++) {

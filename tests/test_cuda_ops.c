@@ -120,7 +120,7 @@ static segset mkseg(int n, const int64_t *lens) {
     s.rows = off;
     return s;
 }
-static vsr_segs vs(const segset *s) { return (vsr_segs){s->n, s->start, s->len, s->pos0, 0}; }
+static vsr_segs vs(const segset *s) { return (vsr_segs){s->n, s->start, s->len, s->pos0, 0, NULL}; }
 
 static uint16_t *bf16_rand(int64_t n, float scale) {
     uint16_t *w = malloc(2 * (size_t)n);

@@ -407,6 +407,37 @@ TEST(refusals_name_the_key_and_value) {
     json_decref(s);
 }
 
+/* The ignore list as compressed-tensors saves it: every module name (a 27B recipe: ~200; the lite
+ * fixture quantized by vllm-srun quantize: 72, refused by the old limit of 64). Up to
+ * VSR_QUANT_MAX_IGNORE entries are read; one more is refused with the count. */
+static void ignore_list_of(int n, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "ignore=[");
+    for (int i = 0; i < n && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s\"model.language_model.layers.%d.linear_attn.in_proj_a\"", i ? "," : "", i);
+    snprintf(buf + o, cap - o, "]");
+}
+
+TEST(ignore_list_limit) {
+    size_t cap = 80 * (VSR_QUANT_MAX_IGNORE + 2);
+    char *edit = malloc(cap);
+    const char *edits[2] = {edit, NULL};
+    vsr_quant_config q;
+    vsr_err err = {0};
+    ignore_list_of(VSR_QUANT_MAX_IGNORE, edit, cap);
+    vsr_status st = parse_edited(FP8_CFG, edits, &q, &err);
+    CHECK_OK(st, err);
+    if (!st) {
+        CHECK(q.n_ignore == VSR_QUANT_MAX_IGNORE);
+        CHECK(!strcmp(q.ignore[VSR_QUANT_MAX_IGNORE - 1], "model.language_model.layers.1023.linear_attn.in_proj_a"));
+        vsr_quant_config_free(&q);
+    }
+    ignore_list_of(VSR_QUANT_MAX_IGNORE + 1, edit, cap);
+    char want[96];
+    snprintf(want, sizeof want, "has %d entries, more than the %d we accept", VSR_QUANT_MAX_IGNORE + 1, VSR_QUANT_MAX_IGNORE);
+    CHECK_ERR(parse_edited(FP8_CFG, edits, &q, &err), err, VSR_E_UNSUPPORTED, want);
+    free(edit);
+}
+
 TEST(ignore_and_targets_match_like_vllm) {
     vsr_quant_config q;
     vsr_err err = {0};
@@ -737,6 +768,7 @@ int main(void) {
     RUN(accepts_old_and_new_spellings);
     RUN(refusals_name_the_key_and_value);
     RUN(ignore_and_targets_match_like_vllm);
+    RUN(ignore_list_limit);
     RUN(scheme_table);
     RUN(int4_layout_nibbles_offsets_zero_points_g_idx);
     RUN(nvfp4_and_fp8_layout_by_hand);

@@ -134,8 +134,9 @@ def main():
     ap.add_argument("--package", help="use this already-written package (same --size/--seed) instead of writing one")
     ap.add_argument("--device", default="cpu", help="torch device for the reference (cpu, cuda)")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"],
-                    help="the reference's arithmetic (float64: the same weights, computed in double)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"],
+                    help="the reference's arithmetic (float64: the same weights, computed in double; bfloat16: "
+                         "the backbone as a BF16 model runs in transformers on a GPU, the heads in FP32)")
     a = ap.parse_args()
 
     cmd = [a.vsr_bin, "fixture", "OUT", "--family", "vela2", "--size", a.size, "--seed", str(a.seed)]
@@ -152,13 +153,14 @@ def main():
     tcfg._attn_implementation = "eager"
     dev = torch.device(a.device)
     model = Qwen3_5TextModel(tcfg).float().eval()
-    dt = torch.float64 if a.dtype == "float64" else torch.float32
+    dt = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(a.dtype, torch.float32)
+    ht = torch.float32 if a.dtype == "bfloat16" else dt  # the heads' arithmetic
     sd = {k[len("backbone."):]: v for k, v in t.items() if k.startswith("backbone.")}
     missing, unexpected = model.load_state_dict(sd, strict=False)
     assert not unexpected, unexpected
     assert all("rotary" in k for k in missing), missing
     model.to(device=dev, dtype=dt)
-    heads = {k: v.to(dt) for k, v in t.items() if not k.startswith("backbone.")}
+    heads = {k: v.to(ht) for k, v in t.items() if not k.startswith("backbone.")}
     broad = any(k.startswith("span_broad.") for k in heads)
     vocab = tcfg.vocab_size
     hd = int(cfg["head_dim"])
@@ -172,7 +174,7 @@ def main():
                 nc = len(tree["ctx"])
                 ids = torch.tensor([row], dtype=torch.long, device=dev)
                 pos = torch.arange(len(row), device=dev)[None, :]
-                h = model(input_ids=ids, position_ids=pos).last_hidden_state[0].to(dt).cpu()
+                h = model(input_ids=ids, position_ids=pos).last_hidden_state[0].to(ht).cpu()
                 if blk["kind"] == "span":
                     words = h[[nc + p for p in blk["word_pos"]]]
                     labels = torch.stack([h[nc + s: nc + e + 1].mean(0)
@@ -197,8 +199,10 @@ def main():
         "made_by": "tools/vela2_reference.py",
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
         "device": a.device,
-        "numerics": "Qwen3_5TextModel in FP32 (weights widened from the stored BF16), eager attention; heads in "
-                    "torch FP32 (LayerNorm eps 1e-5, exact GELU)",
+        "numerics": ("Qwen3_5TextModel in BF16 (the stored weights), eager attention, final hidden widened to FP32"
+                     if a.dtype == "bfloat16" else
+                     f"Qwen3_5TextModel in {'FP64' if a.dtype == 'float64' else 'FP32'} (weights widened from the stored BF16), eager attention")
+                    + f"; heads in torch {'FP64' if a.dtype == 'float64' else 'FP32'} (LayerNorm eps 1e-5, exact GELU)",
         "positions": "each block runs as the causal sequence context ++ block, positions 0..L-1, no padding",
         "ids_formula": "ids[i] = (seed * 1000003 + i * 7919 + (i * i) % 104729) % vocab_size (written out below)",
         "hidden_size": int(tcfg.hidden_size),

@@ -51,10 +51,10 @@ vsr_status vsr_model_forward_last(vsr_model *m, int n_rows, const int32_t *const
 vsr_status vsr_model_forward_gather(vsr_model *m, int n_rows, const int32_t *const *ids, const int *lens,
                                     const int *n_pos, const int32_t *const *pos, float *hidden, vsr_err *err);
 
-/* Shape buckets (issue 25). Where forwards are recorded (CUDA graphs) and the model is causal,
- * forward_last pads each batch to a bucket: every row to the length bucket of the longest row,
- * the row count to a row bucket, pad tokens after each row's own (read by nothing real), so a
- * bucket's recording replays for any batch that falls in it. Answers are those of the unpadded
+/* Shape buckets (issue 25). Where forwards are recorded (CUDA graphs), forward_last pads each
+ * Decision 3.0 batch to a bucket: every row to the length bucket of the longest row, the row count
+ * to a row bucket, pad tokens after each row's own (read by nothing real: attention, causal or
+ * not, reads only a row's real keys), so a bucket's recording replays for any batch that falls in it. Answers are those of the unpadded
  * rows computed at the bucket's shape. VSR_BUCKETS=0 turns this off; =1 turns it on for any
  * backend (the CPU then pads the same way: tests). */
 int64_t vsr_model_bucket_len(int64_t tokens); /* 16..128 by 16, then 4 steps per octave */

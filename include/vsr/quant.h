@@ -39,7 +39,7 @@ typedef struct vsr_scheme_traits {
 const vsr_scheme_traits *vsr_scheme_info(vsr_scheme s);
 bool vsr_scheme_parse(const char *name, vsr_scheme *out); /* CLI --scheme names */
 
-#define VSR_QUANT_MAX_IGNORE 64
+#define VSR_QUANT_MAX_IGNORE 1024 /* a 27B recipe expanded to module names: ~200 (issue 22's writer) */
 #define VSR_QUANT_MAX_TARGETS 16
 
 typedef struct vsr_quant_config {

@@ -60,16 +60,20 @@ typedef struct vsr_weight_view {
 typedef struct vsr_bweight vsr_bweight;
 
 /* Sequences packed back to back: sequence s holds rows [start[s], start[s] + len[s]) of a
- * token buffer; pos0[s] is the rotary position of its first token. `staged` (bucketed forwards,
- * rows_stage): the row table staged with the token ids holds pos0 at its start, and a backend
- * that records forwards reads the positions from there, so that a replay takes the next
- * request's; pos0 holds the same values (checks, backends that do not record). */
+ * token buffer; pos0[s] is the rotary position of its first token. keys (NULL: every row) gives
+ * the rows of each sequence that attention reads as keys, its first keys[s] (a bucketed forward's
+ * real tokens; the pad tokens after them are never attended to). `staged` (bucketed forwards,
+ * rows_stage): the row table staged with the token ids holds pos0 at [0, n) and keys at [2n, 3n)
+ * (the gathered indices between), and a backend that records forwards reads them from there, so
+ * that a replay takes the next request's; pos0 and keys hold the same values (checks, backends
+ * that do not record). */
 typedef struct vsr_segs {
     int n;
     const int64_t *start;
     const int64_t *len;
     const int64_t *pos0;
     int staged;
+    const int64_t *keys;
 } vsr_segs;
 
 typedef struct vsr_backend_ops {

@@ -604,10 +604,10 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
     if (m->rot > 0 && (st = rope_tables(m, max_tokens, err))) goto fail;
     m->max_len = max_tokens;
     m->gather_tab_off = -1;
-    /* Shape buckets where forwards are recorded and a pad token can be left unread (causal); VSR_BUCKETS=0
-     * turns them off, =1 on for any backend (tests: the CPU pads as the GPU does). */
+    /* Shape buckets where forwards are recorded; VSR_BUCKETS=0 turns them off, =1 on for any backend
+     * (tests: the CPU pads as the GPU does). */
     const char *bk = getenv("VSR_BUCKETS");
-    m->buckets = pkg->family == VSR_FAMILY_DECISION3 && m->causal &&
+    m->buckets = pkg->family == VSR_FAMILY_DECISION3 &&
                  (bk && *bk ? strcmp(bk, "0") != 0
                             : m->be.ops->graph_begin && m->be.ops->rows_stage && m->be.ops->gather_rows_staged);
     for (int64_t T = MAX_ROWS_PLANNED * max_tokens;; T /= 2) {
@@ -860,10 +860,11 @@ static uint64_t graph_key(const vsr_model *m, int R, const int *lens, int want_l
  * one, so a bucketed model pads every forward_last batch to a bucket: each row to one length
  * bucket (that of the batch's longest row), the row count to a row bucket (rows of pad tokens).
  * Row r keeps its tokens at the start of its slot and its positions (those of the left-padded
- * batch, Lmax - len + i); the pad tokens follow it, so in a causal model (attention, the DeltaNet
- * recurrence and its causal convolution) nothing a real token computes reads them; each row's
- * last real token is gathered. What differs per request within a bucket, each row's rotary start
- * and the gathered indices, goes in the row table (rows_stage) that a replay copies with the ids.
+ * batch, Lmax - len + i); the pad tokens follow it, so nothing a real token computes reads them:
+ * the DeltaNet recurrence and its convolution are causal, and attention reads each row's first
+ * keys[r] = len[r] keys only (causal or not); each row's last real token is gathered. What
+ * differs per request within a bucket (each row's rotary start, the gathered indices, the keys
+ * read) goes in the row table (rows_stage) that a replay copies with the ids.
  * Lengths: multiples of 16 up to 128, then four steps per octave (160, 192, 224, 256, 320, ...):
  * at most 25 % padding, about 11 % on average. Rows: 1-4, then two steps per octave (6, 8, 12,
  * 16, 24, ...). */
@@ -916,22 +917,24 @@ static vsr_status forward_bucketed(vsr_model *m, int R, const int32_t *const *id
         free(all);
         return vsr_err_set(err, VSR_E_NOMEM, "forward: out of memory");
     }
-    /* the row table: pos0[Rb] then the gathered indices last[Rb] */
-    int64_t *start = segbuf, *len = segbuf + Rb, *tab = segbuf + 2 * Rb, *pos0 = tab, *last = tab + Rb;
+    /* the row table: pos0[Rb], the gathered indices last[Rb], the keys each row reads keys[Rb] */
+    int64_t *start = segbuf, *len = segbuf + Rb, *tab = segbuf + 2 * Rb, *pos0 = tab, *last = tab + Rb,
+            *keys = tab + 2 * Rb;
     const int32_t pad = 0; /* any id: nothing real reads a pad token */
     for (int r = 0; r < Rb; r++) {
         const int n = r < R ? lens[r] : 0;
         start[r] = (int64_t)r * Lb, len[r] = Lb;
         pos0[r] = r < R ? Lmax - n : 0;
         last[r] = start[r] + (r < R ? n - 1 : Lb - 1);
+        keys[r] = r < R ? n : Lb;
         if (n) memcpy(all + start[r], ids[r], sizeof(int32_t) * (size_t)n);
         for (int64_t t = n; t < Lb; t++) all[start[r] + t] = pad;
     }
-    vsr_segs sg = {Rb, start, len, pos0, 1};
+    vsr_segs sg = {Rb, start, len, pos0, 1, keys};
     int want_logits = logits != NULL, replayed = 0;
     const int graphs = B->graph_begin && !m->tap;
     m->gather_tab_off = Rb;
-    if (B->rows_stage && (st = B->rows_stage(X, tab, 2 * (int64_t)Rb, err))) goto out;
+    if (B->rows_stage && (st = B->rows_stage(X, tab, 3 * (int64_t)Rb, err))) goto out;
     if (graphs && (st = B->graph_begin(X, bucket_key(m, Rb, Lb, want_logits), all, T, &replayed, err))) goto out;
     if (!replayed) {
         st = run_ops(m, &a, Rb, T, all, &sg, last, want_logits, err);
@@ -1001,7 +1004,7 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
             for (int i = 0; i < n_pos[r]; i++) last[g++] = off + pos[r][i];
         memcpy(all + off, ids[r], sizeof(int32_t) * (size_t)lens[r]);
     }
-    vsr_segs sg = {R, start, len, pos0, 0};
+    vsr_segs sg = {R, start, len, pos0, 0, NULL};
     int want_logits = logits != NULL, replayed = 0;
     const int graphs = B->graph_begin && !m->tap && G <= GRAPH_MAX_GATHER;
     /* A repeated shape replays the recorded forward (CUDA graphs) with these ids. */

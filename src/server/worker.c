@@ -11,6 +11,9 @@
 #include "vsr/progress.h"
 
 #define COST_INIT 2e-5  /* seconds per token before the first forward (then an EMA) */
+/* rows per coalesced forward: the CUDA backend's sequences per call and the largest row bucket
+ * (195 rows of 64 clients' requests were refused by conv1d_silu on the H200 before this) */
+#define SRV_MAX_BATCH_ROWS 128
 
 static const char *const state_names[] = {"starting", "loading", "warming", "ready", "failed"};
 const char *srv_state_name(srv_state s) { return state_names[s]; }
@@ -273,7 +276,7 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
     while (take < n) {
         int64_t w = padded8(vsr_decision_row_tokens(&r[take]));
         int64_t nw = w > width ? w : width;
-        if (take && nw * (take + 1) > m->max_batch_tokens) break;
+        if (take && (nw * (take + 1) > m->max_batch_tokens || take >= SRV_MAX_BATCH_ROWS)) break;
         width = nw;
         take++;
     }

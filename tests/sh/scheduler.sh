@@ -146,9 +146,26 @@ same = all(x == y for x, y in zip(exact, exact2))
 print(f"{len(reqs)} concurrent requests, worst |dp| against exact {worst:.2e}; exact unchanged: {same}")
 sys.exit(0 if worst <= 0.02 and same else 1)
 EOF
+# at most 128 rows per coalesced forward (the CUDA backend's sequences per call; 64 clients once
+# packed 195 rows and the H200 refused the forward): 80 concurrent requests of 8 questions
+python3 - "$URL" <<'EOF' || bad "80 concurrent batching requests did not all answer"
+import json, sys, threading, urllib.request
+url = sys.argv[1]
+def post(i):
+    qs = {f"q{k}": {"type": "noul", "instructions": f"Is claim {k} of message {i} polite?"} for k in range(8)}
+    b = {"state": f"message {i}: thanks for the quick reply", "questions": qs, "options": {"profile": "batching"}}
+    r = urllib.request.Request(url + "/v1/decisions", data=json.dumps(b).encode(), headers={"content-type": "application/json"})
+    json.load(urllib.request.urlopen(r, timeout=120))
+ts = [threading.Thread(target=post, args=(i,)) for i in range(80)]
+[t.start() for t in ts]; [t.join() for t in ts]
+EOF
 met=$(curl -s "$URL/metrics")
 big=$(echo "$met" | awk '/^vllm_srun_batch_rows_bucket\{le="8"\}/{a=$2} /^vllm_srun_batch_rows_count/{b=$2} END{print b-a}')
+
 [ "${big:-0}" -gt 0 ] && ok "$big forwards carried more than 8 rows (rows of several requests)" || bad "no coalesced forward: $(echo "$met" | grep batch_rows)"
+over=$(echo "$met" | awk '/^vllm_srun_batch_rows_bucket\{le="128"\}/{a=$2} /^vllm_srun_batch_rows_count/{b=$2} END{print b-a}')
+wide=$(echo "$met" | awk '/^vllm_srun_batch_rows_bucket\{le="64"\}/{a=$2} /^vllm_srun_batch_rows_count/{b=$2} END{print b-a}')
+[ "${over:-1}" = 0 ] && [ "${wide:-0}" -gt 0 ] && ok "no coalesced forward above 128 rows ($wide carried 65-128)" || bad "rows per forward: over 128: $over, 65-128: $wide"
 echo "$met" | grep -q 'profile="batching"' && ok "/metrics model_info names the profile" || bad "metrics profile"
 stop
 exit $fail

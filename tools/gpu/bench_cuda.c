@@ -102,7 +102,7 @@ static void run_shape(int R, int L) {
     const int64_t Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, T = (int64_t)R * L;
     int64_t start[8], len[8], pos0[8];
     for (int r = 0; r < R; r++) start[r] = (int64_t)r * L, len[r] = L, pos0[r] = 0;
-    vsr_segs sg = {R, start, len, pos0, 0};
+    vsr_segs sg = {R, start, len, pos0, 0, NULL};
     float *x = buf(T * D), *h = buf(T * D), *t0 = buf(T * 2 * H * hd), *t1 = buf(T * C), *t2 = buf(T * Vd),
           *t3 = buf(T * Vd), *t4 = buf(T * H * hd), *tb = buf(T * Hv), *ta = buf(T * Hv), *mg = buf(T * I),
           *mu = buf(T * I), *st = buf((int64_t)R * Hv * dk * dv), *so = buf(T * I), *go = buf(T * Vd);

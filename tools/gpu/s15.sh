@@ -4,7 +4,8 @@
 #   here:   bash tools/gpu/s15.sh build   -> .gpuc/s15.tar.xz (carry ".gpuc"): vllm-srun, vllm-sr,
 #           openai_upstream, test_cuda_ops, test_cuda_fused, test_cuda_quant, test_buckets,
 #           test_vela2_model, host libraries they need (libmicrohttpd, libcurl closures)
-#   there:  bash tools/gpu/s15.sh run [steps]  (steps: tests traffic fair; default all) -> $OUT:
+#   there:  bash tools/gpu/s15.sh run [steps]  (steps: tests buckets vela2 traffic fair fp8switch; default
+#           tests traffic fair; tests includes buckets and vela2) -> $OUT/s15-<steps>.tgz:
 #     tests:   the CUDA op/fused/quant tests, test_buckets on cuda:0 (bucketed vs VSR_BUCKETS=0 at
 #              0.02, warm-up), the vela2 references on cuda:0 at 0.02;
 #     traffic: bench/traffic_bench.sh on the lite fixture, buckets on (warm-up 8192) and off, each
@@ -52,6 +53,10 @@ S=$PWD/.gpus
 # everything under $OUT/s15, packed into $OUT/s15-<steps>.tgz at the end (the tool returns at most 8 files)
 FINAL_OUT=$OUT; OUT=$OUT/s15; mkdir -p "$OUT"
 trap 'tar -czf "$FINAL_OUT/s15-$(echo $STEPS | tr " " _).tgz" -C "$FINAL_OUT" s15 && rm -rf "$FINAL_OUT/s15"' EXIT
+# carried host libraries only where the image lacks them: one that shadows the image's own breaks its tools
+# (the image's curl with this machine's older libcurl: "undefined symbol: curl_global_trace")
+for f in "$S"/lib/*; do ldconfig -p | grep -qE "^[[:space:]]*$(basename "$f") " && rm -f "$f"; done
+echo "carried libraries kept: $(ls "$S"/lib | tr '\n' ' ')"
 export LD_LIBRARY_PATH="$S/lib:${LD_LIBRARY_PATH:-}" VSR_REPO=$PWD VSR_NO_PROGRESS=1 HF_HUB_CACHE=/tmp/store
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,power.limit --format=csv,noheader | tee "$OUT/env.txt"
 gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
@@ -65,11 +70,28 @@ if step tests; then
   done
   ( cd /tmp && timeout 200 $S/test_cuda_quant ) > "$OUT/test_cuda_quant.log" 2>&1; r=$?
   echo "test_cuda_quant rc=$r $(tail -1 "$OUT/test_cuda_quant.log")"; [ $r = 0 ] || { rc=1; grep -E "FAIL|failed" "$OUT/test_cuda_quant.log" | head -8; }
+fi
+if step buckets || step tests; then
   VSR_BK_DEVICE=cuda:0 VSR_BK_TOL=0.02 timeout 200 $S/test_buckets > "$OUT/test_buckets.log" 2>&1; r=$?
   echo "test_buckets (cuda:0) rc=$r"; tail -9 "$OUT/test_buckets.log"; [ $r = 0 ] || rc=1
+fi
+if step vela2 || step tests; then
+  # against the committed FP32 CPU references (informative on a GPU: BF16 activations against FP32), then
+  # against transformers' BF16 model on this GPU (what the reference runtime computes), bound 0.02
   VSR_V2_DEVICE=cuda:0 VSR_V2_TOL=0.02 VSR_V2_REFS=vela2-tiny-seed7.json,vela2-small-seed7.json \
-    timeout 200 $S/test_vela2_model > "$OUT/test_vela2_model.log" 2>&1; r=$?
-  echo "test_vela2_model (cuda:0) rc=$r $(tail -1 "$OUT/test_vela2_model.log")"; [ $r = 0 ] || { rc=1; tail -6 "$OUT/test_vela2_model.log"; }
+    timeout 200 $S/test_vela2_model > "$OUT/test_vela2_model_fp32refs.log" 2>&1; r=$?
+  echo "test_vela2_model vs FP32 CPU references (cuda:0) rc=$r: $(grep -h 'worst normalised' "$OUT/test_vela2_model_fp32refs.log" | tr '\n' ' ')"
+  refs=""
+  for size in tiny small; do
+    python3 tools/vela2_reference.py --vsr-bin $S/vllm-srun --size $size --seed 7 --device cuda --dtype bfloat16 \
+      --out "$OUT/vela2-$size-seed7-bf16-cuda.json" > "$OUT/vela2_ref_$size.log" 2>&1 \
+      && refs="$refs${refs:+,}$OUT/vela2-$size-seed7-bf16-cuda.json" || { echo "vela2 reference $size failed"; tail -3 "$OUT/vela2_ref_$size.log"; }
+  done
+  if [ -n "$refs" ]; then
+    VSR_V2_DEVICE=cuda:0 VSR_V2_TOL=0.02 VSR_V2_REFS=$refs timeout 200 $S/test_vela2_model > "$OUT/test_vela2_model.log" 2>&1; r=$?
+    echo "test_vela2_model vs transformers BF16 on cuda (cuda:0) rc=$r: $(grep -h 'worst normalised' "$OUT/test_vela2_model.log" | tr '\n' ' ')"
+    [ $r = 0 ] || rc=1
+  else rc=1; fi
 fi
 
 LITE=/tmp/lite
@@ -82,7 +104,7 @@ if step traffic; then
     m0=$(gpu_mem)
     if [ $mode = buckets ]; then env=(); else env=(VSR_BUCKETS=0); fi
     t0=$(date +%s.%N)
-    env "${env[@]}" VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh lite-h200-$mode $LITE cuda:0 256 \
+    env "${env[@]}" VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh lite-h200-$mode $LITE cuda:0 ${TRAFFIC_N:-256} \
       > "$OUT/traffic-$mode.log" 2>&1 || { rc=1; echo "traffic $mode failed"; tail -5 "$OUT/traffic-$mode.log"; }
     echo "traffic $mode: $(grep -m1 'ready after' "$OUT/traffic-$mode.log") (GPU memory used before start ${m0} MiB) total $(python3 -c "print(round($(date +%s.%N)-$t0))") s"
     rm -f $OUT/lite-h200-$mode.png
@@ -112,7 +134,7 @@ EOF
   small='{"state":"hello there","questions":{"greet":{"type":"noul","instructions":"Is this a greeting?"}}}'
   for body in /tmp/bigs.json; do
     curl -s -o /dev/null -w 'small alone: %{time_total} s\n' -H 'content-type: application/json' -d "$small" http://127.0.0.1:18778/v1/decisions
-    for k in 1 2 3 4; do
+    for k in 1 2; do
       curl -s -D /tmp/bh -o /tmp/bo -w "%{time_total}" -H 'content-type: application/json' --data-binary @$body http://127.0.0.1:18778/v1/decisions > /tmp/bt &
       bp=$!
       sleep 0.3
@@ -123,6 +145,12 @@ EOF
   done | tee "$OUT/fair.txt"
   curl -s http://127.0.0.1:18778/metrics | grep -E '^vsr_forward|^vsr_rows_per_forward' | head -12 >> "$OUT/fair.txt"
   kill -TERM $pid; wait $pid
+fi
+if step fp8switch; then
+  # issue 21: a managed deployment switched from BF16 to FP8 by SIGHUP keeps serving (tools/gpu/router_fp8_switch.sh)
+  OUT=$OUT/fp8sw FP8SW_READY_TIMEOUT_S=${FP8SW_READY_TIMEOUT_S:-150} FP8SW_SWITCH_TIMEOUT_S=${FP8SW_SWITCH_TIMEOUT_S:-150} \
+    bash tools/gpu/router_fp8_switch.sh "$S" > "$OUT/fp8sw.log" 2>&1; r=$?
+  echo "router_fp8_switch rc=$r"; tail -15 "$OUT/fp8sw.log"; [ $r = 0 ] || rc=1
 fi
 echo "s15 rc=$rc"
 exit $rc

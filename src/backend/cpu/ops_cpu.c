@@ -669,7 +669,7 @@ static void attn_fn(void *p, int64_t b, int64_t e, int worker) {
         int h = (int)(u % j->H), hk = h / rep;
         while (r >= j->seg->start[s] + j->seg->len[s]) s++;
         int64_t s0 = j->seg->start[s];
-        int64_t nk = j->causal ? r - s0 + 1 : j->seg->len[s];
+        int64_t nk = j->causal ? r - s0 + 1 : j->seg->keys ? j->seg->keys[s] : j->seg->len[s];
         const float *q = j->q + r * j->qs + (int64_t)h * d;
         float mx = -INFINITY;
         for (int64_t t = 0; t < nk; t++) {
@@ -732,7 +732,7 @@ static void attn_blk_fn(void *p, int64_t b, int64_t e, int worker) {
         int64_t nqb = (len + ATT_QB - 1) / ATT_QB;
         int hk = (int)(loc / nqb);
         int64_t q0 = (loc % nqb) * ATT_QB, q1 = q0 + ATT_QB < len ? q0 + ATT_QB : len, nq = q1 - q0;
-        int64_t nk = j->causal ? q1 : len;
+        int64_t nk = j->causal ? q1 : j->seg->keys ? j->seg->keys[s] : len;
         for (int64_t t = 0; t < nk; t++) {
             const float *kr = j->k + (s0 + t) * kvs + (int64_t)hk * d;
             const float *vr = j->v + (s0 + t) * kvs + (int64_t)hk * d;

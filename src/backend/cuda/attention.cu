@@ -144,8 +144,8 @@ template <int D, int BN> struct tc_cfg {
 template <int D, int BN>
 __global__ void __launch_bounds__(TC_WARPS * 32, 2)
     k_attn_tc(const float *__restrict__ q, int64_t qs, const __nv_bfloat16 *__restrict__ kb,
-              const __nv_bfloat16 *__restrict__ vb, const tc_segs s, int H, int Hkv, float scale_log2, int causal,
-              int qvec, float *__restrict__ out) {
+              const __nv_bfloat16 *__restrict__ vb, const tc_segs s, const int64_t *__restrict__ keys, int H, int Hkv,
+              float scale_log2, int causal, int qvec, float *__restrict__ out) {
     constexpr int LD = tc_cfg<D, BN>::LD;
     constexpr int NB = BN / 8; /* n-blocks of S per warp */
     constexpr int DB = D / 8;  /* n-blocks of O per warp */
@@ -156,6 +156,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2)
 
     const int sg = blockIdx.z, hk = blockIdx.y, G = H / Hkv;
     const int64_t L = s.len[sg], s0 = s.start[sg], nrows = L * G;
+    const int64_t Lk = keys ? keys[sg] : L; /* keys read (a bucketed forward's real tokens) */
     const int64_t rb = causal ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t r0 = rb * TC_BM;
     if (r0 >= nrows) return;
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2)
 
     /* keys this block needs: every key of the sequence, or up to its last query */
     const int64_t rlast = r0 + TC_BM - 1 < nrows - 1 ? r0 + TC_BM - 1 : nrows - 1;
-    const int64_t nk = causal ? rlast / G + 1 : L;
+    const int64_t nk = causal ? rlast / G + 1 : Lk;
     const int ntiles = (int)((nk + BN - 1) / BN);
 
     const __nv_bfloat16 *kbase = kb + s0 * kvs + (int64_t)hk * D;
@@ -208,11 +209,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 2)
     for (int e = 0; e < 2; e++) {
         int64_t r = r0 + w * 16 + g + 8 * e;
         int64_t qi = r < nrows ? r / G : L - 1; /* rows past the end: any finite softmax, not stored */
-        lim[e] = (int)(causal ? qi + 1 : L);
+        lim[e] = (int)(causal ? qi + 1 : Lk);
     }
     /* the warp's largest limit: tiles at or past it are fully masked for the warp */
     int64_t wr = r0 + w * 16 + 15 < nrows - 1 ? r0 + w * 16 + 15 : nrows - 1;
-    const int64_t wlim = causal ? wr / G + 1 : L;
+    const int64_t wlim = causal ? wr / G + 1 : Lk;
 
     float o[DB][4];
 #pragma unroll
@@ -427,8 +428,8 @@ __device__ __forceinline__ void wg_pack(const float (&sc)[32], uint32_t (&pa)[WG
 template <int D, bool PIPE, bool QBATCH>
 __global__ void __launch_bounds__(256, 1)
     k_attn_wg(const float *__restrict__ q, int64_t qs, const __nv_bfloat16 *__restrict__ kb,
-              const __nv_bfloat16 *__restrict__ vb, const tc_segs s, int H, int Hkv, float scale_log2, int causal,
-              int qvec, float *__restrict__ out) {
+              const __nv_bfloat16 *__restrict__ vb, const tc_segs s, const int64_t *__restrict__ keys, int H, int Hkv,
+              float scale_log2, int causal, int qvec, float *__restrict__ out) {
 #ifdef ATTN_WG_ON
     constexpr int CH = D / 8; /* 16-byte chunks per row */
     constexpr int DJ = D / 8; /* 8-column blocks of O */
@@ -439,6 +440,7 @@ __global__ void __launch_bounds__(256, 1)
 
     const int sg = blockIdx.z, hk = blockIdx.y, G = H / Hkv;
     const int64_t L = s.len[sg], s0 = s.start[sg], nrows = L * G;
+    const int64_t Lk = keys ? keys[sg] : L; /* keys read (a bucketed forward's real tokens) */
     const int64_t rb = causal ? (int64_t)gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t r0 = rb * WG_ROWS;
     if (r0 >= nrows) return;
@@ -448,10 +450,10 @@ __global__ void __launch_bounds__(256, 1)
     /* keys the block needs, and the tiles a warpgroup computes (wgmma is warpgroup-wide, so the
      * causal skip is per warpgroup; a warpgroup wholly past the sequence computes nothing) */
     const int64_t rlast = r0 + WG_ROWS - 1 < nrows - 1 ? r0 + WG_ROWS - 1 : nrows - 1;
-    const int64_t nk = causal ? rlast / G + 1 : L;
+    const int64_t nk = causal ? rlast / G + 1 : Lk;
     const int ntiles = (int)((nk + WG_BN - 1) / WG_BN);
     const int64_t wfirst = r0 + wg * 64, wlast = wfirst + 63 < nrows - 1 ? wfirst + 63 : nrows - 1;
-    const int64_t wlim = wfirst >= nrows ? 0 : causal ? wlast / G + 1 : L;
+    const int64_t wlim = wfirst >= nrows ? 0 : causal ? wlast / G + 1 : Lk;
 
     const __nv_bfloat16 *kbase = kb + s0 * kvs + (int64_t)hk * D;
     const __nv_bfloat16 *vbase = vb + s0 * kvs + (int64_t)hk * D;
@@ -536,7 +538,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int e = 0; e < 2; e++) {
         int64_t r = r0 + wg * 64 + w * 16 + g + 8 * e;
         int64_t qi = r < nrows ? r / G : L - 1; /* rows past the end: any finite softmax, not stored */
-        lim[e] = (int)(causal ? qi + 1 : L);
+        lim[e] = (int)(causal ? qi + 1 : Lk);
     }
 
     float o[D / 2];
@@ -687,8 +689,8 @@ __global__ void __launch_bounds__(256, 1)
 
 template <int D, int BN>
 static vsr_status tc_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_bfloat16 *kb,
-                            const __nv_bfloat16 *vb, const tc_segs &s, int64_t max_len, int H, int Hkv, float scale,
-                            int causal, int qvec, float *out, vsr_err *err) {
+                            const __nv_bfloat16 *vb, const tc_segs &s, const int64_t *keys, int64_t max_len, int H,
+                            int Hkv, float scale, int causal, int qvec, float *out, vsr_err *err) {
     size_t smem = tc_cfg<D, BN>::smem;
     vsr_status st = cuda_check(c, cudaFuncSetAttribute(k_attn_tc<D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        (int)smem),
@@ -698,15 +700,15 @@ static vsr_status tc_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_
     if (bx > 0x7fffffff) return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: attention: %lld tokens in one sequence",
                                             c->device, (long long)max_len);
     dim3 grid((unsigned)bx, (unsigned)Hkv, (unsigned)s.n);
-    k_attn_tc<D, BN><<<grid, TC_WARPS * 32, smem, c->stream>>>(q, qs, kb, vb, s, H, Hkv, scale * 1.4426950408889634f,
+    k_attn_tc<D, BN><<<grid, TC_WARPS * 32, smem, c->stream>>>(q, qs, kb, vb, s, keys, H, Hkv, scale * 1.4426950408889634f,
                                                               causal, qvec, out);
     return cuda_check_launch(c, "attention (tensor cores)", err);
 }
 
 template <int D, bool PIPE, bool QBATCH>
 static vsr_status wg_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_bfloat16 *kb, const __nv_bfloat16 *vb,
-                            const tc_segs &s, int64_t max_len, int H, int Hkv, float scale, int causal, int qvec,
-                            float *out, vsr_err *err) {
+                            const tc_segs &s, const int64_t *keys, int64_t max_len, int H, int Hkv, float scale,
+                            int causal, int qvec, float *out, vsr_err *err) {
     size_t smem = wg_cfg<D>::smem;
     vsr_status st = cuda_check(c, cudaFuncSetAttribute(k_attn_wg<D, PIPE, QBATCH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        (int)smem),
@@ -716,7 +718,7 @@ static vsr_status wg_launch(cuda_ctx *c, const float *q, int64_t qs, const __nv_
     if (bx > 0x7fffffff) return vsr_err_set(err, VSR_E_UNSUPPORTED, "cuda:%d: attention: %lld tokens in one sequence",
                                             c->device, (long long)max_len);
     dim3 grid((unsigned)bx, (unsigned)Hkv, (unsigned)s.n);
-    k_attn_wg<D, PIPE, QBATCH><<<grid, 256, smem, c->stream>>>(q, qs, kb, vb, s, H, Hkv, scale * 1.4426950408889634f, causal, qvec,
+    k_attn_wg<D, PIPE, QBATCH><<<grid, 256, smem, c->stream>>>(q, qs, kb, vb, s, keys, H, Hkv, scale * 1.4426950408889634f, causal, qvec,
                                                  out);
     return cuda_check_launch(c, "attention (wgmma)", err);
 }
@@ -737,8 +739,8 @@ static int attn_version(void) {
 }
 
 extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs, const float *k, const float *v,
-                                        const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal,
-                                        float *out, int *taken, vsr_err *err) {
+                                        const vsr_segs *seg, const int64_t *keys, int H, int Hkv, int d, float scale,
+                                        int causal, float *out, int *taken, vsr_err *err) {
     *taken = 0;
     /* VSR_CUDA_ATTN_FP32=1 keeps every shape on the FP32 kernel (A/B timing, bench/NOTES.md) */
     const char *fp32 = getenv("VSR_CUDA_ATTN_FP32");
@@ -770,7 +772,7 @@ extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs,
      * 64 / 128 / 256 (one 128-byte swizzle row is 64 BF16); the others stay on v1 */
     int ver = attn_version();
     if (ver > 1 && c->cc_major == 9 && c->cc_minor == 0 && (d == 64 || d == 128 || d == 256)) {
-#define WGL(D, P, B) wg_launch<D, P, B>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err)
+#define WGL(D, P, B) wg_launch<D, P, B>(c, q, qs, kb, vb, s, keys, max_len, H, Hkv, scale, causal, qvec, out, err)
 #define WGD(P, B) (d == 64 ? WGL(64, P, B) : d == 128 ? WGL(128, P, B) : WGL(256, P, B))
         const char *qb = getenv("VSR_CUDA_ATTN_QBATCH");
         int batch = !(qb && qb[0] == '0');
@@ -781,10 +783,10 @@ extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs,
     }
     /* v1, BN: keys per tile, so two blocks fit on a multiprocessor (d 256: 101 KB each) */
     switch (d) {
-    case 32: return tc_launch<32, 64>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err);
-    case 64: return tc_launch<64, 64>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err);
-    case 128: return tc_launch<128, 64>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err);
-    default: return tc_launch<256, 32>(c, q, qs, kb, vb, s, max_len, H, Hkv, scale, causal, qvec, out, err);
+    case 32: return tc_launch<32, 64>(c, q, qs, kb, vb, s, keys, max_len, H, Hkv, scale, causal, qvec, out, err);
+    case 64: return tc_launch<64, 64>(c, q, qs, kb, vb, s, keys, max_len, H, Hkv, scale, causal, qvec, out, err);
+    case 128: return tc_launch<128, 64>(c, q, qs, kb, vb, s, keys, max_len, H, Hkv, scale, causal, qvec, out, err);
+    default: return tc_launch<256, 32>(c, q, qs, kb, vb, s, keys, max_len, H, Hkv, scale, causal, qvec, out, err);
     }
 }
 
@@ -800,7 +802,8 @@ static size_t att_smem(int d) { return sizeof(float) * ((size_t)ATT_KT * (d + 1)
 
 __global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restrict__ q, int64_t qs, const float *__restrict__ k,
                                                          const float *__restrict__ v, const dsegs s, int H, int Hkv, int d,
-                                                         float scale, int causal, float *__restrict__ out) {
+                                                         float scale, int causal, const int64_t *__restrict__ keys,
+                                                         float *__restrict__ out) {
     extern __shared__ float sm[];
     float *Ks = sm, *Vs = Ks + ATT_KT * (d + 1), *Qs = Vs + ATT_KT * d;
     const int sg = blockIdx.z, h = blockIdx.y, hk = h / (H / Hkv);
@@ -820,7 +823,7 @@ __global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restric
     for (int c = 0; c < ATT_DMAX / 32; c++) acc[c] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     const int64_t qmax = qb + ATT_Q - 1 < L - 1 ? qb + ATT_Q - 1 : L - 1;
-    const int64_t nk = causal ? qmax + 1 : L;
+    const int64_t nk = causal ? qmax + 1 : keys ? keys[sg] : L;
     const float *qw = Qs + w * d;
     for (int64_t t0 = 0; t0 < nk; t0 += ATT_KT) {
         __syncthreads();
@@ -874,8 +877,8 @@ __global__ void __launch_bounds__(ATT_Q * 32) k_attention(const float *__restric
 
 /* BF16 tensor-core flash attention (attention.cu); *taken = 0 for shapes it leaves to k_attention */
 extern "C" vsr_status cuda_attention_tc(cuda_ctx *c, const float *q, int64_t qs, const float *k, const float *v,
-                                        const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal,
-                                        float *out, int *taken, vsr_err *err);
+                                        const vsr_segs *seg, const int64_t *keys, int H, int Hkv, int d, float scale,
+                                        int causal, float *out, int *taken, vsr_err *err);
 
 vsr_status cu_attention(void *ctx, const float *q, int64_t qs, const float *k, const float *v,
                                const vsr_segs *seg, int H, int Hkv, int d, float scale, int causal, float *out,
@@ -897,11 +900,26 @@ vsr_status cu_attention(void *ctx, const float *q, int64_t qs, const float *k, c
         (st = kp_guard(c, v, sizeof(float) * (size_t)(rows * Hkv * d), "attention", err)))
         return st;
     twin_clobber(c, out, sizeof(float) * (size_t)(rows * H * d));
+    /* a bucketed forward's keys per sequence: read on the device from the staged row table, so a
+     * replay takes the next request's (vsr_segs) */
+    const int64_t *keys = NULL;
+    if (seg->keys) {
+        const cuda_ctx_priv *p = priv(c);
+        if (!seg->staged || p->tab_n < 3 * (int64_t)seg->n)
+            return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: attention: key counts given without the staged row table",
+                               c->device);
+        for (int i = 0; i < seg->n; i++)
+            if (seg->keys[i] < 1 || seg->keys[i] > seg->len[i] || p->tab_host[2 * seg->n + i] != seg->keys[i])
+                return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: attention: sequence %d reads %lld of its %lld keys "
+                                   "(staged %lld)", c->device, i, (long long)seg->keys[i], (long long)seg->len[i],
+                                   (long long)p->tab_host[2 * seg->n + i]);
+        keys = p->tab_dev + 2 * seg->n;
+    }
     int taken = 0;
-    st = cuda_attention_tc(c, q, qs, k, v, seg, H, Hkv, d, scale, causal, out, &taken, err);
+    st = cuda_attention_tc(c, q, qs, k, v, seg, keys, H, Hkv, d, scale, causal, out, &taken, err);
     if (st || taken) return st;
     dim3 grid(blocks_for(max_len, ATT_Q), (unsigned)H, (unsigned)s.n);
-    k_attention<<<grid, ATT_Q * 32, att_smem(d), c->stream>>>(q, qs, k, v, s, H, Hkv, d, scale, causal, out);
+    k_attention<<<grid, ATT_Q * 32, att_smem(d), c->stream>>>(q, qs, k, v, s, H, Hkv, d, scale, causal, keys, out);
     return cuda_check_launch(c, "attention", err);
 }
 
