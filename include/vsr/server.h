@@ -34,7 +34,7 @@ typedef struct vsr_serve_opts {
     const char *quantize;       /* NULL, or "fp8-dynamic" (quantize a BF16 package while loading) */
     const char *profile;        /* "exact" (default) or "batching": enabled beside exact */
     double batch_wait_ms;       /* 2: how long a coalescing job waits for others */
-    long long max_batch_tokens; /* 65536: padded tokens per coalesced forward */
+    long long max_batch_tokens; /* 32768: padded tokens per coalesced forward (its bucket where the model pads) */
     long long warmup_tokens;    /* 8192: shape buckets up to this many tokens recorded at startup (0: none) */
 } vsr_serve_opts;
 

@@ -868,7 +868,8 @@ static uint64_t graph_key(const vsr_model *m, int R, const int *lens, int want_l
  * Lengths: multiples of 16 up to 128, then four steps per octave (160, 192, 224, 256, 320, ...):
  * at most 25 % padding, about 11 % on average. Rows: 1-4, then two steps per octave (6, 8, 12,
  * 16, 24, ...). */
-#define BUCKET_MAX_ROWS 128 /* the CUDA backend's sequences per call */
+#define BUCKET_MAX_ROWS 128     /* the CUDA backend's sequences per call */
+#define BUCKET_MAX_TOKENS 65535 /* the CUDA backend's tokens per call (a launch's grid rows) */
 
 int64_t vsr_model_bucket_len(int64_t L) {
     if (L <= 128) return L <= 16 ? 16 : (L + 15) / 16 * 16;
@@ -980,7 +981,8 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
         G += n_pos[r];
     }
     if (G < 1) return vsr_err_set(err, VSR_E_INVALID, "forward: no position to read");
-    if (!n_pos && m->buckets && vsr_model_bucket_rows(R) <= BUCKET_MAX_ROWS)
+    if (!n_pos && m->buckets && vsr_model_bucket_rows(R) <= BUCKET_MAX_ROWS &&
+        vsr_model_bucket_rows(R) * vsr_model_bucket_len(Lmax) <= BUCKET_MAX_TOKENS)
         return forward_bucketed(m, R, ids, lens, Lmax, hidden, logits, err);
     vsr_status st;
     if ((st = arena_reserve(m, T, R, G, err))) return st;
@@ -1042,7 +1044,8 @@ int vsr_model_buckets(const vsr_model *m, int64_t max_tokens, int64_t (*out)[2],
     int n = 0;
     const int64_t top = vsr_model_bucket_len(m->max_len);
     for (int64_t L = 16; L <= top; L = vsr_model_bucket_len(L + 1))
-        for (int R = 1; R <= BUCKET_MAX_ROWS && (int64_t)R * L <= max_tokens; R = vsr_model_bucket_rows(R + 1)) {
+        for (int R = 1; R <= BUCKET_MAX_ROWS && (int64_t)R * L <= max_tokens && (int64_t)R * L <= BUCKET_MAX_TOKENS;
+             R = vsr_model_bucket_rows(R + 1)) {
             if (out && n < max_out) out[n][0] = R, out[n][1] = L;
             n++;
         }

@@ -26,7 +26,7 @@ void vsr_serve_opts_default(vsr_serve_opts *o) {
     o->log_level = "info";
     o->profile = "exact";
     o->batch_wait_ms = 2.0;
-    o->max_batch_tokens = 65536;
+    o->max_batch_tokens = 32768;
     o->warmup_tokens = 8192;
 }
 

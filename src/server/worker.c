@@ -46,7 +46,7 @@ vsr_status srv_model_prepare(srv_model *m, const vsr_serve_opts *o, srv_metrics 
     m->max_queued_tokens = o->max_queued_tokens;
     m->coalesce = o->profile && !strcmp(o->profile, "batching");
     m->batch_wait_s = o->batch_wait_ms / 1000.0;
-    m->max_batch_tokens = o->max_batch_tokens > 0 ? o->max_batch_tokens : 65536;
+    m->max_batch_tokens = o->max_batch_tokens > 0 ? o->max_batch_tokens : 32768;
     m->token_cost = COST_INIT;
     m->state = SRV_STARTING;
 
@@ -273,10 +273,13 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
     }
     int64_t width = 0;
     int take = 0;
+    const bool bucketed = m->model && vsr_model_bucketed(m->model);
     while (take < n) {
         int64_t w = padded8(vsr_decision_row_tokens(&r[take]));
         int64_t nw = w > width ? w : width;
-        if (take && (nw * (take + 1) > m->max_batch_tokens || take >= SRV_MAX_BATCH_ROWS)) break;
+        /* the forward's shape as the model runs it: its bucket where it pads (vsr_model_bucket_*) */
+        int64_t shape = bucketed ? vsr_model_bucket_len(nw) * vsr_model_bucket_rows(take + 1) : nw * (take + 1);
+        if (take && (shape > m->max_batch_tokens || take >= SRV_MAX_BATCH_ROWS)) break;
         width = nw;
         take++;
     }

@@ -796,7 +796,7 @@ fail:
     if (h) {
         h->status = err.code == VSR_E_NOMEM ? 500 : 400;
         h->code = err.code == VSR_E_NOMEM ? "internal_error" : "invalid_request";
-        snprintf(h->message, sizeof h->message, "%s", err.msg);
+        snprintf(h->message, sizeof h->message, "%.500s", err.msg);
     }
     return false;
 }

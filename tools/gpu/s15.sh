@@ -100,7 +100,7 @@ if step traffic || step fair; then
 fi
 
 if step traffic; then
-  for mode in buckets plain; do
+  for mode in ${TRAFFIC_MODES:-buckets plain}; do
     m0=$(gpu_mem)
     if [ $mode = buckets ]; then env=(); else env=(VSR_BUCKETS=0); fi
     t0=$(date +%s.%N)

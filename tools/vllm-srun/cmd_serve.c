@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "         [--max-request-bytes 8388608]\n"
             "         [--autotune-cache DIR] [--store DIR] [--served-model-name NAME]\n"
             "         [--log-level error|warn|info|debug] [--quantize fp8-dynamic]\n"
-            "         [--profile exact|batching] [--batch-wait-ms 2] [--max-batch-tokens 65536]\n"
+            "         [--profile exact|batching] [--batch-wait-ms 2] [--max-batch-tokens 32768]\n"
             "         [--max-connections 2048] [--max-connections-per-client 256]\n"
             "         [--request-timeout 30] [--idle-timeout 15] [--max-body-memory 268435456]\n"
             "         [--max-parse-backlog 64] [--handler-threads 0]\n"
