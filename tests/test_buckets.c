@@ -223,6 +223,31 @@ TEST(warm_up_runs_every_bucket) {
         CHECK_MSG(rep.buckets == n && c[0] == n, "warmed %d of %d buckets (progress %d)", rep.buckets, n, c[0]);
         CHECK(rep.max_tokens <= lim && rep.max_tokens > lim / 2);
         printf("     %d buckets up to %lld tokens warmed\n", n, (long long)rep.max_tokens);
+        if (!g_have_dev) {
+            /* above the warmed size a batch runs unpadded: bit-identical to the model without buckets
+             * (9 rows of up to 300 tokens: bucket 12 x 320 = 3,840 tokens > 2,048) */
+            vsr_model *plain = load(p, "0");
+            const int64_t D = vsr_model_hidden_size(m), vocab = p->config.text.vocab_size;
+            const int lens[9] = {300, 280, 250, 299, 120, 64, 200, 33, 290};
+            int32_t *ids[9];
+            for (int r = 0; r < 9; r++) ids[r] = ids_for(500 + r, lens[r], vocab);
+            float *a = malloc(sizeof(float) * (size_t)(9 * D + 9 * 255)), *b = malloc(sizeof(float) * (size_t)(9 * D + 9 * 255));
+            const int64_t padded0 = vsr_model_padded_forwards(m);
+            vsr_status s1 = vsr_model_forward_last(m, 9, (const int32_t *const *)ids, lens, a, a + 9 * D, &err);
+            CHECK_MSG(vsr_model_padded_forwards(m) == padded0, "a batch above the warmed size was padded");
+            const int small[2] = {40, 30};
+            CHECK_OK(vsr_model_forward_last(m, 2, (const int32_t *const *)ids, small, a, a + 9 * D, &err), err);
+            CHECK_MSG(vsr_model_padded_forwards(m) == padded0 + 1, "a batch within the warmed size was not padded");
+            s1 = vsr_model_forward_last(m, 9, (const int32_t *const *)ids, lens, a, a + 9 * D, &err);
+            vsr_status s2 = plain ? vsr_model_forward_last(plain, 9, (const int32_t *const *)ids, lens, b, b + 9 * D, &err)
+                                  : VSR_E_INTERNAL;
+            CHECK(s1 == VSR_OK && s2 == VSR_OK);
+            CHECK_MSG(!s1 && !s2 && !memcmp(a, b, sizeof(float) * (size_t)(9 * D + 9 * 255)),
+                      "a batch above the warmed size was padded (differs from the unpadded model)");
+            for (int r = 0; r < 9; r++) free(ids[r]);
+            free(a), free(b);
+            vsr_model_free(plain);
+        }
         free(bk);
     }
     vsr_model_free(m);

@@ -60,6 +60,7 @@ vsr_status vsr_model_forward_gather(vsr_model *m, int n_rows, const int32_t *con
 int64_t vsr_model_bucket_len(int64_t tokens); /* 16..128 by 16, then 4 steps per octave */
 int vsr_model_bucket_rows(int rows);          /* 1..4, then 2 steps per octave */
 bool vsr_model_bucketed(const vsr_model *m);
+int64_t vsr_model_padded_forwards(const vsr_model *m); /* forwards run padded to their bucket so far */
 /* The buckets of at most max_tokens (rows x length) up to the package's longest input: writes
  * up to max_out {rows, length} pairs and returns how many there are (0 when not bucketed). */
 int vsr_model_buckets(const vsr_model *m, int64_t max_tokens, int64_t (*out)[2], int max_out);
@@ -69,8 +70,10 @@ typedef struct vsr_model_warm_report {
     int64_t max_tokens; /* the largest bucket's rows x length */
 } vsr_model_warm_report;
 /* Runs every bucket of at most max_tokens twice (a recording is made at the second sighting),
- * largest first, so that no later request pays planning, tuning or recording for them. A model
- * that does not bucket does nothing (report zero). progress(ctx, done, total) after each. */
+ * largest first, so that no later request pays planning, tuning or recording for them, and pads
+ * only batches whose bucket is at most max_tokens from then on (8192 before any warm-up; larger
+ * batches run unpadded, their launches a small part of their time). A model that does not bucket
+ * does nothing (report zero). progress(ctx, done, total) after each. */
 vsr_status vsr_model_warm(vsr_model *m, int64_t max_tokens, vsr_model_warm_fn progress, void *ctx,
                           vsr_model_warm_report *rep, vsr_err *err);
 

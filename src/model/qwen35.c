@@ -33,6 +33,12 @@
 
 #define MAX_ROWS_PLANNED 8 /* decision3 runs 8 questions per forward */
 #define MLP_CHUNK 512      /* tokens per MLP step unless the backend asks otherwise (mlp_rows) */
+#define BUCKET_MAX_ROWS 128     /* the CUDA backend's sequences per call */
+#define BUCKET_MAX_TOKENS 65535 /* the CUDA backend's tokens per call (a launch's grid rows) */
+/* Only forwards up to the warmed size are padded: above it a forward's launches are a small part of
+ * its time and padding costs more than a recording saves (the H200's batching run at c=16 with every
+ * forward padded: 97 req/s against 210 unpadded). vsr_model_warm sets it to its token limit. */
+#define BUCKET_DEFAULT_LIMIT 8192
 
 typedef struct layer {
     vsr_layer_type type;
@@ -84,6 +90,8 @@ struct vsr_model {
     size_t tap_host_cap;  /* floats */
     /* shape buckets (vsr_model_warm): 1 when forward_last pads to them */
     int buckets;
+    int64_t bucket_limit;   /* tokens (rows x length) of the largest bucket padded to; larger run as they are */
+    int64_t padded_forwards; /* forwards run padded to their bucket */
     int64_t max_len;        /* the package's longest input (tokens) */
     int64_t gather_tab_off; /* >= 0 while a bucketed forward runs: its gather indices in the row table */
 };
@@ -604,6 +612,7 @@ vsr_status vsr_model_load(const vsr_package *pkg, const vsr_model_opts *opts, vs
     if (m->rot > 0 && (st = rope_tables(m, max_tokens, err))) goto fail;
     m->max_len = max_tokens;
     m->gather_tab_off = -1;
+    m->bucket_limit = BUCKET_DEFAULT_LIMIT;
     /* Shape buckets where forwards are recorded; VSR_BUCKETS=0 turns them off, =1 on for any backend
      * (tests: the CPU pads as the GPU does). */
     const char *bk = getenv("VSR_BUCKETS");
@@ -868,8 +877,6 @@ static uint64_t graph_key(const vsr_model *m, int R, const int *lens, int want_l
  * Lengths: multiples of 16 up to 128, then four steps per octave (160, 192, 224, 256, 320, ...):
  * at most 25 % padding, about 11 % on average. Rows: 1-4, then two steps per octave (6, 8, 12,
  * 16, 24, ...). */
-#define BUCKET_MAX_ROWS 128     /* the CUDA backend's sequences per call */
-#define BUCKET_MAX_TOKENS 65535 /* the CUDA backend's tokens per call (a launch's grid rows) */
 
 int64_t vsr_model_bucket_len(int64_t L) {
     if (L <= 128) return L <= 16 ? 16 : (L + 15) / 16 * 16;
@@ -888,6 +895,8 @@ int vsr_model_bucket_rows(int R) {
 }
 
 bool vsr_model_bucketed(const vsr_model *m) { return m && m->buckets; }
+
+int64_t vsr_model_padded_forwards(const vsr_model *m) { return m ? m->padded_forwards : 0; }
 
 static uint64_t bucket_key(const vsr_model *m, int Rb, int64_t Lb, int want_logits) {
     uint64_t h = 1469598103934665603ull;
@@ -932,6 +941,7 @@ static vsr_status forward_bucketed(vsr_model *m, int R, const int32_t *const *id
         for (int64_t t = n; t < Lb; t++) all[start[r] + t] = pad;
     }
     vsr_segs sg = {Rb, start, len, pos0, 1, keys};
+    m->padded_forwards++;
     int want_logits = logits != NULL, replayed = 0;
     const int graphs = B->graph_begin && !m->tap;
     m->gather_tab_off = Rb;
@@ -982,7 +992,7 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
     }
     if (G < 1) return vsr_err_set(err, VSR_E_INVALID, "forward: no position to read");
     if (!n_pos && m->buckets && vsr_model_bucket_rows(R) <= BUCKET_MAX_ROWS &&
-        vsr_model_bucket_rows(R) * vsr_model_bucket_len(Lmax) <= BUCKET_MAX_TOKENS)
+        vsr_model_bucket_rows(R) * vsr_model_bucket_len(Lmax) <= m->bucket_limit)
         return forward_bucketed(m, R, ids, lens, Lmax, hidden, logits, err);
     vsr_status st;
     if ((st = arena_reserve(m, T, R, G, err))) return st;
@@ -1083,6 +1093,7 @@ vsr_status vsr_model_warm(vsr_model *m, int64_t max_tokens, vsr_model_warm_fn pr
     const int64_t vocab = m->c.vocab_size > 1 ? m->c.vocab_size : 2;
     for (int64_t t = 0; t < maxT; t++) ids[t] = (int32_t)(1 + (t * 7919) % (vocab - 1));
     pthread_mutex_lock(&m->lock);
+    m->bucket_limit = max_tokens < BUCKET_MAX_TOKENS ? max_tokens : BUCKET_MAX_TOKENS;
     /* the arena and the rotary tables at their largest now, so that no later forward moves them */
     st = arena_reserve(m, maxT, maxR, maxR, err);
     if (!st && m->rot > 0) st = rope_tables(m, 2 * maxL, err);
