@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "vsr/device.h"
+#include "vsr/package.h"
 
 double test_nerr(const float *a, const float *ref, int64_t n) {
     double md = 0, mr = 0;
@@ -127,3 +129,40 @@ int test_find_cuda(struct vsr_device *dev, struct vsr_backend *be, char *why, si
     return 0;
 }
 #endif
+
+struct vsr_package *test_open_package(const char *dir) {
+    vsr_err err = {0};
+    vsr_package *p = NULL;
+    vsr_status st = vsr_package_open(dir, NULL, NULL, &p, &err);
+    if (!st) st = vsr_package_verify(p, 2, NULL, &err);
+    if (!st) st = vsr_package_map(p, &err);
+    CHECK_OK(st, err);
+    if (st) {
+        vsr_package_close(p);
+        return NULL;
+    }
+    return p;
+}
+
+int test_device_from_env(const char *var, struct vsr_device *dev, int *have) {
+    const char *spec = getenv(var);
+    *have = 0;
+    if (!spec || !*spec || !strcmp(spec, "cpu")) return 0;
+    vsr_device_list devs;
+    vsr_err err = {0};
+    bool is_auto;
+    vsr_device_kind kind;
+    int index;
+    if (vsr_device_spec_parse(spec, &is_auto, &kind, &index, &err) || vsr_devices_probe(&devs, &err)) {
+        fprintf(stderr, "%s=%s: %s\n", var, spec, err.msg);
+        return -1;
+    }
+    for (int i = 0; i < devs.count; i++)
+        if (devs.dev[i].kind == kind && (index < 0 || devs.dev[i].index == index)) {
+            *dev = devs.dev[i];
+            *have = 1;
+            return 0;
+        }
+    fprintf(stderr, "%s=%s: no such device here\n", var, spec);
+    return -1;
+}

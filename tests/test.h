@@ -70,8 +70,17 @@ int test_write_file(const char *path, const void *data, size_t n);
 /* Reads a whole file (malloc'd, NUL-terminated); NULL on error. */
 char *test_read_file(const char *path, size_t *n);
 
-#ifdef VSR_HAVE_CUDA
+/* Opens the package folder `dir`, verifies its manifest (2 threads) and maps its weights; a failure
+ * is a failed CHECK (NULL returned). */
+struct vsr_package;
+struct vsr_package *test_open_package(const char *dir);
+/* The device an environment variable names for a test that can also run on a GPU machine
+ * ("cuda:0"; unset, empty or "cpu": the CPU, *have = 0). -1, with the reason on stderr, when this
+ * host has no such device or the name is not a device. */
 struct vsr_device;
+int test_device_from_env(const char *var, struct vsr_device *dev, int *have);
+
+#ifdef VSR_HAVE_CUDA
 struct vsr_backend;
 /* The first NVIDIA GPU the device probe finds, and a CUDA backend on it. 0 with the reason in
  * `why` when there is none (the CUDA tests then print SKIP). */

@@ -101,19 +101,7 @@ typedef struct setup {
     vsr_calib *calib;
 } setup;
 
-static vsr_package *open_pkg(const char *dir) {
-    vsr_err e = {0};
-    vsr_package *p = NULL;
-    vsr_status st = vsr_package_open(dir, NULL, NULL, &p, &e);
-    if (!st) st = vsr_package_verify(p, 2, NULL, &e);
-    if (!st) st = vsr_package_map(p, &e);
-    CHECK_OK(st, e);
-    if (st) {
-        vsr_package_close(p);
-        return NULL;
-    }
-    return p;
-}
+static vsr_package *open_pkg(const char *dir) { return test_open_package(dir); }
 
 static const vsr_tensor *tensor(const vsr_package *p, const char *module, const char *suffix) {
     char name[400];

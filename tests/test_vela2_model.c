@@ -56,18 +56,7 @@ static vsr_package *fixture(const char *size, uint64_t seed, bool no_broad, cons
     vsr_err err = {0};
     vsr_status st = vsr_v2_fixture_write(dir, &o, NULL, NULL, &err);
     CHECK_OK(st, err);
-    vsr_package *p = NULL;
-    if (!st) st = vsr_package_open(dir, NULL, NULL, &p, &err);
-    CHECK_OK(st, err);
-    if (!st) st = vsr_package_verify(p, 2, NULL, &err);
-    CHECK_OK(st, err);
-    if (!st) st = vsr_package_map(p, &err);
-    CHECK_OK(st, err);
-    if (st) {
-        vsr_package_close(p);
-        return NULL;
-    }
-    return p;
+    return st ? NULL : test_open_package(dir);
 }
 
 static vsr_v2_model *load(const vsr_package *p) {
@@ -525,27 +514,13 @@ TEST(load_refusals_and_info) {
 
 /* VSR_V2_DEVICE: the device to load on ("cuda:0"); refused loudly when it is not there. */
 static int pick_device(void) {
-    const char *spec = getenv("VSR_V2_DEVICE"), *tol = getenv("VSR_V2_TOL");
+    const char *tol = getenv("VSR_V2_TOL");
     if (tol && *tol) TOL = atof(tol);
-    if (!spec || !*spec || !strcmp(spec, "cpu")) return 0;
-    vsr_device_list devs;
-    vsr_err err = {0};
-    bool is_auto;
-    vsr_device_kind kind;
-    int index;
-    if (vsr_device_spec_parse(spec, &is_auto, &kind, &index, &err) || vsr_devices_probe(&devs, &err)) {
-        fprintf(stderr, "VSR_V2_DEVICE=%s: %s\n", spec, err.msg);
-        return -1;
-    }
-    for (int i = 0; i < devs.count; i++)
-        if (devs.dev[i].kind == kind && (index < 0 || devs.dev[i].index == index)) {
-            g_dev = devs.dev[i];
-            g_have_dev = true;
-            printf("     device %s (%s), bound %g\n", spec, g_dev.name, TOL);
-            return 0;
-        }
-    fprintf(stderr, "VSR_V2_DEVICE=%s: no such device here\n", spec);
-    return -1;
+    int have = 0;
+    if (test_device_from_env("VSR_V2_DEVICE", &g_dev, &have)) return -1;
+    g_have_dev = have;
+    if (have) printf("     device %s (%s), bound %g\n", getenv("VSR_V2_DEVICE"), g_dev.name, TOL);
+    return 0;
 }
 
 int main(void) {

@@ -864,6 +864,26 @@ static uint64_t graph_key(const vsr_model *m, int R, const int *lens, int want_l
  * host copy that a replay would read again after it is freed, so such forwards are not recorded. */
 #define GRAPH_MAX_GATHER 256
 
+/* run_ops, where the backend records forwards (graphs): replayed from its recording of `key` with
+ * these ids (and the staged row table), or run and recorded (a recording that fails is run again
+ * unrecorded). */
+static vsr_status run_recorded(vsr_model *m, int graphs, uint64_t key, const arena *a, int64_t G, int64_t T,
+                               const int32_t *all, const vsr_segs *sg, const int64_t *last, int want_logits,
+                               vsr_err *err) {
+    int replayed = 0;
+    vsr_status st;
+    if (graphs && (st = B->graph_begin(X, key, all, T, &replayed, err))) return st;
+    if (replayed) return VSR_OK;
+    st = run_ops(m, a, G, T, all, sg, last, want_logits, err);
+    if (graphs) {
+        int rerun = 0;
+        vsr_status st2 = B->graph_end(X, st, &rerun, err);
+        if (rerun) st = run_ops(m, a, G, T, all, sg, last, want_logits, err);
+        else if (!st) st = st2;
+    }
+    return st;
+}
+
 /* ---- shape buckets ----
  * A recording (CUDA graph) replays one shape: rows x their lengths. Real traffic rarely repeats
  * one, so a bucketed model pads every forward_last batch to a bucket: each row to one length
@@ -942,21 +962,12 @@ static vsr_status forward_bucketed(vsr_model *m, int R, const int32_t *const *id
     }
     vsr_segs sg = {Rb, start, len, pos0, 1, keys};
     m->padded_forwards++;
-    int want_logits = logits != NULL, replayed = 0;
-    const int graphs = B->graph_begin && !m->tap;
+    const int want_logits = logits != NULL, graphs = B->graph_begin && !m->tap;
     m->gather_tab_off = Rb;
     if (B->rows_stage && (st = B->rows_stage(X, tab, 3 * (int64_t)Rb, err))) goto out;
-    if (graphs && (st = B->graph_begin(X, bucket_key(m, Rb, Lb, want_logits), all, T, &replayed, err))) goto out;
-    if (!replayed) {
-        st = run_ops(m, &a, Rb, T, all, &sg, last, want_logits, err);
-        if (graphs) {
-            int rerun = 0;
-            vsr_status st2 = B->graph_end(X, st, &rerun, err);
-            if (rerun) st = run_ops(m, &a, Rb, T, all, &sg, last, want_logits, err);
-            else if (!st) st = st2;
-        }
-    }
-    if (st) goto out;
+    if ((st = run_recorded(m, graphs, graphs ? bucket_key(m, Rb, Lb, want_logits) : 0, &a, Rb, T, all, &sg, last,
+                           want_logits, err)))
+        goto out;
     /* the real rows come first among the gathered */
     if (hidden && (st = B->buf_get(X, hidden, a.h, sizeof(float) * (size_t)R * (size_t)m->D, err))) goto out;
     if (logits) st = B->buf_get(X, logits, a.cl, sizeof(float) * (size_t)R * VSR_D3_CODES, err);
@@ -1017,22 +1028,10 @@ static vsr_status forward_locked(vsr_model *m, int R, const int32_t *const *ids,
         memcpy(all + off, ids[r], sizeof(int32_t) * (size_t)lens[r]);
     }
     vsr_segs sg = {R, start, len, pos0, 0, NULL};
-    int want_logits = logits != NULL, replayed = 0;
-    const int graphs = B->graph_begin && !m->tap && G <= GRAPH_MAX_GATHER;
-    /* A repeated shape replays the recorded forward (CUDA graphs) with these ids. */
-    if (graphs &&
-        (st = B->graph_begin(X, graph_key(m, R, lens, want_logits, n_pos != NULL, G, last), all, T, &replayed, err)))
+    const int want_logits = logits != NULL, graphs = B->graph_begin && !m->tap && G <= GRAPH_MAX_GATHER;
+    if ((st = run_recorded(m, graphs, graphs ? graph_key(m, R, lens, want_logits, n_pos != NULL, G, last) : 0, &a, G,
+                           T, all, &sg, last, want_logits, err)))
         goto out;
-    if (!replayed) {
-        st = run_ops(m, &a, G, T, all, &sg, last, want_logits, err);
-        if (graphs) {
-            int rerun = 0;
-            vsr_status st2 = B->graph_end(X, st, &rerun, err);
-            if (rerun) st = run_ops(m, &a, G, T, all, &sg, last, want_logits, err);
-            else if (!st) st = st2;
-        }
-    }
-    if (st) goto out;
     if (hidden && (st = B->buf_get(X, hidden, a.h, sizeof(float) * (size_t)(G * m->D), err))) goto out;
     if (logits) st = B->buf_get(X, logits, a.cl, sizeof(float) * (size_t)G * VSR_D3_CODES, err);
 out:

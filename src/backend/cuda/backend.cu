@@ -344,25 +344,38 @@ static void graph_drop(graph_ent *e) {
     memset(e, 0, sizeof *e);
 }
 
-vsr_status ids_stage(cuda_ctx *c, const int32_t *ids, int64_t n, vsr_err *err) {
+/* A staging pair (pinned host, device) for `what` of at least n elements of `elem` bytes. The last
+ * forward's copies out of the pinned buffers must be done first (not while recording: graph_begin
+ * waits before one). Growing (to n + n/2 + slack, at least min_cap) moves both buffers and so
+ * retires every recording made before (mem_gen). */
+static vsr_status stage_reserve(cuda_ctx *c, void **host, void **dev, size_t *cap, size_t n, size_t elem, size_t slack,
+                                size_t min_cap, const char *what, vsr_err *err) {
     cuda_ctx_priv *p = priv(c);
     vsr_status st;
-    /* the last forward's copy out of the pinned buffer must be done (graph_begin waits before a recording) */
-    if (p->ids_host && !p->capturing &&
-        (st = cuda_check(c, cudaEventSynchronize(p->ids_ev), "token ids: wait for the last copy", err)))
-        return st;
-    if ((size_t)n > p->ids_cap) {
-        size_t cap = (size_t)n + (size_t)n / 2 + 256;
-        if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), "token ids: synchronize", err))) return st;
-        cudaFreeHost(p->ids_host), cudaFree(p->ids_dev);
-        p->ids_host = NULL, p->ids_dev = NULL, p->ids_cap = 0;
-        c->mem_gen++;
-        if ((st = cuda_check(c, cudaHostAlloc((void **)&p->ids_host, cap * sizeof(int32_t), cudaHostAllocDefault),
-                             "token ids: pinned buffer", err)) ||
-            (st = cuda_check(c, cudaMalloc((void **)&p->ids_dev, cap * sizeof(int32_t)), "token ids: device buffer", err)))
-            return st;
-        p->ids_cap = cap;
-    }
+    char op[64];
+    snprintf(op, sizeof op, "%s: wait for the last copy", what);
+    if (p->ids_host && !p->capturing && (st = cuda_check(c, cudaEventSynchronize(p->ids_ev), op, err))) return st;
+    if (n <= *cap) return VSR_OK;
+    size_t nc = n + n / 2 + slack;
+    if (nc < min_cap) nc = min_cap;
+    snprintf(op, sizeof op, "%s: synchronize", what);
+    if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), op, err))) return st;
+    cudaFreeHost(*host), cudaFree(*dev);
+    *host = NULL, *dev = NULL, *cap = 0;
+    c->mem_gen++;
+    snprintf(op, sizeof op, "%s: pinned buffer", what);
+    if ((st = cuda_check(c, cudaHostAlloc(host, nc * elem, cudaHostAllocDefault), op, err))) return st;
+    snprintf(op, sizeof op, "%s: device buffer", what);
+    if ((st = cuda_check(c, cudaMalloc(dev, nc * elem), op, err))) return st;
+    *cap = nc;
+    return VSR_OK;
+}
+
+vsr_status ids_stage(cuda_ctx *c, const int32_t *ids, int64_t n, vsr_err *err) {
+    cuda_ctx_priv *p = priv(c);
+    vsr_status st = stage_reserve(c, (void **)&p->ids_host, (void **)&p->ids_dev, &p->ids_cap, (size_t)n,
+                                  sizeof(int32_t), 256, 0, "token ids", err);
+    if (st) return st;
     memcpy(p->ids_host, ids, sizeof(int32_t) * (size_t)n);
     return VSR_OK;
 }
@@ -371,26 +384,13 @@ static vsr_status cu_rows_stage(void *ctx, const int64_t *tab, int64_t n, vsr_er
     cuda_ctx *c = (cuda_ctx *)ctx;
     cuda_ctx_priv *p = priv(c);
     ENTER(c);
-    vsr_status st;
-    /* the last forward's copies out of the pinned buffers must be done */
-    if (p->ids_host && !p->capturing &&
-        (st = cuda_check(c, cudaEventSynchronize(p->ids_ev), "row table: wait for the last copy", err)))
-        return st;
     if (n < 0) return vsr_err_set(err, VSR_E_INTERNAL, "row table: %lld entries", (long long)n);
-    if ((size_t)n > p->tab_cap) {
-        /* room for the largest row bucket (2 x 128 entries) at once: growing moves the buffers and
-         * so retires every recording made before */
-        size_t cap = (size_t)n + (size_t)n / 2 + 64;
-        if (cap < 512) cap = 512;
-        if ((st = cuda_check(c, cudaStreamSynchronize(c->stream), "row table: synchronize", err))) return st;
-        cudaFreeHost(p->tab_host), cudaFree(p->tab_dev);
-        p->tab_host = NULL, p->tab_dev = NULL, p->tab_cap = 0, p->tab_n = 0;
-        c->mem_gen++;
-        if ((st = cuda_check(c, cudaHostAlloc((void **)&p->tab_host, cap * sizeof(int64_t), cudaHostAllocDefault),
-                             "row table: pinned buffer", err)) ||
-            (st = cuda_check(c, cudaMalloc((void **)&p->tab_dev, cap * sizeof(int64_t)), "row table: device buffer", err)))
-            return st;
-        p->tab_cap = cap;
+    /* room for the largest row bucket (3 x 128 entries) at once: growing retires every recording */
+    vsr_status st = stage_reserve(c, (void **)&p->tab_host, (void **)&p->tab_dev, &p->tab_cap, (size_t)n,
+                                  sizeof(int64_t), 64, 512, "row table", err);
+    if (st) {
+        p->tab_n = 0;
+        return st;
     }
     if (n) memcpy(p->tab_host, tab, sizeof(int64_t) * (size_t)n);
     p->tab_n = n, p->tab_armed = n > 0;
