@@ -12,7 +12,10 @@
 #              exact and batching at c=1,4,16,64 (CSV + latencies to $OUT), warm-up time and the
 #              GPU memory before/after warm-up;
 #     fair:    a one-question request sent while a 64 x 256-question request runs (lite, exact):
-#              its latency against the large request's forward time (Server-Timing).
+#              its latency against the large request's forward time (Server-Timing);
+#     traffic27: the traffic bench on 27B-shaped BF16 and FP8 fixtures (TRAFFIC27_SCHEMES, TRAFFIC_N=64);
+#     int4shapes: bench_cuda's whole forward, int4 (GPTQ) against BF16, at the bucket shapes (INT4_SHAPES);
+#     fp8switch: tools/gpu/router_fp8_switch.sh (issue 21).
 set -u
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = build ]; then
@@ -32,12 +35,14 @@ if [ "${1:-}" = build ]; then
   for t in test_cuda_ops test_cuda_fused test_cuda_quant test_buckets test_vela2_model; do
     cc -O2 -pthread -o $S/$t $BUILD/tests/$t.o $BUILD/tests/harness.o $BUILD/tests/pkgbuild.o $BUILD/libvsr.a $STATIC $DYN
   done
+  cc -std=c17 -O2 -Iinclude -Isrc -D_GNU_SOURCE -DVSR_HAVE_CUDA=1 -pthread -o $S/bench_cuda tools/gpu/bench_cuda.c \
+    $BUILD/libvsr.a $STATIC $DYN
   for b in $S/vllm-srun $S/vllm-sr $S/openai_upstream; do
     for l in $(ldd $b | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libstdc|libgcc|libcublas'); do
       cp -Ln "$l" $S/lib/ 2>/dev/null || true
     done
   done
-  strip $S/vllm-srun $S/vllm-sr $S/test_* $S/openai_upstream
+  strip $S/vllm-srun $S/vllm-sr $S/test_* $S/openai_upstream $S/bench_cuda
   pwd > $S/build_root
   mkdir -p .gpuc && tar -C . -cJf .gpuc/s15.tar.xz $S
   ex=$(git rev-parse --git-path info/exclude) && for d in /.gpus/ /.gpuc/; do grep -qx "$d" "$ex" || echo "$d" >> "$ex"; done
@@ -145,6 +150,33 @@ EOF
   done | tee "$OUT/fair.txt"
   curl -s http://127.0.0.1:18778/metrics | grep -E '^vsr_forward|^vsr_rows_per_forward' | head -12 >> "$OUT/fair.txt"
   kill -TERM $pid; wait $pid
+fi
+if step traffic27; then
+  # issue 25 on the 27B shape (the 64 GB disk holds one BF16 package at a time): varied traffic with
+  # buckets (warm-up 8,192 tokens), exact and batching, BF16 then FP8 (fixture packages, random weights)
+  for scheme in ${TRAFFIC27_SCHEMES:-bf16 fp8}; do
+    rm -rf /tmp/d3-27b
+    ( time $S/vllm-srun fixture /tmp/d3-27b --family decision3 --size 27b-shape --scheme $scheme --seed 0 ) \
+      > "$OUT/fixture27-$scheme.log" 2>&1 || { rc=1; tail -3 "$OUT/fixture27-$scheme.log"; continue; }
+    VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh 27b-h200-$scheme /tmp/d3-27b cuda:0 ${TRAFFIC_N:-64} \
+      > "$OUT/traffic27-$scheme.log" 2>&1 || { rc=1; echo "traffic27 $scheme failed"; }
+    echo "27B $scheme: $(grep -m1 'ready after' "$OUT/traffic27-$scheme.log")"; rm -f $OUT/27b-h200-$scheme.png
+  done
+  rm -rf /tmp/d3-27b
+fi
+if step int4shapes; then
+  # issue 25 item 4: int4 (GPTQ g128) against BF16 at the bucket shapes, 27B-shaped, one package at a time
+  for scheme in bf16 w4a16-gptq; do
+    rm -rf /tmp/d3-27b
+    $S/vllm-srun fixture /tmp/d3-27b --family decision3 --size 27b-shape --scheme $scheme --seed 0 > /dev/null 2>&1 || { rc=1; continue; }
+    # bench_cuda takes at most 4 shapes a run
+    for shapes in ${INT4_SHAPES:-1x112,1x512,1x2048,1x4096 1x256,1x1024,3x128,8x512}; do
+      VSR_BENCH_E2E_ONLY=1 VSR_BENCH_PROFILE=0 VSR_BENCH_E2E_SHAPES=$shapes \
+        timeout 400 $S/bench_cuda /tmp/d3-27b >> "$OUT/int4shapes-$scheme.log" 2>&1 || rc=1
+    done
+    echo "== $scheme"; grep -E "whole forward|^forward" "$OUT/int4shapes-$scheme.log"
+  done
+  rm -rf /tmp/d3-27b
 fi
 if step fp8switch; then
   # issue 21: a managed deployment switched from BF16 to FP8 by SIGHUP keeps serving (tools/gpu/router_fp8_switch.sh)
