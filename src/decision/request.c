@@ -9,6 +9,7 @@
 
 #include "core/json_util.h"
 #include "decision/decision_impl.h"
+#include "decision/request_common.h"
 
 #define D3_MAX_QUESTIONS 256
 #define D3_MAX_STATES 64
@@ -22,9 +23,7 @@ static const char *const qtype_fields[D3_QTYPE_COUNT][5] = {
 };
 static const char *const qtype_ordered[D3_QTYPE_COUNT] = {"choices", "choices", "levels"};
 
-static void http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...) {
+void vsr_http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...) {
     if (!h) return;
     h->status = status;
     h->code = code;
@@ -32,6 +31,67 @@ static void http_fail(vsr_http_error *h, int status, const char *code, const cha
     va_start(ap, fmt);
     vsnprintf(h->message, sizeof h->message, fmt, ap);
     va_end(ap);
+}
+
+json_t *vsr_request_body(const char *body, size_t len, vsr_http_error *h) {
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (!root)
+        vsr_http_fail(h, 400, "invalid_request", "the body is not valid JSON: %s (line %d, column %d)", je.text,
+                      je.line, je.column);
+    return root;
+}
+
+bool vsr_request_model(const json_t *root, const char *served_name, char **model, vsr_http_error *h) {
+    const json_t *jm = json_object_get(root, "model");
+    if (jm && !json_is_null(jm)) {
+        if (!json_is_string(jm)) {
+            vsr_http_fail(h, 400, "invalid_request", "model must be a string");
+            return false;
+        }
+        if (served_name && strcmp(json_string_value(jm), served_name)) {
+            vsr_http_fail(h, 404, "model_not_found", "model '%s' is not served here (this worker serves '%s')",
+                          json_string_value(jm), served_name);
+            return false;
+        }
+    }
+    *model = strdup(jm && json_is_string(jm) ? json_string_value(jm) : served_name ? served_name : "");
+    return true;
+}
+
+bool vsr_option_deadline_ms(const json_t *v, double *deadline_ms, vsr_http_error *h) {
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v))) {
+        vsr_http_fail(h, 400, "invalid_request", "options.deadline_ms must be a number greater than 0");
+        return false;
+    }
+    *deadline_ms = json_number_value(v);
+    return true;
+}
+
+bool vsr_option_return_meta(const json_t *v, bool *return_meta, vsr_http_error *h) {
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        vsr_http_fail(h, 400, "invalid_request", "options.return_meta must be true or false");
+        return false;
+    }
+    *return_meta = json_is_true(v);
+    return true;
+}
+
+json_t *vsr_decision_meta_json(const vsr_decision_meta *meta, const char *model, const char *profile) {
+    json_t *m = json_object();
+    json_object_set_new(m, "model_id", json_string(meta->model_id ? meta->model_id : model));
+    if (meta->revision) json_object_set_new(m, "revision", json_string(meta->revision));
+    if (meta->model_sha256) json_object_set_new(m, "model_sha256", json_string(meta->model_sha256));
+    json_object_set_new(m, "profile", json_string(profile));
+    json_object_set_new(m, "numerics", json_string(strcmp(profile, "exact") ? "approximate" : "exact"));
+    json_object_set_new(m, "engine", json_string("native"));
+    if (meta->accelerator) json_object_set_new(m, "accelerator", json_string(meta->accelerator));
+    if (meta->device) json_object_set_new(m, "device", json_string(meta->device));
+    json_object_set_new(m, "queue_ms", json_real(meta->queue_ms));
+    json_object_set_new(m, "compute_ms", json_real(meta->compute_ms));
+    return m;
 }
 
 /* Python's str.isspace() code points (what `not s.strip()` strips). */
@@ -376,7 +436,7 @@ static bool check_fields(const json_t *o, const char *const *allowed, const char
         for (const char *const *a = allowed; *a; a++)
             if (!strcmp(*a, k)) ok = true;
         if (!ok) {
-            http_fail(h, 400, "invalid_request", "%sunknown field '%s'", where, k);
+            vsr_http_fail(h, 400, "invalid_request", "%sunknown field '%s'", where, k);
             return false;
         }
     }
@@ -391,18 +451,18 @@ static bool media_check(const vsr_decider *d, const json_t *o, const char *where
         const json_t *v = json_object_get(o, media[m]);
         if (!v || json_is_null(v)) continue;
         if (!json_is_array(v)) {
-            http_fail(h, 400, "invalid_request", "%s%s must be an array of data URLs", where, media[m]);
+            vsr_http_fail(h, 400, "invalid_request", "%s%s must be an array of data URLs", where, media[m]);
             return false;
         }
         if (json_array_size(v) > 0) {
             if (d->pkg && d->pkg->config.has_vision)
-                http_fail(h, 400, "invalid_request",
-                          "%sthis model has no %s modality here: vllm-srun answers text only; the package's "
-                          "vision tower is verified but not loaded", where, m ? "video" : "image");
+                vsr_http_fail(h, 400, "invalid_request",
+                              "%sthis model has no %s modality here: vllm-srun answers text only; the package's "
+                              "vision tower is verified but not loaded", where, m ? "video" : "image");
             else
-                http_fail(h, 400, "invalid_request",
-                          "%sthis model has no %s modality: its package carries no vision tower", where,
-                          m ? "video" : "image");
+                vsr_http_fail(h, 400, "invalid_request",
+                              "%sthis model has no %s modality: its package carries no vision tower", where,
+                              m ? "video" : "image");
             return false;
         }
     }
@@ -415,27 +475,27 @@ static bool build_request(const vsr_decider *d, d3_request *r, const json_t *o, 
     if (!media_check(d, o, where, h)) return false;
     const json_t *js = json_object_get(o, "state");
     if (!js) {
-        http_fail(h, 400, "invalid_request", "%sstate is required", where);
+        vsr_http_fail(h, 400, "invalid_request", "%sstate is required", where);
         return false;
     }
     if (!json_is_string(js) && !json_is_object(js) && !json_is_array(js)) {
-        http_fail(h, 400, "invalid_request", "%sstate must be text, an object or an array", where);
+        vsr_http_fail(h, 400, "invalid_request", "%sstate must be text, an object or an array", where);
         return false;
     }
     const json_t *jq = json_object_get(o, "questions");
     if (!json_is_object(jq) || json_object_size(jq) == 0) {
-        http_fail(h, 400, "invalid_request", "%squestions must be an object with at least one question",
-                  where);
+        vsr_http_fail(h, 400, "invalid_request", "%squestions must be an object with at least one question",
+                      where);
         return false;
     }
     if (json_object_size(jq) > D3_MAX_QUESTIONS) {
-        http_fail(h, 400, "invalid_request", "%squestions holds %zu questions; at most %d are allowed",
-                  where, json_object_size(jq), D3_MAX_QUESTIONS);
+        vsr_http_fail(h, 400, "invalid_request", "%squestions holds %zu questions; at most %d are allowed",
+                      where, json_object_size(jq), D3_MAX_QUESTIONS);
         return false;
     }
     char *state_text = d3_state_text(js);
     if (!state_text) {
-        http_fail(h, 500, "internal_error", "out of memory");
+        vsr_http_fail(h, 500, "internal_error", "out of memory");
         return false;
     }
     r->state_has_pad = contains_pad(state_text);
@@ -443,7 +503,7 @@ static bool build_request(const vsr_decider *d, d3_request *r, const json_t *o, 
     r->q = calloc((size_t)r->n_q, sizeof *r->q);
     if (!r->q) {
         free(state_text);
-        http_fail(h, 500, "internal_error", "out of memory");
+        vsr_http_fail(h, 500, "internal_error", "out of memory");
         return false;
     }
     int i = 0;
@@ -467,54 +527,30 @@ static int count_valid(const vsr_decision_job *j) {
 
 vsr_decision_job *vsr_decision_parse(const vsr_decider *d, const char *body, size_t len,
                                      const char *served_name, vsr_http_error *herr) {
-    json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    if (!root) {
-        http_fail(herr, 400, "invalid_request", "the body is not valid JSON: %s (line %d, column %d)",
-                  je.text, je.line, je.column);
-        return NULL;
-    }
+    json_t *root = vsr_request_body(body, len, herr);
+    if (!root) return NULL;
     vsr_decision_job *j = calloc(1, sizeof *j);
     if (!j) {
         json_decref(root);
-        http_fail(herr, 500, "internal_error", "out of memory");
+        vsr_http_fail(herr, 500, "internal_error", "out of memory");
         return NULL;
     }
     snprintf(j->profile, sizeof j->profile, "exact");
     bool ok = false;
     if (!json_is_object(root)) {
-        http_fail(herr, 400, "invalid_request", "the body must be a JSON object");
+        vsr_http_fail(herr, 400, "invalid_request", "the body must be a JSON object");
         goto done;
     }
     if (!check_fields(root, top_fields, "", herr)) goto done;
-    const json_t *jm = json_object_get(root, "model");
-    if (jm && !json_is_null(jm)) {
-        if (!json_is_string(jm)) {
-            http_fail(herr, 400, "invalid_request", "model must be a string");
-            goto done;
-        }
-        if (served_name && strcmp(json_string_value(jm), served_name)) {
-            http_fail(herr, 404, "model_not_found", "model '%s' is not served here (this worker serves '%s')",
-                      json_string_value(jm), served_name);
-            goto done;
-        }
-    }
-    j->model = strdup(jm && json_is_string(jm) ? json_string_value(jm) : served_name ? served_name : "");
+    if (!vsr_request_model(root, served_name, &j->model, herr)) goto done;
     const json_t *jo = json_object_get(root, "options");
     if (jo && !json_is_null(jo)) {
         if (!json_is_object(jo)) {
-            http_fail(herr, 400, "invalid_request", "options must be an object");
+            vsr_http_fail(herr, 400, "invalid_request", "options must be an object");
             goto done;
         }
         if (!check_fields(jo, option_fields, "options: ", herr)) goto done;
-        const json_t *dl = json_object_get(jo, "deadline_ms");
-        if (dl && !json_is_null(dl)) {
-            if (!json_is_number(dl) || !(json_number_value(dl) > 0) || !isfinite(json_number_value(dl))) {
-                http_fail(herr, 400, "invalid_request", "options.deadline_ms must be a number greater than 0");
-                goto done;
-            }
-            j->deadline_ms = json_number_value(dl);
-        }
+        if (!vsr_option_deadline_ms(json_object_get(jo, "deadline_ms"), &j->deadline_ms, herr)) goto done;
         const json_t *pr = json_object_get(jo, "profile");
         if (pr && !json_is_null(pr)) {
             const char *p = json_is_string(pr) ? json_string_value(pr) : NULL;
@@ -522,26 +558,19 @@ vsr_decision_job *vsr_decision_parse(const vsr_decider *d, const char *body, siz
             if (!served) {
                 /* the reference's message: the sorted list of the profiles this model serves */
                 if (d->served_profile[0] && strcmp(d->served_profile, "exact"))
-                    http_fail(herr, 400, "invalid_request", "options.profile must be one of ['%s', '%s']",
-                              strcmp(d->served_profile, "exact") < 0 ? d->served_profile : "exact",
-                              strcmp(d->served_profile, "exact") < 0 ? "exact" : d->served_profile);
+                    vsr_http_fail(herr, 400, "invalid_request", "options.profile must be one of ['%s', '%s']",
+                                  strcmp(d->served_profile, "exact") < 0 ? d->served_profile : "exact",
+                                  strcmp(d->served_profile, "exact") < 0 ? "exact" : d->served_profile);
                 else
-                    http_fail(herr, 400, "invalid_request", "options.profile must be one of ['exact']");
+                    vsr_http_fail(herr, 400, "invalid_request", "options.profile must be one of ['exact']");
                 goto done;
             }
             snprintf(j->profile, sizeof j->profile, "%s", p);
         }
-        const json_t *rm = json_object_get(jo, "return_meta");
-        if (rm && !json_is_null(rm)) {
-            if (!json_is_boolean(rm)) {
-                http_fail(herr, 400, "invalid_request", "options.return_meta must be true or false");
-                goto done;
-            }
-            j->return_meta = json_is_true(rm);
-        }
+        if (!vsr_option_return_meta(json_object_get(jo, "return_meta"), &j->return_meta, herr)) goto done;
         if (json_object_get(jo, "max_tokens")) {
-            http_fail(herr, 400, "invalid_request",
-                      "options.max_tokens applies only to models with a scan budget; this model has none");
+            vsr_http_fail(herr, 400, "invalid_request",
+                          "options.max_tokens applies only to models with a scan budget; this model has none");
             goto done;
         }
     }
@@ -549,19 +578,19 @@ vsr_decision_job *vsr_decision_parse(const vsr_decider *d, const char *body, siz
     size_t n_states = 0;
     if (jss && !json_is_null(jss)) {
         if (!json_is_object(jss)) {
-            http_fail(herr, 400, "invalid_request", "states must be an object of named states");
+            vsr_http_fail(herr, 400, "invalid_request", "states must be an object of named states");
             goto done;
         }
         n_states = json_object_size(jss);
         if (n_states > D3_MAX_STATES) {
-            http_fail(herr, 400, "invalid_request", "states holds %zu entries; at most %d are allowed",
-                      n_states, D3_MAX_STATES);
+            vsr_http_fail(herr, 400, "invalid_request", "states holds %zu entries; at most %d are allowed",
+                          n_states, D3_MAX_STATES);
             goto done;
         }
     }
     j->req = calloc(1 + n_states, sizeof *j->req);
     if (!j->req) {
-        http_fail(herr, 500, "internal_error", "out of memory");
+        vsr_http_fail(herr, 500, "internal_error", "out of memory");
         goto done;
     }
     j->n_req = 1;
@@ -573,7 +602,7 @@ vsr_decision_job *vsr_decision_parse(const vsr_decider *d, const char *body, siz
             char where[160];
             snprintf(where, sizeof where, "states.%.128s: ", name);
             if (!json_is_object(so)) {
-                http_fail(herr, 400, "invalid_request", "%sa state entry must be an object", where);
+                vsr_http_fail(herr, 400, "invalid_request", "%sa state entry must be an object", where);
                 goto done;
             }
             if (!check_fields(so, state_fields, where, herr)) goto done;
@@ -584,8 +613,8 @@ vsr_decision_job *vsr_decision_parse(const vsr_decider *d, const char *body, siz
     }
     if (count_valid(j) == 0) {
         const d3_question *first = &j->req[0].q[0];
-        http_fail(herr, 400, "invalid_request", "no valid question: %s: %s", first->id,
-                  first->err_msg ? first->err_msg : first->err_code);
+        vsr_http_fail(herr, 400, "invalid_request", "no valid question: %s: %s", first->id,
+                      first->err_msg ? first->err_msg : first->err_code);
         goto done;
     }
     ok = true;
@@ -670,20 +699,7 @@ char *vsr_decision_response(const vsr_decision_job *j, const vsr_decision_meta *
             json_object_set_new(states, j->req[r].name, request_json(&j->req[r], j->model));
         json_object_set_new(o, "states", states);
     }
-    if (j->return_meta && meta) {
-        json_t *m = json_object();
-        json_object_set_new(m, "model_id", json_string(meta->model_id ? meta->model_id : j->model));
-        if (meta->revision) json_object_set_new(m, "revision", json_string(meta->revision));
-        if (meta->model_sha256) json_object_set_new(m, "model_sha256", json_string(meta->model_sha256));
-        json_object_set_new(m, "profile", json_string(j->profile));
-        json_object_set_new(m, "numerics", json_string(strcmp(j->profile, "exact") ? "approximate" : "exact"));
-        json_object_set_new(m, "engine", json_string("native"));
-        if (meta->accelerator) json_object_set_new(m, "accelerator", json_string(meta->accelerator));
-        if (meta->device) json_object_set_new(m, "device", json_string(meta->device));
-        json_object_set_new(m, "queue_ms", json_real(meta->queue_ms));
-        json_object_set_new(m, "compute_ms", json_real(meta->compute_ms));
-        json_object_set_new(o, "meta", m);
-    }
+    if (j->return_meta && meta) json_object_set_new(o, "meta", vsr_decision_meta_json(meta, j->model, j->profile));
     char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(o);
     return s;

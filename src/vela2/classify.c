@@ -36,18 +36,6 @@ struct vsr_v2_classify {
     bool reject;        /* overflow: reject */
 };
 
-static void http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...) {
-    if (!h) return;
-    h->status = status;
-    h->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(h->message, sizeof h->message, fmt, ap);
-    va_end(ap);
-}
-
 static bool blank(const char *s) {
     for (; *s; s++)
         if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r' && *s != '\f' && *s != '\v') return false;
@@ -95,67 +83,90 @@ static bool parse_options(vsr_v2_classify *c, vsr_v2_job *j, const json_t *jo, j
                           vsr_http_error *h) {
     if (!jo || json_is_null(jo)) return true;
     if (!json_is_object(jo)) {
-        http_fail(h, 400, "invalid_request", "options must be an object");
+        vsr_http_fail(h, 400, "invalid_request", "options must be an object");
         return false;
     }
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)jo, k, v) {
         if (!strcmp(k, "deadline_ms")) {
-            if (json_is_null(v)) continue;
-            if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v))) {
-                http_fail(h, 400, "invalid_request", "options.deadline_ms must be a number greater than 0");
-                return false;
-            }
-            j->deadline_ms = json_number_value(v);
+            if (!vsr_option_deadline_ms(v, &j->deadline_ms, h)) return false;
         } else if (!strcmp(k, "profile")) {
             if (!json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "exact"))) {
-                http_fail(h, 400, "invalid_request", "options.profile must be one of ['exact']");
+                vsr_http_fail(h, 400, "invalid_request", "options.profile must be one of ['exact']");
                 return false;
             }
         } else if (!strcmp(k, "return_meta")) {
-            if (json_is_null(v)) continue;
-            if (!json_is_boolean(v)) {
-                http_fail(h, 400, "invalid_request", "options.return_meta must be true or false");
-                return false;
-            }
-            j->return_meta = json_is_true(v);
+            if (!vsr_option_return_meta(v, &j->return_meta, h)) return false;
         } else if (!strcmp(k, "overflow")) {
             const char *s = json_is_string(v) ? json_string_value(v) : "";
             if (!strcmp(s, "reject")) c->reject = true;
             else if (!strcmp(s, "truncate")) *truncate = true;
             else if (strcmp(s, "window")) {
-                http_fail(h, 400, "invalid_request", "options.overflow must be one of ['reject', 'truncate', 'window']");
+                vsr_http_fail(h, 400, "invalid_request", "options.overflow must be one of ['reject', 'truncate', 'window']");
                 return false;
             }
         } else if (!strcmp(k, "threshold")) {
             if (json_is_null(v)) continue;
             if (!json_is_number(v) || !(json_number_value(v) >= 0 && json_number_value(v) <= 1)) {
-                http_fail(h, 400, "invalid_request", "options.threshold must be a number in [0, 1]");
+                vsr_http_fail(h, 400, "invalid_request", "options.threshold must be a number in [0, 1]");
                 return false;
             }
             *threshold = v;
         } else if (!strcmp(k, "window")) {
-            http_fail(h, 400, "invalid_request",
-                      "options.window: this model reads a text longer than %d tokens in windows of its span_layout "
-                      "(%d tokens every %d); other windows are not available (use overflow: window, truncate or reject)",
-                      c->d->info.hybrid_rmax, c->d->info.window, c->d->info.stride);
+            vsr_http_fail(h, 400, "invalid_request",
+                          "options.window: this model reads a text longer than %d tokens in windows of its span_layout "
+                          "(%d tokens every %d); other windows are not available (use overflow: window, truncate or reject)",
+                          c->d->info.hybrid_rmax, c->d->info.window, c->d->info.stride);
             return false;
         } else if (!strcmp(k, "max_tokens")) {
-            http_fail(h, 400, "invalid_request",
-                      "options.max_tokens: this model reads each input whole (in windows past %d tokens); bound the "
-                      "input with overflow: reject or truncate instead",
-                      c->d->info.hybrid_rmax);
+            vsr_http_fail(h, 400, "invalid_request",
+                          "options.max_tokens: this model reads each input whole (in windows past %d tokens); bound the "
+                          "input with overflow: reject or truncate instead",
+                          c->d->info.hybrid_rmax);
             return false;
         } else if (!strcmp(k, "return_tokens")) {
-            http_fail(h, 400, "invalid_request",
-                      "options.return_tokens: this model scores words, not tokens (spans are decoded from word "
-                      "probabilities); per-token probabilities are not available");
+            vsr_http_fail(h, 400, "invalid_request",
+                          "options.return_tokens: this model scores words, not tokens (spans are decoded from word "
+                          "probabilities); per-token probabilities are not available");
             return false;
         } else {
-            http_fail(h, 400, "invalid_request", "options: unknown field '%s'", k);
+            vsr_http_fail(h, 400, "invalid_request", "options: unknown field '%s'", k);
             return false;
         }
+    }
+    return true;
+}
+
+/* A grounded input: an object of the string fields context, question and answer, the answer
+ * required. */
+static const char *const grounded_keys[] = {"context", "question", "answer"};
+
+static bool grounded_ok(const json_t *in, int i, vsr_http_error *h) {
+    if (!json_is_object(in)) {
+        vsr_http_fail(h, 400, "invalid_request",
+                      "input[%d]: head halu reads grounded inputs {context, question, answer}; got %s", i,
+                      json_is_string(in) ? "a string" : "a value that is not an object");
+        return false;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)in, k, v) {
+        bool known = false;
+        for (int f = 0; f < 3; f++) known |= !strcmp(k, grounded_keys[f]);
+        if (!known) {
+            vsr_http_fail(h, 400, "invalid_request",
+                          "input[%d]: unknown field '%s'; a grounded input holds context, question and answer", i, k);
+            return false;
+        }
+        if (!json_is_string(v)) {
+            vsr_http_fail(h, 400, "invalid_request", "input[%d].%s must be a string", i, k);
+            return false;
+        }
+    }
+    if (!json_object_get(in, "answer")) {
+        vsr_http_fail(h, 400, "invalid_request", "input[%d]: a grounded input needs an answer", i);
+        return false;
     }
     return true;
 }
@@ -163,55 +174,23 @@ static bool parse_options(vsr_v2_classify *c, vsr_v2_job *j, const json_t *jo, j
 /* The decision request an input stands for: the head's preset over the text it reads. */
 static json_t *input_request(const vsr_v2_classify *c, const json_t *in, int i, json_t *threshold, bool truncate,
                              vsr_http_error *h, char **item_err) {
+    if (c->head == HEAD_PII && !json_is_string(in)) {
+        vsr_http_fail(h, 400, "invalid_request", "input[%d]: head pii reads text inputs (strings); got %s", i,
+                      json_is_object(in) ? "an object" : "a value that is not a string");
+        return NULL;
+    }
+    if (c->head == HEAD_HALU && !grounded_ok(in, i, h)) return NULL;
     json_t *state = json_object();
     if (c->head == HEAD_PII) {
-        if (!json_is_string(in)) {
-            http_fail(h, 400, "invalid_request",
-                      "input[%d]: head pii reads text inputs (strings); got %s", i,
-                      json_is_object(in) ? "an object" : "a value that is not a string");
-            json_decref(state);
-            return NULL;
-        }
         if (blank(json_string_value(in)))
             *item_err = dupf("input %d is empty or whitespace: there is no text to read", i);
         json_object_set(state, "request", (json_t *)in);
     } else {
-        static const char *const keys[] = {"context", "question", "answer"};
         static const char *const as[] = {"source", "request", "answer"};
-        if (!json_is_object(in)) {
-            http_fail(h, 400, "invalid_request",
-                      "input[%d]: head halu reads grounded inputs {context, question, answer}; got %s", i,
-                      json_is_string(in) ? "a string" : "a value that is not an object");
-            json_decref(state);
-            return NULL;
-        }
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)in, k, v) {
-            bool known = false;
-            for (int f = 0; f < 3; f++) known |= !strcmp(k, keys[f]);
-            if (!known) {
-                http_fail(h, 400, "invalid_request",
-                          "input[%d]: unknown field '%s'; a grounded input holds context, question and answer", i, k);
-                json_decref(state);
-                return NULL;
-            }
-            if (!json_is_string(v)) {
-                http_fail(h, 400, "invalid_request", "input[%d].%s must be a string", i, k);
-                json_decref(state);
-                return NULL;
-            }
-        }
-        const json_t *ans = json_object_get(in, "answer");
-        if (!ans) {
-            http_fail(h, 400, "invalid_request", "input[%d]: a grounded input needs an answer", i);
-            json_decref(state);
-            return NULL;
-        }
-        if (blank(json_string_value(ans)))
+        if (blank(json_string_value(json_object_get(in, "answer"))))
             *item_err = dupf("input %d: the answer is empty or whitespace: there is no text to read", i);
         for (int f = 0; f < 3; f++) {
-            const json_t *x = json_object_get(in, keys[f]);
+            const json_t *x = json_object_get(in, grounded_keys[f]);
             if (x && !blank(json_string_value(x))) json_object_set(state, as[f], (json_t *)x);
         }
     }
@@ -225,13 +204,8 @@ static json_t *input_request(const vsr_v2_classify *c, const json_t *in, int i, 
 
 vsr_v2_classify *vsr_v2_classify_parse(const vsr_v2_decider *d, const char *body, size_t len, const char *served_name,
                                        vsr_http_error *herr) {
-    json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    if (!root) {
-        http_fail(herr, 400, "invalid_request", "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                  je.column);
-        return NULL;
-    }
+    json_t *root = vsr_request_body(body, len, herr);
+    if (!root) return NULL;
     vsr_v2_classify *c = calloc(1, sizeof *c);
     vsr_v2_job *j = c ? calloc(1, sizeof *j) : NULL;
     bool ok = false;
@@ -239,40 +213,28 @@ vsr_v2_classify *vsr_v2_classify_parse(const vsr_v2_decider *d, const char *body
     if (!c || !j) {
         free(c);
         c = NULL;
-        http_fail(herr, 500, "internal_error", "out of memory");
+        vsr_http_fail(herr, 500, "internal_error", "out of memory");
         goto done;
     }
     c->d = d;
     c->job = j;
     if (!json_is_object(root)) {
-        http_fail(herr, 400, "invalid_request", "the body must be a JSON object");
+        vsr_http_fail(herr, 400, "invalid_request", "the body must be a JSON object");
         goto done;
     }
     const char *k;
     json_t *v;
     json_object_foreach(root, k, v) {
         if (strcmp(k, "model") && strcmp(k, "input") && strcmp(k, "head") && strcmp(k, "options")) {
-            http_fail(herr, 400, "invalid_request", "unknown field '%s'", k);
+            vsr_http_fail(herr, 400, "invalid_request", "unknown field '%s'", k);
             goto done;
         }
     }
-    const json_t *jm = json_object_get(root, "model");
-    if (jm && !json_is_null(jm)) {
-        if (!json_is_string(jm)) {
-            http_fail(herr, 400, "invalid_request", "model must be a string");
-            goto done;
-        }
-        if (served_name && strcmp(json_string_value(jm), served_name)) {
-            http_fail(herr, 404, "model_not_found", "model '%s' is not served here (this worker serves '%s')",
-                      json_string_value(jm), served_name);
-            goto done;
-        }
-    }
-    j->model = strdup(jm && json_is_string(jm) ? json_string_value(jm) : served_name ? served_name : "");
+    if (!vsr_request_model(root, served_name, &j->model, herr)) goto done;
     if (!vsr_v2_classify_heads(d, NULL, 0)) {
-        http_fail(herr, 422, "unsupported_surface",
-                  "%s has no span preset (calibration.json defines neither pii_schema nor halu_schema), so no token "
-                  "head for POST /v1/classify", j->model);
+        vsr_http_fail(herr, 422, "unsupported_surface",
+                      "%s has no span preset (calibration.json defines neither pii_schema nor halu_schema), so no token "
+                      "head for POST /v1/classify", j->model);
         goto done;
     }
     const json_t *jh = json_object_get(root, "head");
@@ -283,7 +245,7 @@ vsr_v2_classify *vsr_v2_classify_parse(const vsr_v2_decider *d, const char *body
         for (int hh = 0; hh < 2 && hn; hh++)
             if (!strcmp(hn, head_names[hh]) && has_head(d, hh)) found = hh;
         if (found < 0) {
-            http_fail(herr, 400, "invalid_request", "head must be one of %s", head_list(d, heads, sizeof heads));
+            vsr_http_fail(herr, 400, "invalid_request", "head must be one of %s", head_list(d, heads, sizeof heads));
             goto done;
         }
         c->head = found;
@@ -293,14 +255,14 @@ vsr_v2_classify *vsr_v2_classify_parse(const vsr_v2_decider *d, const char *body
     if (!parse_options(c, j, json_object_get(root, "options"), &threshold, &truncate, herr)) goto done;
     const json_t *ji = json_object_get(root, "input");
     if (!ji) {
-        http_fail(herr, 400, "invalid_request", "input is required");
+        vsr_http_fail(herr, 400, "invalid_request", "input is required");
         goto done;
     }
     json_t *list = json_is_array(ji) ? json_incref((json_t *)ji) : json_pack("[O]", ji);
     size_t n = json_array_size(list);
     if (n == 0 || n > MAX_INPUTS) {
-        http_fail(herr, 400, "invalid_request", n ? "at most %d inputs per request" : "input must hold at least one input",
-                  MAX_INPUTS);
+        vsr_http_fail(herr, 400, "invalid_request", n ? "at most %d inputs per request" : "input must hold at least one input",
+                      MAX_INPUTS);
         json_decref(list);
         goto done;
     }
@@ -308,7 +270,7 @@ vsr_v2_classify *vsr_v2_classify_parse(const vsr_v2_decider *d, const char *body
     j->req = calloc(n, sizeof *j->req);
     if (!c->in || !j->req) {
         json_decref(list);
-        http_fail(herr, 500, "internal_error", "out of memory");
+        vsr_http_fail(herr, 500, "internal_error", "out of memory");
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -467,20 +429,8 @@ char *vsr_v2_classify_response(const vsr_v2_classify *c, const vsr_decision_meta
     json_object_set_new(o, "results", results);
     json_object_set_new(o, "usage", json_pack("{s:I,s:i}", "input_tokens", (json_int_t)vsr_v2_job_tokens(c->job),
                                               "output_tokens", 0));
-    if (c->job->return_meta && meta) {
-        json_t *m = json_object();
-        json_object_set_new(m, "model_id", json_string(meta->model_id ? meta->model_id : c->job->model));
-        if (meta->revision) json_object_set_new(m, "revision", json_string(meta->revision));
-        if (meta->model_sha256) json_object_set_new(m, "model_sha256", json_string(meta->model_sha256));
-        json_object_set_new(m, "profile", json_string("exact"));
-        json_object_set_new(m, "numerics", json_string("exact"));
-        json_object_set_new(m, "engine", json_string("native"));
-        if (meta->accelerator) json_object_set_new(m, "accelerator", json_string(meta->accelerator));
-        if (meta->device) json_object_set_new(m, "device", json_string(meta->device));
-        json_object_set_new(m, "queue_ms", json_real(meta->queue_ms));
-        json_object_set_new(m, "compute_ms", json_real(meta->compute_ms));
-        json_object_set_new(o, "meta", m);
-    }
+    if (c->job->return_meta && meta)
+        json_object_set_new(o, "meta", vsr_decision_meta_json(meta, c->job->model, "exact"));
     char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(o);
     return s;

@@ -73,18 +73,6 @@ int vsr_v2_decider_presets(const vsr_v2_decider *d, const char **names, int max)
 
 /* ---- the job ---- */
 
-static void http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...) {
-    if (!h) return;
-    h->status = status;
-    h->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(h->message, sizeof h->message, fmt, ap);
-    va_end(ap);
-}
-
 static bool only_fields(const json_t *o, const char *const *allowed, const char *where, vsr_http_error *h) {
     const char *k;
     json_t *v;
@@ -92,7 +80,7 @@ static bool only_fields(const json_t *o, const char *const *allowed, const char 
         bool ok = false;
         for (const char *const *a = allowed; *a; a++) ok |= !strcmp(*a, k);
         if (!ok) {
-            http_fail(h, 400, "invalid_request", "%sunknown field '%s'", where, k);
+            vsr_http_fail(h, 400, "invalid_request", "%sunknown field '%s'", where, k);
             return false;
         }
     }
@@ -103,35 +91,21 @@ static bool parse_options(vsr_v2_job *j, const json_t *jo, vsr_http_error *h) {
     if (!jo || json_is_null(jo)) return true;
     static const char *const fields[] = {"deadline_ms", "profile", "return_meta", "max_tokens", NULL};
     if (!json_is_object(jo)) {
-        http_fail(h, 400, "invalid_request", "options must be an object");
+        vsr_http_fail(h, 400, "invalid_request", "options must be an object");
         return false;
     }
     if (!only_fields(jo, fields, "options: ", h)) return false;
-    const json_t *dl = json_object_get(jo, "deadline_ms");
-    if (dl && !json_is_null(dl)) {
-        if (!json_is_number(dl) || !(json_number_value(dl) > 0) || !isfinite(json_number_value(dl))) {
-            http_fail(h, 400, "invalid_request", "options.deadline_ms must be a number greater than 0");
-            return false;
-        }
-        j->deadline_ms = json_number_value(dl);
-    }
+    if (!vsr_option_deadline_ms(json_object_get(jo, "deadline_ms"), &j->deadline_ms, h)) return false;
     const json_t *pr = json_object_get(jo, "profile");
     if (pr && !json_is_null(pr) && (!json_is_string(pr) || strcmp(json_string_value(pr), "exact"))) {
-        http_fail(h, 400, "invalid_request", "options.profile: unknown profile '%s'; available: exact",
-                  json_is_string(pr) ? json_string_value(pr) : "(not a string)");
+        vsr_http_fail(h, 400, "invalid_request", "options.profile: unknown profile '%s'; available: exact",
+                      json_is_string(pr) ? json_string_value(pr) : "(not a string)");
         return false;
     }
-    const json_t *rm = json_object_get(jo, "return_meta");
-    if (rm && !json_is_null(rm)) {
-        if (!json_is_boolean(rm)) {
-            http_fail(h, 400, "invalid_request", "options.return_meta must be true or false");
-            return false;
-        }
-        j->return_meta = json_is_true(rm);
-    }
+    if (!vsr_option_return_meta(json_object_get(jo, "return_meta"), &j->return_meta, h)) return false;
     if (json_object_get(jo, "max_tokens")) {
-        http_fail(h, 400, "invalid_request",
-                  "options.max_tokens applies only to models with a scan budget; this model has none");
+        vsr_http_fail(h, 400, "invalid_request",
+                      "options.max_tokens applies only to models with a scan budget; this model has none");
         return false;
     }
     return true;
@@ -146,57 +120,40 @@ static int count_valid(const vsr_v2_job *j) {
 
 vsr_v2_job *vsr_v2_parse(const vsr_v2_decider *d, const char *body, size_t len, const char *served_name,
                          vsr_http_error *herr) {
-    json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    if (!root) {
-        http_fail(herr, 400, "invalid_request", "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                  je.column);
-        return NULL;
-    }
+    json_t *root = vsr_request_body(body, len, herr);
+    if (!root) return NULL;
     vsr_v2_job *j = calloc(1, sizeof *j);
     bool ok = false;
     if (!j) {
-        http_fail(herr, 500, "internal_error", "out of memory");
+        vsr_http_fail(herr, 500, "internal_error", "out of memory");
         goto done;
     }
     static const char *const top[] = {"model", "state", "questions", "images", "videos", "states", "options", NULL};
     static const char *const sub[] = {"state", "questions", "images", NULL};
     if (!json_is_object(root)) {
-        http_fail(herr, 400, "invalid_request", "the body must be a JSON object");
+        vsr_http_fail(herr, 400, "invalid_request", "the body must be a JSON object");
         goto done;
     }
     if (!only_fields(root, top, "", herr)) goto done;
-    const json_t *jm = json_object_get(root, "model");
-    if (jm && !json_is_null(jm)) {
-        if (!json_is_string(jm)) {
-            http_fail(herr, 400, "invalid_request", "model must be a string");
-            goto done;
-        }
-        if (served_name && strcmp(json_string_value(jm), served_name)) {
-            http_fail(herr, 404, "model_not_found", "model '%s' is not served here (this worker serves '%s')",
-                      json_string_value(jm), served_name);
-            goto done;
-        }
-    }
     j->broad = d->broad;
-    j->model = strdup(jm && json_is_string(jm) ? json_string_value(jm) : served_name ? served_name : "");
+    if (!vsr_request_model(root, served_name, &j->model, herr)) goto done;
     if (!parse_options(j, json_object_get(root, "options"), herr)) goto done;
     const json_t *jss = json_object_get(root, "states");
     size_t n_states = 0;
     if (jss && !json_is_null(jss)) {
         if (!json_is_object(jss)) {
-            http_fail(herr, 400, "invalid_request", "states must be an object of named states");
+            vsr_http_fail(herr, 400, "invalid_request", "states must be an object of named states");
             goto done;
         }
         n_states = json_object_size(jss);
         if (n_states > 64) {
-            http_fail(herr, 400, "invalid_request", "states holds %zu entries; at most 64 are allowed", n_states);
+            vsr_http_fail(herr, 400, "invalid_request", "states holds %zu entries; at most 64 are allowed", n_states);
             goto done;
         }
     }
     j->req = calloc(1 + n_states, sizeof *j->req);
     if (!j->req) {
-        http_fail(herr, 500, "internal_error", "out of memory");
+        vsr_http_fail(herr, 500, "internal_error", "out of memory");
         goto done;
     }
     j->n_req = 1;
@@ -207,7 +164,7 @@ vsr_v2_job *vsr_v2_parse(const vsr_v2_decider *d, const char *body, size_t len, 
             char where[160];
             snprintf(where, sizeof where, "states.%.128s: ", name);
             if (!json_is_object(so)) {
-                http_fail(herr, 400, "invalid_request", "%sa state entry must be an object", where);
+                vsr_http_fail(herr, 400, "invalid_request", "%sa state entry must be an object", where);
                 goto done;
             }
             if (!only_fields(so, sub, where, herr)) goto done;
@@ -217,8 +174,8 @@ vsr_v2_job *vsr_v2_parse(const vsr_v2_decider *d, const char *body, size_t len, 
         }
     if (count_valid(j) == 0) {
         const v2_question *first = &j->req[0].q[0];
-        http_fail(herr, 400, "invalid_request", "no valid question: %s: %s", first->id,
-                  first->err_msg ? first->err_msg : first->err_code);
+        vsr_http_fail(herr, 400, "invalid_request", "no valid question: %s: %s", first->id,
+                      first->err_msg ? first->err_msg : first->err_code);
         goto done;
     }
     ok = true;
@@ -255,6 +212,24 @@ static int tree_view(const v2_request *r, v2_tree *t, vsr_v2_tree *out, vsr_v2_b
     return n;
 }
 
+/* One forward over the blocks of a tree that are run (none: no forward). */
+static vsr_status run_tree(vsr_v2_decider *d, const v2_request *rq, v2_tree *tr, vsr_forward_cb on_forward,
+                           void *cb_ctx, vsr_err *err) {
+    vsr_v2_block *blocks = malloc(sizeof *blocks * (size_t)(tr->n_blocks + 1));
+    if (!blocks) return vsr_err_set(err, VSR_E_NOMEM, "out of memory");
+    vsr_v2_tree view;
+    int64_t tokens = tr->n_ctx;
+    vsr_status st = VSR_OK;
+    if (tree_view(rq, tr, &view, blocks) > 0) {
+        for (int k = 0; k < view.n_blocks; k++) tokens += view.blocks[k].n_ids;
+        double t0 = now_s();
+        st = vsr_v2_forward(d->model, &view, 1, err);
+        if (on_forward) on_forward(cb_ctx, view.n_blocks, tokens, now_s() - t0);
+    }
+    free(blocks);
+    return st;
+}
+
 vsr_status vsr_v2_run(vsr_v2_decider *d, vsr_v2_job *j, const volatile int *cancel, vsr_forward_cb on_forward,
                       void *cb_ctx, vsr_err *err) {
     if (!d->model) return vsr_err_set(err, VSR_E_INVALID, "this decider has no model to run");
@@ -263,22 +238,8 @@ vsr_status vsr_v2_run(vsr_v2_decider *d, vsr_v2_job *j, const volatile int *canc
         for (int t = 0; t < rq->n_trees; t++) {
             if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
                 return vsr_err_set(err, VSR_E_INVALID, "cancelled: the client went away");
-            v2_tree *tr = &rq->trees[t];
-            vsr_v2_block *blocks = malloc(sizeof *blocks * (size_t)(tr->n_blocks + 1));
-            if (!blocks) return vsr_err_set(err, VSR_E_NOMEM, "out of memory");
-            vsr_v2_tree view;
-            int64_t tokens = tr->n_ctx;
-            if (tree_view(rq, tr, &view, blocks) > 0) {
-                for (int k = 0; k < view.n_blocks; k++) tokens += view.blocks[k].n_ids;
-                double t0 = now_s();
-                vsr_status st = vsr_v2_forward(d->model, &view, 1, err);
-                if (on_forward) on_forward(cb_ctx, view.n_blocks, tokens, now_s() - t0);
-                if (st != VSR_OK) {
-                    free(blocks);
-                    return st;
-                }
-            }
-            free(blocks);
+            vsr_status st = run_tree(d, rq, &rq->trees[t], on_forward, cb_ctx, err);
+            if (st != VSR_OK) return st;
         }
         v2_answer_request(d, rq);
     }
@@ -325,22 +286,8 @@ vsr_status vsr_v2_run_tree(vsr_v2_decider *d, vsr_v2_job *j, vsr_forward_cb on_f
     while (j->next_req < j->n_req && j->next_tree >= j->req[j->next_req].n_trees) j->next_req++, j->next_tree = 0;
     if (j->next_req >= j->n_req) return VSR_OK; /* nothing left */
     v2_request *rq = &j->req[j->next_req];
-    v2_tree *tr = &rq->trees[j->next_tree];
-    vsr_v2_block *blocks = malloc(sizeof *blocks * (size_t)(tr->n_blocks + 1));
-    if (!blocks) return vsr_err_set(err, VSR_E_NOMEM, "out of memory");
-    vsr_v2_tree view;
-    int64_t tokens = tr->n_ctx;
-    if (tree_view(rq, tr, &view, blocks) > 0) {
-        for (int k = 0; k < view.n_blocks; k++) tokens += view.blocks[k].n_ids;
-        double t0 = now_s();
-        vsr_status st = vsr_v2_forward(d->model, &view, 1, err);
-        if (on_forward) on_forward(cb_ctx, view.n_blocks, tokens, now_s() - t0);
-        if (st != VSR_OK) {
-            free(blocks);
-            return st;
-        }
-    }
-    free(blocks);
+    vsr_status st = run_tree(d, rq, &rq->trees[j->next_tree], on_forward, cb_ctx, err);
+    if (st != VSR_OK) return st;
     if (++j->next_tree >= rq->n_trees) {
         v2_answer_request(d, rq);
         j->next_req++;
@@ -390,20 +337,7 @@ char *vsr_v2_response(const vsr_v2_job *j, const vsr_decision_meta *meta) {
         for (int r = 1; r < j->n_req; r++) json_object_set_new(states, j->req[r].name, v2_request_json(&j->req[r], j->model, broad));
         json_object_set_new(o, "states", states);
     }
-    if (j->return_meta && meta) {
-        json_t *m = json_object();
-        json_object_set_new(m, "model_id", json_string(meta->model_id ? meta->model_id : j->model));
-        if (meta->revision) json_object_set_new(m, "revision", json_string(meta->revision));
-        if (meta->model_sha256) json_object_set_new(m, "model_sha256", json_string(meta->model_sha256));
-        json_object_set_new(m, "profile", json_string("exact"));
-        json_object_set_new(m, "numerics", json_string("exact"));
-        json_object_set_new(m, "engine", json_string("native"));
-        if (meta->accelerator) json_object_set_new(m, "accelerator", json_string(meta->accelerator));
-        if (meta->device) json_object_set_new(m, "device", json_string(meta->device));
-        json_object_set_new(m, "queue_ms", json_real(meta->queue_ms));
-        json_object_set_new(m, "compute_ms", json_real(meta->compute_ms));
-        json_object_set_new(o, "meta", m);
-    }
+    if (j->return_meta && meta) json_object_set_new(o, "meta", vsr_decision_meta_json(meta, j->model, "exact"));
     char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(o);
     return s;

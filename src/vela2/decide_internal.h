@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include "decision/request_common.h"
 #include "vela2/words.h"
 #include "vsr/tokenizer.h"
 #include "vsr/vela2_decide.h"

@@ -580,51 +580,39 @@ static void check_set_ids(v2_request *r) {
     }
 }
 
-static void http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void http_fail(vsr_http_error *h, int status, const char *code, const char *fmt, ...) {
-    if (!h) return;
-    h->status = status;
-    h->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(h->message, sizeof h->message, fmt, ap);
-    va_end(ap);
-}
-
 bool v2_parse_request(const vsr_v2_decider *d, v2_request *r, const json_t *o, const char *where,
                       vsr_http_error *h) {
     const json_t *im = json_object_get(o, "images"), *vi = json_object_get(o, "videos");
     if ((im && !json_is_null(im) && !(json_is_array(im) && !json_array_size(im))) ||
         (vi && !json_is_null(vi) && !(json_is_array(vi) && !json_array_size(vi)))) {
-        http_fail(h, 400, "invalid_request", "%sthis model has no %s modality: the Vela 2.0 packages read text only",
-                  where, im && !json_is_null(im) && !(json_is_array(im) && !json_array_size(im)) ? "image" : "video");
+        vsr_http_fail(h, 400, "invalid_request", "%sthis model has no %s modality: the Vela 2.0 packages read text only",
+                      where, im && !json_is_null(im) && !(json_is_array(im) && !json_array_size(im)) ? "image" : "video");
         return false;
     }
     const json_t *js = json_object_get(o, "state");
     if (!js) {
-        http_fail(h, 400, "invalid_request", "%sstate is required", where);
+        vsr_http_fail(h, 400, "invalid_request", "%sstate is required", where);
         return false;
     }
     const char *why = read_state(r, js);
     if (why) {
-        http_fail(h, 400, "invalid_request", "%s%s", where, why);
+        vsr_http_fail(h, 400, "invalid_request", "%s%s", where, why);
         return false;
     }
     const json_t *jq = json_object_get(o, "questions");
     if (!json_is_object(jq) || json_object_size(jq) == 0) {
-        http_fail(h, 400, "invalid_request", "%squestions must be an object with at least one question", where);
+        vsr_http_fail(h, 400, "invalid_request", "%squestions must be an object with at least one question", where);
         return false;
     }
     if (json_object_size(jq) > 256) {
-        http_fail(h, 400, "invalid_request", "%squestions holds %zu questions; at most 256 are allowed", where,
-                  json_object_size(jq));
+        vsr_http_fail(h, 400, "invalid_request", "%squestions holds %zu questions; at most 256 are allowed", where,
+                      json_object_size(jq));
         return false;
     }
     r->n_q = (int)json_object_size(jq);
     r->q = calloc((size_t)r->n_q, sizeof *r->q);
     if (!r->q) {
-        http_fail(h, 500, "internal_error", "out of memory");
+        vsr_http_fail(h, 500, "internal_error", "out of memory");
         return false;
     }
     int i = 0;
