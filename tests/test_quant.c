@@ -213,6 +213,9 @@ TEST(accepts_the_three_schemes_as_written) {
     st = parse_edited(NVFP4_CFG, NULL, &q, &err);
     CHECK_OK(st, err);
     CHECK(q.scheme == VSR_SCHEME_NVFP4 && q.group_size == 16 && q.input_activations && q.n_ignore == 4);
+    CHECK(strstr(vsr_quant_description(&q), "NVFP4 W4A4") != NULL);
+    q.input_activations = false; /* NVFP4A16, as vllm-srun quantize writes it: weights only */
+    CHECK(strstr(vsr_quant_description(&q), "NVFP4 W4A16") && strstr(vsr_quant_description(&q), "BF16 activations"));
     vsr_quant_config_free(&q);
 
     /* Absent or null quantization_config: BF16. */

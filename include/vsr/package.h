@@ -129,6 +129,9 @@ vsr_status vsr_package_open(const char *model, const char *revision, const char 
 /* Fills the gate request for this package (scheme, family rules, bytes, reserve). */
 void vsr_package_gate_request(const vsr_package *p, vsr_gate_request *out);
 vsr_status vsr_package_verify(vsr_package *p, int threads, vsr_progress *progress, vsr_err *err);
+/* The bytes vsr_package_verify hashes, as the manifest records them (every listed file, the tokenizer
+ * too; the weight files' bytes without a manifest): the total of a progress passed to it. */
+uint64_t vsr_package_verify_bytes(const vsr_package *p);
 /* The checks a load runs that read no file bytes beyond the headers opened: tensors against
  * config and scheme (names, dtypes, shapes), the readout, the manifest's parameter counts
  * and the input limit. vsr_package_verify runs them after hashing; `inspect` runs them

@@ -37,6 +37,10 @@ typedef struct vsr_scheme_traits {
 } vsr_scheme_traits;
 
 const vsr_scheme_traits *vsr_scheme_info(vsr_scheme s);
+struct vsr_quant_config;
+/* The scheme's description for this configuration: NVFP4 without input activations (NVFP4A16, what
+ * `vllm-srun quantize --scheme nvfp4` writes) is weights-only, BF16 activations. */
+const char *vsr_quant_description(const struct vsr_quant_config *q);
 bool vsr_scheme_parse(const char *name, vsr_scheme *out); /* CLI --scheme names */
 
 #define VSR_QUANT_MAX_IGNORE 1024 /* a 27B recipe expanded to module names: ~200 (issue 22's writer) */

@@ -52,7 +52,12 @@ vsr_status vsr_engine_prepare(vsr_engine *e, const vsr_engine_opts *o, vsr_err *
                                "--quantize fp8-dynamic quantizes a BF16 package; %s is already %s (serve it without "
                                "--quantize)",
                                o->model, vsr_scheme_info(e->pkg->quant.scheme)->label);
-        gr.scheme = VSR_SCHEME_FP8; /* the family rule (Decision 3.0 only) applies as for a package */
+        if (e->pkg->family != VSR_FAMILY_DECISION3) /* said plainly: the family rule would call it FP8 already */
+            return vsr_err_set(err, VSR_E_UNSUPPORTED,
+                               "--quantize fp8-dynamic: only Decision 3.0 packages may carry quantized weights; %s is "
+                               "a %s package (serve it in BF16, without --quantize)",
+                               o->model, vsr_family_name(e->pkg->family));
+        gr.scheme = VSR_SCHEME_FP8;
         gr.weight_bytes = vsr_fp8_at_load_weight_bytes(e->pkg);
         gr.reserve_bytes = vsr_gate_reserve_bytes(gr.weight_bytes);
     }
@@ -69,7 +74,7 @@ vsr_status vsr_engine_prepare(vsr_engine *e, const vsr_engine_opts *o, vsr_err *
 }
 
 vsr_status vsr_engine_load(vsr_engine *e, const vsr_engine_opts *o, vsr_err *err) {
-    vsr_progress *p = o->show_progress ? vsr_progress_new("verify", e->pkg->weight_file_bytes, "B") : NULL;
+    vsr_progress *p = o->show_progress ? vsr_progress_new("verify", vsr_package_verify_bytes(e->pkg), "B") : NULL;
     vsr_status st = vsr_package_verify(e->pkg, 0, p, err);
     vsr_progress_done(p);
     if (st != VSR_OK) return st;

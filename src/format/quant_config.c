@@ -37,6 +37,12 @@ static const vsr_scheme_traits scheme_table[] = {
 _Static_assert(sizeof scheme_table / sizeof scheme_table[0] == VSR_SCHEME_COUNT,
                "every vsr_scheme needs traits");
 
+const char *vsr_quant_description(const vsr_quant_config *q) {
+    if (q->scheme == VSR_SCHEME_NVFP4 && !q->input_activations)
+        return "NVFP4 W4A16 (E2M1 weights, E4M3 scales per 16, tensor global scale; BF16 activations)";
+    return vsr_scheme_info(q->scheme)->label;
+}
+
 const vsr_scheme_traits *vsr_scheme_info(vsr_scheme s) {
     return (s >= 0 && s < VSR_SCHEME_COUNT) ? &scheme_table[s] : NULL;
 }

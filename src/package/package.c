@@ -410,6 +410,15 @@ static bool is_identity_file(const vsr_package *p, const char *name) {
     return false;
 }
 
+uint64_t vsr_package_verify_bytes(const vsr_package *p) {
+    if (!p) return 0;
+    if (!p->has_manifest) return p->weight_file_bytes;
+    uint64_t t = 0;
+    for (int i = 0; i < p->manifest.n_files; i++)
+        if (p->manifest.files[i].bytes > 0) t += (uint64_t)p->manifest.files[i].bytes;
+    return t ? t : p->weight_file_bytes;
+}
+
 vsr_status vsr_package_verify(vsr_package *p, int threads, vsr_progress *progress, vsr_err *err) {
     if (p->family == VSR_FAMILY_VELA2) return vsr_vela2_verify(p, threads, progress, err);
     vsr_status st = VSR_OK;

@@ -803,7 +803,8 @@ static void remove_tmp(qz_ctx *c) {
 static vsr_status open_source(qz_ctx *c, const char *src, const char *store_dir, const vsr_quantize_opts *o,
                               vsr_err *err) {
     vsr_status st = vsr_package_open(src, NULL, store_dir, &c->p, err);
-    if (st) return vsr_err_prefix(err, "%s", src);
+    /* named once: most of the reader's messages start with the package already */
+    if (st) return strncmp(err->msg, src, strlen(src)) ? vsr_err_prefix(err, "%s", src) : st;
     vsr_package *p = c->p;
     if (p->quant.scheme != VSR_SCHEME_BF16)
         return vsr_err_set(err, VSR_E_INVALID, "%s is not a BF16 package: its weights are already %s; quantize reads a "
@@ -814,7 +815,7 @@ static vsr_status open_source(qz_ctx *c, const char *src, const char *store_dir,
                            "%s: --scheme %s is not allowed for a %s package: only Decision 3.0 packages may carry "
                            "quantized weights (serve this family's BF16 package)",
                            src, o->scheme, vsr_family_name(p->family));
-    vsr_progress *pr = o->progress ? vsr_progress_new("verify source", p->weight_file_bytes, "B") : NULL;
+    vsr_progress *pr = o->progress ? vsr_progress_new("verify source", vsr_package_verify_bytes(p), "B") : NULL;
     st = vsr_package_verify(p, o->threads, pr, err);
     vsr_progress_done(pr);
     if (st) return vsr_err_prefix(err, "%s: the source package does not verify", src);
@@ -837,7 +838,10 @@ static vsr_status collect(qz_ctx *c, const vsr_quantize_opts *o, vsr_calib **cal
     bool gptq = c->pl.scheme == VSR_Q_W4A16_GPTQ;
     st = vsr_calib_collect(c->p, o->calibration, o->samples ? o->samples : DEFAULT_SAMPLES, true, !gptq, &mo, calib,
                            sha, used, err);
-    if (st) return vsr_err_prefix(err, "--calibration %s", o->calibration);
+    if (st) /* the calibration reader names the file itself */
+        return strncmp(err->msg, o->calibration, strlen(o->calibration))
+                   ? vsr_err_prefix(err, "--calibration %s", o->calibration)
+                   : vsr_err_prefix(err, "--calibration");
     return VSR_OK;
 }
 

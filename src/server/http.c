@@ -175,7 +175,7 @@ static json_t *model_card(srv_http *h) {
                         p->quant.scheme == VSR_SCHEME_BF16 ? json_null() : json_string("compressed-tensors"));
     json_object_set_new(fmt, "format", sch->ct_format ? json_string(sch->ct_format) : json_string("dense"));
     json_object_set_new(fmt, "scheme", json_string(sch->name));
-    json_object_set_new(fmt, "description", json_string(sch->label));
+    json_object_set_new(fmt, "description", json_string(vsr_quant_description(&p->quant)));
     if (p->quant.scheme == VSR_SCHEME_INT4) {
         json_object_set_new(fmt, "group_size", json_integer(p->quant.group_size));
         json_object_set_new(fmt, "symmetric", json_boolean(p->quant.symmetric));
