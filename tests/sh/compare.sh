@@ -4,13 +4,11 @@
 # naming it, above exits 0; --max-flip-rate); the CSV (one row per question) and the PNG; the
 # --json summary; refusals and usage.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 REQ=$REPO/tests/data/compare/requests.jsonl
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+vsr_tmpdir
 "$BIN" fixture "$T/bf16" --family decision3 --size tiny --scheme bf16 --seed 0 >/dev/null || bad "fixture bf16"
 "$BIN" fixture "$T/w4" --family decision3 --size tiny --scheme w4a16-gptq --seed 0 >/dev/null || bad "fixture w4a16"
 "$BIN" fixture "$T/fp8" --family decision3 --size tiny --scheme fp8 --seed 0 >/dev/null || bad "fixture fp8"
@@ -107,9 +105,7 @@ out=$("$BIN" compare "$T/bf16" "$T/w4" --requests "$REQ" --plot-size 5x5 2>&1); 
 
 # bench --sla-ms: the load-test row, with the eval column from compare --json
 "$BIN" serve "$T/w4" --device cpu --uds "$T/s.sock" >"$T/serve.log" 2>&1 & SP=$!
-for _ in $(seq 100); do
-  [ -S "$T/s.sock" ] && curl -s --unix-socket "$T/s.sock" http://x/health | grep -q '"status":"ready"' && break; sleep 0.1
-done
+vsr_wait_http --unix-socket "$T/s.sock" http://x/health 200 100
 out=$("$BIN" bench --uds "$T/s.sock" --sla-ms 100000 --max-concurrency 3 --requests 6 --eval "$T/w4.json" 2>&1); rc=$?
 flips=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["flips"])' "$T/w4.json")
 [ $rc = 0 ] && echo "$out" | grep -q "^| w4 (int4) | .*(cpu) | 3 (the --max-concurrency) | [0-9.]* | [0-9.]* | [01]\.[0-9]* agreement ($flips flips of $nq) |$" \

@@ -3,12 +3,10 @@
 # gating, identity check and golden self-check; a local copy of a built-in package is matched
 # by its identity; a package without recorded answers is `unverified`; refusals and usage.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+vsr_tmpdir
 export HF_HUB_CACHE=$T/store
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny-FP8 >/dev/null
 req='{"state":"Is 17 prime?","questions":{"math":{"type":"noul","instructions":"Is this a math question?"},"lvl":{"type":"score","instructions":"How hard?","criteria":["easy","hard"]}}}'

@@ -2,8 +2,9 @@
 # vllm-srun fixture: the CLI writes a package, installs into a store that inspect resolves,
 # installs built-ins, and refuses bad options with a message and exit status.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+vsr_tmpdir
 fails=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails+1)); }

@@ -5,8 +5,9 @@
 # same answers as the fixture's own layout (the vision tower is never loaded). A changed vision
 # byte is refused by verify; --install names the package after the layout; bad options refused.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+vsr_tmpdir
 export VSR_NO_PROGRESS=1
 fails=0
 ok() { echo "ok   $1"; }

@@ -8,6 +8,7 @@
 # exits 0 within 3 s of answering it; --uds never removes a file or a live socket, only a stale one.
 # Exits 77 (skipped) without a python3 that has prometheus_client.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
 PY=""
@@ -16,27 +17,13 @@ for p in python3 /usr/bin/python3; do
 done
 [ -n "$PY" ] || { echo "SKIP: no python3 with prometheus_client (install python3-prometheus-client; scripts/setup.sh does)"; exit 77; }
 ulimit -n 8192 2>/dev/null || true
-T=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+vsr_tmpdir
 export HF_HUB_CACHE=$T/store
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null || { echo "FAIL install fixture"; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(vsr_free_port)
 NAME='d3-tiny "hostile" \name'
-start() {
-  "$BIN" serve vllm-sr-c/d3-tiny --device cpu --port "$PORT" --request-timeout 4 --max-queue 8 \
-    --served-model-name "$NAME" --log-level warn "$@" 2>>"$T/worker.log" &
-  pid=$!
-  for _ in $(seq 1 600); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && return 0
-    kill -0 $pid 2>/dev/null || { cat "$T/worker.log"; return 1; }
-    sleep 0.1
-  done
-  return 1
-}
-start || { bad "worker did not become ready"; exit 1; }
+vsr_start_worker vllm-sr-c/d3-tiny --device cpu --port "$PORT" --request-timeout 4 --max-queue 8 \
+  --served-model-name "$NAME" --log-level warn || { bad "worker did not become ready"; exit 1; }
 # Under `make asan` (VSR_TEST_SANITIZER=1) the worker is the sanitizer build: ASan keeps freed
 # memory in quarantine and everything runs ~3x slower, so the RSS bound is lifted and /health
 # gets 300 ms; the point there is that no sanitizer report appears.
@@ -92,7 +79,7 @@ out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/dir.sock" 2>&1); rc=
 [ $rc = 1 ] && [ -d "$T/dir.sock" ] && ok "--uds on a directory refused, kept" || bad "--uds dir: $rc $out"
 "$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/live.sock" --log-level warn 2>>"$T/worker.log" &
 upid=$!
-for _ in $(seq 1 600); do [ "$(curl -s --unix-socket "$T/live.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && break; sleep 0.1; done
+vsr_wait_http --unix-socket "$T/live.sock" http://w/health
 out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/live.sock" 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "another process is listening on this socket" \
   && [ "$(curl -s --unix-socket "$T/live.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] \
@@ -101,7 +88,7 @@ kill -9 $upid; wait $upid 2>/dev/null   # leaves a stale socket behind
 [ -S "$T/live.sock" ] || bad "no stale socket left to test"
 "$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/live.sock" --log-level info 2>"$T/stale.log" &
 upid=$!
-for _ in $(seq 1 600); do [ "$(curl -s --unix-socket "$T/live.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && break; sleep 0.1; done
+vsr_wait_http --unix-socket "$T/live.sock" http://w/health
 [ "$(curl -s --unix-socket "$T/live.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && grep -q "removed a stale socket" "$T/stale.log" \
   && ok "--uds replaces a stale socket" || bad "--uds stale: $(tail -3 "$T/stale.log")"
 kill -TERM $upid; wait $upid; [ $? = 0 ] && [ ! -e "$T/live.sock" ] && ok "uds worker exits 0 and removes its socket" || bad "uds exit"

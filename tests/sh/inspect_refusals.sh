@@ -5,11 +5,9 @@
 # every device's verdict and exits 1, and `decide` refuses the same package with the same
 # reason. The untouched package inspects with "load check: ok" and exit 0.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+vsr_tmpdir
 
 # Rewrites MODEL_MANIFEST.json from the files (sha256, bytes, identity as the reference's
 # model_identity computes it), keeping everything else.

@@ -5,19 +5,19 @@
 # requests we send validate against DecisionRequest. Skips, saying so, where no Python with
 # jsonschema and PyYAML is found (scripts/setup.sh installs Debian's python3-jsonschema).
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 PY=""
 for p in python3 /usr/bin/python3; do
   if command -v "$p" >/dev/null && "$p" -c 'import jsonschema, yaml' 2>/dev/null; then PY=$p; break; fi
 done
 [ -n "$PY" ] || { echo "SKIP: no python3 with jsonschema and yaml (install python3-jsonschema python3-yaml)"; exit 77; }
-T=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+vsr_tmpdir
 export HF_HUB_CACHE=$T/store
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null || exit 1
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(vsr_free_port)
 "$BIN" serve vllm-sr-c/d3-tiny --device cpu --port "$PORT" --log-level warn &
-for _ in $(seq 1 600); do [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && break; sleep 0.1; done
+vsr_wait_http "http://127.0.0.1:$PORT/health"
 "$PY" - "$PORT" <<'PYEOF'
 import json, sys, urllib.request, urllib.error
 import jsonschema, yaml

@@ -3,9 +3,9 @@
 # verifies, built-ins installed in a store match their pins, a tampered byte is refused
 # with the file named, and the catalogue lists the published packages.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+vsr_tmpdir
 fail() { echo "FAIL: $*"; exit 1; }
 
 for s in bf16 fp8 w4a16-gptq w4a16-awq nvfp4; do

@@ -6,13 +6,11 @@
 # verify and inspect accept them; the record and manifest; NVFP4's fused global scales; every
 # refusal. Python standard library only.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 REF=$REPO/tests/data/reference
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+vsr_tmpdir
 
 "$BIN" fixture "$T/tiny" --family decision3 --size tiny --scheme bf16 --seed 0 >/dev/null || bad "fixture tiny"
 "$BIN" fixture "$T/like" --like d3 --size tiny >/dev/null || bad "fixture --like d3"

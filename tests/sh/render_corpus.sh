@@ -6,12 +6,10 @@
 # file still renders), an unknown chat template and a wrong tokenizer class are refused
 # with the published messages, usage errors.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 D=${VSR_REPO:?}/tests/data/decision
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+vsr_tmpdir
 "$BIN" fixture "$T/pkg" --family decision3 --size tiny --scheme bf16 --seed 1 >/dev/null || { bad fixture; exit 1; }
 
 n=0

@@ -6,15 +6,12 @@
 # the active deployment state, runs vllm-srun in the foreground and answers a request;
 # `status` shows it and `stop` ends it. Every serve refusal of issue #21 is checked.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
 SR=$(dirname "$BIN")/vllm-sr
-T=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-[ -x "$SR" ] || { echo "FAIL $SR is not built"; exit 1; }
+vsr_tmpdir
+vsr_need_built "$SR"
 export VLLM_SR_STATE_DIR=$T/state
 S=$T/store
 SEED=$REPO/tests/data/router/seed.yaml
@@ -120,16 +117,10 @@ if ! echo "$devs" | grep -q '^cuda:[0-9]'; then
 fi
 
 # ---- serve --engine on the built-in fixture, by branch: resolved once, recorded, served ----
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(vsr_free_port)
 "$SR" serve vllm-sr-c/d3-tiny --revision main --engine --platform cpu --port "$PORT" --store "$S" 2>"$T/serve.log" &
 pid=$!
-ready=0
-for _ in $(seq 1 600); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")" = 200 ] && { ready=1; break; }
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.1
-done
-if [ $ready = 1 ]; then
+if vsr_wait_http --pid $pid "http://127.0.0.1:$PORT/health"; then
   ok "serve --engine: worker ready"
   st=$(cat "$VLLM_SR_STATE_DIR/active.json")
   echo "$st" | grep -q "\"revision\": \"$TINY_REV\"" && echo "$st" | grep -q '"requested_revision": "main"' \

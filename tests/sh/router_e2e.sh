@@ -15,19 +15,12 @@
 #     error status and a JSON error message; none fails at the transport level;
 #  4. SIGTERM: the router exits 0 and no worker outlives it.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
-BUILD_DIR=$(dirname "$BIN")
-SR=$BUILD_DIR/vllm-sr
-UP=$BUILD_DIR/tests/openai_upstream
-T=$(mktemp -d)
-cleanup() { touch "$T/stop"; kill -9 $(jobs -p) 2>/dev/null; [ -n "${RPID:-}" ] && kill -9 "$RPID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-[ -x "$SR" ] || { echo "FAIL $SR is not built"; exit 1; }
-[ -x "$UP" ] || { echo "FAIL $UP is not built"; exit 1; }
+vsr_router_tools
+vsr_tmpdir
+vsr_on_exit() { touch "$T/stop"; [ -n "${RPID:-}" ] && kill -9 "$RPID" 2>/dev/null; }
 export VSR_NO_PROGRESS=1
 STATE=$T/state
 S=$T/store
@@ -38,12 +31,9 @@ S=$T/store
   || { echo "FAIL fixture seed 1"; exit 1; }
 
 # ---- the upstreams, on free ports ----
-for n in a b c; do
-  "$UP" --name "$n" --port 0 --port-file "$T/port-$n" --chunks 4 --chunk-delay-ms 20 > "$T/up-$n.log" 2>&1 &
-done
-for _ in $(seq 100); do [ -s "$T/port-a" ] && [ -s "$T/port-b" ] && [ -s "$T/port-c" ] && break; sleep 0.05; done
+vsr_start_upstreams "a b c" --chunks 4 --chunk-delay-ms 20
 PA=$(cat "$T/port-a"); PB=$(cat "$T/port-b"); PC=$(cat "$T/port-c")
-RP=$((20000 + RANDOM % 20000))
+RP=$(vsr_free_port)
 R=http://127.0.0.1:$RP
 
 QR_INS="Does answering this request need multi-step reasoning?"

@@ -10,43 +10,26 @@
 # (unknown -> default, /ready 503), startup refusals printed as `vllm-sr validate` prints
 # them, and a SIGTERM drain that finishes a stream in flight.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
-SR=$(dirname "$BIN")/vllm-sr
-UPSTREAM=$(dirname "$BIN")/tests/openai_upstream
-T=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-[ -x "$SR" ] || { echo "FAIL $SR is not built"; exit 1; }
-[ -x "$UPSTREAM" ] || { echo "FAIL $UPSTREAM is not built"; exit 1; }
+vsr_router_tools
+vsr_tmpdir
 export VLLM_SR_STATE_DIR=$T/state VSR_NO_PROGRESS=1
 
-B=$((20000 + RANDOM % 20000))
+B=$(vsr_free_port 3)
 RP=$B; UA=$((B + 1)); UB=$((B + 2))
 R=http://127.0.0.1:$RP
-wait_http() { # url, expected code, tries
-  for _ in $(seq "${3:-100}"); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$1")" = "$2" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 # ---- the worker (attached over a Unix socket) and the upstreams ----
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny --store "$T/store" >/dev/null 2>&1 || bad "install d3-tiny"
 "$BIN" serve vllm-sr-c/d3-tiny --store "$T/store" --device cpu --uds "$T/w.sock" --log-level warn > "$T/worker.log" 2>&1 &
 WPID=$!
-"$UPSTREAM" --port "$UA" --name a > "$T/a.log" 2>&1 &
+"$UP" --port "$UA" --name a > "$T/a.log" 2>&1 &
 # b streams 4 events 400 ms apart: the role, the whole content (one chunk), finish_reason, [DONE]
-"$UPSTREAM" --port "$UB" --name b --chunks 1 --chunk-delay-ms 400 > "$T/b.log" 2>&1 &
-for _ in $(seq 100); do
-  [ "$(curl -s --unix-socket "$T/w.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && break
-  sleep 0.1
-done
-wait_http "http://127.0.0.1:$UA/health" 200 && wait_http "http://127.0.0.1:$UB/health" 200 || bad "upstreams up"
+"$UP" --port "$UB" --name b --chunks 1 --chunk-delay-ms 400 > "$T/b.log" 2>&1 &
+vsr_wait_http --unix-socket "$T/w.sock" http://w/health 200 100
+vsr_wait_http "http://127.0.0.1:$UA/health" 200 100 && vsr_wait_http "http://127.0.0.1:$UB/health" 200 100 || bad "upstreams up"
 
 # What the decision model answers to the prompt decides which rule matches: read it first.
 PROMPT="Write a Python function that merges two sorted lists."
@@ -116,7 +99,7 @@ EOF
 config "$T/r.yaml" "$CHOICE" 1 0 no_match
 "$SR" serve --config "$T/r.yaml" --port "$RP" --seed 7 --log-level info > "$T/router.log" 2>&1 &
 RPID=$!
-wait_http "$R/ready" 200 || bad "router ready: $(cat "$T/router.log")"
+vsr_wait_http "$R/ready" 200 100 || bad "router ready: $(cat "$T/router.log")"
 chat() { # extra curl args..., body last
   curl -s -D "$T/h" -o "$T/body" -w '%{http_code}' "$R/v1/chat/completions" "$@"
 }
@@ -246,7 +229,7 @@ code=$(chat -d "$BODY")
 config "$T/r.yaml" "$CHOICE" 1 0 no_match; kill -HUP $RPID
 for _ in $(seq 50); do curl -s "$R/health" | grep -q '"config_generation":7' && break; sleep 0.1; done
 kill -9 $WPID; wait $WPID 2>/dev/null
-wait_http "$R/ready" 503 || bad "ready stays 200 with the worker gone"
+vsr_wait_http "$R/ready" 503 100 || bad "ready stays 200 with the worker gone"
 curl -s "$R/ready" | grep -q "decision deployment 'd3' has no ready replica" && ok "/ready: 503 when the decision deployment has no ready replica" \
   || bad "/ready body: $(curl -s "$R/ready")"
 code=$(chat -d "$BODY")
@@ -284,9 +267,9 @@ out=$("$SR" serve --config "$T/bad.yaml" --bogus 2>&1); [ $? = 2 ] && echo "$out
 config "$T/r.yaml" "$CHOICE" 1 0 no_match
 out=$("$SR" serve --config "$T/r.yaml" --host localhost --port "$RP" 2>&1); [ $? = 1 ] \
   && echo "$out" | grep -q -- '--host localhost: expected an IPv4 address' && ok "--host localhost refused" || bad "--host: $out"
-"$UPSTREAM" --port "$RP" --name squat > /dev/null 2>&1 &
+"$UP" --port "$RP" --name squat > /dev/null 2>&1 &
 SQ=$!
-wait_http "$R/health" 200
+vsr_wait_http "$R/health" 200 100
 out=$("$SR" serve --config "$T/r.yaml" --port "$RP" 2>&1); [ $? = 1 ] \
   && echo "$out" | grep -q "cannot listen on 127.0.0.1:$RP (is the port in use?)" && ok "port in use refused" || bad "port in use: $out"
 kill $SQ

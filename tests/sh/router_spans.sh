@@ -31,19 +31,12 @@
 # The rule therefore routes on what the package answers at its calibrated threshold, the
 # e-mail address being the span it reports. A trained package needs no step 2.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
-BUILD_DIR=$(dirname "$BIN")
-SR=$BUILD_DIR/vllm-sr
-UP=$BUILD_DIR/tests/openai_upstream
-T=$(mktemp -d)
-cleanup() { kill -9 $(jobs -p) 2>/dev/null; [ -n "${RPID:-}" ] && kill -9 "$RPID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-[ -x "$SR" ] || { echo "FAIL $SR is not built"; exit 1; }
-[ -x "$UP" ] || { echo "FAIL $UP is not built"; exit 1; }
+vsr_router_tools
+vsr_tmpdir
+vsr_on_exit() { [ -n "${RPID:-}" ] && kill -9 "$RPID" 2>/dev/null; }
 export VSR_NO_PROGRESS=1
 S=$T/store
 
@@ -114,12 +107,9 @@ d=json.load(sys.stdin); assert d["spans"]["pii"]==[], d["spans"]; assert abs(d["
   || { bad "calibrated package: $R_MAIL / $R_PLAIN"; exit 1; }
 
 # ---- 4. the router ----
-for n in a b; do
-  "$UP" --name "$n" --port 0 --port-file "$T/port-$n" > "$T/up-$n.log" 2>&1 &
-done
-for _ in $(seq 100); do [ -s "$T/port-a" ] && [ -s "$T/port-b" ] && break; sleep 0.05; done
+vsr_start_upstreams "a b"
 PA=$(cat "$T/port-a"); PB=$(cat "$T/port-b")
-RP=$((20000 + RANDOM % 20000))
+RP=$(vsr_free_port)
 R=http://127.0.0.1:$RP
 config() { # file, span deployment's artifact, pii binding
   cat > "$1" <<EOF

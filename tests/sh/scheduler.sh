@@ -10,29 +10,17 @@
 #    0.02 of `exact`; `exact` on the same worker stays identical to the request sent alone;
 #  - every option and request refusal with its message.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
-T=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+vsr_tmpdir
 export HF_HUB_CACHE=$T/store
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null || { echo "FAIL install fixture"; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(vsr_free_port)
 URL=http://127.0.0.1:$PORT
-start() { # start [extra args]; sets pid
-  "$BIN" serve vllm-sr-c/d3-tiny --device cpu --port "$PORT" --threads 1 --log-level warn "$@" 2>>"$T/worker.log" &
-  pid=$!
-  for _ in $(seq 1 600); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && return 0
-    kill -0 $pid 2>/dev/null || { cat "$T/worker.log"; return 1; }
-    sleep 0.1
-  done
-  return 1
-}
-stop() { kill -TERM $pid; wait $pid; }
+start() { vsr_start_worker vllm-sr-c/d3-tiny --device cpu --port "$PORT" --threads 1 --log-level warn "$@"; } # [extra args]; sets pid
+stop() { vsr_stop_worker; }
 
 # ---- option refusals ----
 out=$("$BIN" serve vllm-sr-c/d3-tiny --device cpu --profile fast 2>&1); rc=$?

@@ -6,31 +6,19 @@
 # a restart, and a Unix socket. Under `make asan` the same runs against the
 # sanitizer build, and a leak or error fails the worker's exit status.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
-T=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+vsr_tmpdir
 export HF_HUB_CACHE=$T/store
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null || { echo "FAIL install fixture"; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(vsr_free_port)
 
 start() { # start [extra args]; sets pid
-  "$BIN" serve vllm-sr-c/d3-tiny --device cpu --port "$PORT" --max-request-bytes 65536 --log-level warn "$@" \
-    2>>"$T/worker.log" &
-  pid=$!
-  for _ in $(seq 1 600); do
-    code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
-    [ "$code" = 200 ] && return 0
-    kill -0 $pid 2>/dev/null || { cat "$T/worker.log"; return 1; }
-    sleep 0.1
-  done
-  return 1
+  vsr_start_worker vllm-sr-c/d3-tiny --device cpu --port "$PORT" --max-request-bytes 65536 --log-level warn "$@"
 }
-stop() { kill -TERM $pid; wait $pid; }
+stop() { vsr_stop_worker; }
 
 # /health while loading is 503 with a status; here we only see it ready.
 start || { bad "worker did not become ready"; exit 1; }
@@ -136,9 +124,7 @@ wait $cpid
 # ---- Unix socket ----
 "$BIN" serve vllm-sr-c/d3-tiny --device cpu --uds "$T/w.sock" --log-level warn 2>>"$T/worker.log" &
 pid=$!
-for _ in $(seq 1 600); do
-  [ "$(curl -s --unix-socket "$T/w.sock" -o /dev/null -w '%{http_code}' http://w/health)" = 200 ] && break; sleep 0.1
-done
+vsr_wait_http --unix-socket "$T/w.sock" http://w/health
 r5=$(curl -s --unix-socket "$T/w.sock" http://w/v1/decisions -d "$golden"); [ "$r5" = "$r" ] && ok "Unix socket answers the same" || bad "uds: $r5"
 stop; [ $? = 0 ] && ok "uds worker exits 0" || bad "uds worker exit"
 

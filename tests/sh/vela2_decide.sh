@@ -4,11 +4,9 @@
 # slicing of the text the question read; the response's key order; refusals as error bodies;
 # `vllm-srun serve` refusing the batching profile for the family (vela2_serve.sh serves it).
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+vsr_tmpdir
 "$BIN" fixture "$T/v2" --family vela2 --size tiny >/dev/null 2>&1 || { echo "FAIL fixture"; exit 1; }
 cat > "$T/req.json" <<'JSON'
 {"state":{"request":"Hi, I'm Tom Baker (tom.baker@example.com). 東京に住んでいます — see https://example.org/dose).","source":"For adults, the maximum dose of paracetamol is 4 grams in 24 hours.","answer":"Adults can take up to 6 grams of paracetamol in 24 hours 😀."},

@@ -6,12 +6,10 @@
 # SHA256SUMS rewritten is refused by name (catalogue pin) and is `unverified` as a local copy,
 # `fixture --install --family vela2` gives the built-in's revision, and `inspect` shows the heads.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
 REPO=${VSR_REPO:?}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+vsr_tmpdir
 export VSR_NO_PROGRESS=1
 S=$T/store
 

@@ -15,26 +15,16 @@
 #    profile and --quantize at startup, /v1/classify on a Decision 3.0 package), the worker
 #    serving on after each; SIGTERM exits 0.
 set -u
+. "$(dirname "$0")/lib/common.sh"
 BIN=${VSR_BIN:?}
-T=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+vsr_tmpdir
 export HF_HUB_CACHE=$T/store
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 "$BIN" fixture "$T/v2" --family vela2 --size tiny >/dev/null 2>&1 || { echo "FAIL fixture"; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(vsr_free_port)
 URL=http://127.0.0.1:$PORT
 start() { # start PACKAGE [extra args]; sets pid
   local pkg=$1; shift
-  "$BIN" serve "$pkg" --device cpu --port "$PORT" --threads 1 --log-level warn "$@" 2>>"$T/worker.log" &
-  pid=$!
-  for _ in $(seq 1 600); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && return 0
-    kill -0 $pid 2>/dev/null || { cat "$T/worker.log"; return 1; }
-    sleep 0.1
-  done
-  return 1
+  vsr_start_worker "$pkg" --device cpu --port "$PORT" --threads 1 --log-level warn "$@"
 }
 
 # ---- startup refusals ----
