@@ -137,6 +137,23 @@ refuse 1 "--group-size 48 does not divide in_features 128 of model.language_mode
   "$T/tiny" "$T/o1" --scheme w4a16-gptq --calibration "$T/calib.jsonl" --group-size 48
 refuse 1 "--ignore: the recipe's ignore[7] \"re:((\" is not a valid regex" "$T/tiny" "$T/o1" --scheme nvfp4 --ignore 're:(('
 refuse 1 "the recipe leaves no Linear module to quantize" "$T/tiny" "$T/o1" --scheme nvfp4 --ignore 're:.*'
+# the source and the calibration file: each named once, with what was expected
+refuse 1 "vllm-srun quantize: $T/nonexistent: no such package folder" "$T/nonexistent" "$T/o1" --scheme fp8-dynamic
+out=$("$BIN" quantize "$T/nonexistent" "$T/o1" --scheme fp8-dynamic 2>&1)
+[ "$(grep -o "$T/nonexistent" <<<"$out" | wc -l)" = 1 ] && ok "the missing source is named once" || bad "source named twice: $out"
+: >"$T/empty.jsonl"; echo 'not json' >"$T/notjson.jsonl"; echo '{"foo": 1}' >"$T/notext.jsonl"
+G32=(--scheme w4a16-gptq --group-size 32)
+refuse 1 "--calibration: $T/none.jsonl: cannot open the calibration file" "$T/tiny" "$T/o1" "${G32[@]}" --calibration "$T/none.jsonl"
+refuse 1 "--calibration: $T/empty.jsonl: no calibration samples (expected JSON lines)" "$T/tiny" "$T/o1" "${G32[@]}" --calibration "$T/empty.jsonl"
+refuse 1 "$T/notjson.jsonl line 1: expected a JSON object ({\"text\": ...} or a decision request with \"state\" and \"questions\")" \
+  "$T/tiny" "$T/o1" "${G32[@]}" --calibration "$T/notjson.jsonl"
+refuse 1 "$T/notext.jsonl line 1: a sample needs \"text\" (a string) or \"questions\" (a decision request)" \
+  "$T/tiny" "$T/o1" "${G32[@]}" --calibration "$T/notext.jsonl"
+refuse 1 "--device rocm:0 (the calibration forward): no device can serve this package: rocm: not available on this host" \
+  "$T/tiny" "$T/o1" "${G32[@]}" --calibration "$T/calib.jsonl" --device rocm:0
+refuse 1 "--ignore needs a module name or a \"re:\" regex, got an empty one" "$T/tiny" "$T/o1" --scheme nvfp4 --ignore ''
+many=(); for i in $(seq 33); do many+=(--ignore "x$i"); done
+refuse 2 "at most 32 --ignore patterns" "$T/tiny" "$T/o1" --scheme nvfp4 "${many[@]}"
 # a span (token-classification) package may not carry quantized weights
 cp -r "$T/tiny" "$T/span" && rm "$T/span/decision_config.json"
 python3 - "$T/span" <<'PY'

@@ -32,7 +32,7 @@ out=$("$BIN" serve "$T/v2" --device cpu --port "$PORT" --profile batching 2>&1);
 [ $rc = 1 ] && echo "$out" | grep -q "profile batching applies to Decision 3.0 packages only: $T/v2 is a Vela 2.0 decoder package, whose requests run tree by tree under the exact profile (serve it with --profile exact)" \
   && ok "--profile batching refused for a vela2 package" || bad "--profile batching: $rc $out"
 out=$("$BIN" serve "$T/v2" --device cpu --port "$PORT" --quantize fp8-dynamic 2>&1); rc=$?
-[ $rc = 1 ] && echo "$out" | grep -q "only Decision 3.0 packages may carry quantized weights" \
+[ $rc = 1 ] && echo "$out" | grep -q "only Decision 3.0 packages may carry quantized weights; $T/v2 is a vela2 package (serve it in BF16, without --quantize)" \
   && ok "--quantize refused for a vela2 package" || bad "--quantize: $rc $out"
 
 start "$T/v2" || { bad "worker did not become ready"; exit 1; }
