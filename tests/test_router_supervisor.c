@@ -469,24 +469,37 @@ TEST(refusals) {
 
 /* ---------------------------------------------------------------- a real worker */
 
-TEST(real_worker) {
+/* The built-in d3-tiny installed in a fresh store and the config of one managed CPU deployment
+ * `dm` (plus `extra` YAML lines under it), the decision model, with supervisor options for the real
+ * worker in *o; NULL (a failed check) when either fails. */
+static vsr_router_config *real_worker_setup(const char *extra, const char *state, vsr_sup_opts *o) {
     const char *store = tdir("store");
-    char cmd[PATH_MAX * 3];
+    char cmd[PATH_MAX * 3], yaml[1024];
     snprintf(cmd, sizeof cmd, "'%s' fixture --install-builtin vllm-sr-c/d3-tiny --store '%s' >/dev/null 2>&1", g_worker,
              store);
     CHECK(system(cmd) == 0);
-    vsr_router_config *c = parse("global:\n  model_catalog:\n    deployments:\n      dm:\n"
-                                 "        provider: model_runtime\n        artifact: vllm-sr-c/d3-tiny\n"
-                                 "        device: cpu\n    system:\n      decision_model: {deployment: dm}\n");
+    snprintf(yaml, sizeof yaml,
+             "global:\n  model_catalog:\n    deployments:\n      dm:\n"
+             "        provider: model_runtime\n        artifact: vllm-sr-c/d3-tiny\n"
+             "        device: cpu\n%s    system:\n      decision_model: {deployment: dm}\n",
+             extra);
+    vsr_router_config *c = parse(yaml);
     CHECK(c && c->n_errors == 0);
-    if (!c || c->n_errors) return;
+    if (!c || c->n_errors) return NULL;
+    *o = fake_opts(tdir(state));
+    o->worker_bin = g_worker;
+    o->store_dir = store;
+    o->grace_ms = 10000;
+    o->health_interval_ms = 100;
+    return c;
+}
+
+TEST(real_worker) {
+    vsr_sup_opts o;
+    vsr_router_config *c = real_worker_setup("", "st-real", &o);
+    if (!c) return;
     const char *used[] = {"dm"};
-    vsr_sup_opts o = fake_opts(tdir("st-real"));
-    o.worker_bin = g_worker;
-    o.store_dir = store;
     o.backoff_min_ms = 200;
-    o.grace_ms = 10000;
-    o.health_interval_ms = 100;
     vsr_err e = {0};
     log_clear();
     double t0 = now_s();
@@ -589,23 +602,10 @@ TEST(profile_pass_through) {
 /* A real vllm-srun started by the supervisor with profile batching answers, and its /v1/models
  * says it runs batching (beside exact). */
 TEST(real_worker_batching) {
-    const char *store = tdir("store");
-    char cmd[PATH_MAX * 3];
-    snprintf(cmd, sizeof cmd, "'%s' fixture --install-builtin vllm-sr-c/d3-tiny --store '%s' >/dev/null 2>&1", g_worker,
-             store);
-    CHECK(system(cmd) == 0);
-    vsr_router_config *c = parse("global:\n  model_catalog:\n    deployments:\n      dm:\n"
-                                 "        provider: model_runtime\n        artifact: vllm-sr-c/d3-tiny\n"
-                                 "        device: cpu\n        profile: batching\n"
-                                 "    system:\n      decision_model: {deployment: dm}\n");
-    CHECK(c && c->n_errors == 0);
-    if (!c || c->n_errors) return;
+    vsr_sup_opts o;
+    vsr_router_config *c = real_worker_setup("        profile: batching\n", "st-real-batching", &o);
+    if (!c) return;
     const char *used[] = {"dm"};
-    vsr_sup_opts o = fake_opts(tdir("st-real-batching"));
-    o.worker_bin = g_worker;
-    o.store_dir = store;
-    o.grace_ms = 10000;
-    o.health_interval_ms = 100;
     vsr_err e = {0};
     vsr_sup *s = vsr_sup_start(c, used, 1, &o, &e);
     CHECK_MSG(s != NULL, "%s", e.msg);
