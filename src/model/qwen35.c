@@ -1109,6 +1109,7 @@ vsr_status vsr_model_warm(vsr_model *m, int64_t max_tokens, vsr_model_warm_fn pr
         if (progress) progress(ctx, i + 1, n);
     }
 out:
+    free(bk);
     free(ids);
     free(rows);
     free(lens);
