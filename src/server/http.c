@@ -107,6 +107,12 @@ static uint64_t model_memory(srv_model *m) {
     return model ? vsr_model_memory_bytes(model) : v2 ? vsr_v2_model_memory_bytes(v2) : 0;
 }
 
+/* The question limits both families share (the reference's: 2-255 options, 2-10 levels). */
+static json_t *question_limits(int64_t max_input_tokens) {
+    return json_pack("{s:I,s:i,s:i,s:i,s:i}", "max_input_tokens", (json_int_t)max_input_tokens, "min_options", 2,
+                     "max_options", 255, "min_levels", 2, "max_levels", 10);
+}
+
 /* The card of a Vela 2.0 decoder package: its surfaces, question types, presets, heads and the
  * exact profile only (the batching profile is refused for it at startup). */
 static void vela2_card(srv_model *m, json_t *card) {
@@ -130,12 +136,7 @@ static void vela2_card(srv_model *m, json_t *card) {
     json_object_set_new(card, "span_heads", broad ? json_pack("[ss]", "router", "broad") : json_pack("[s]", "router"));
     /* /v1/classify's token heads (one per span preset); listed once the decision layer is open */
     json_object_set_new(card, "heads", d ? (json_t *)vsr_v2_classify_heads_json(d) : json_null());
-    json_t *lim = json_object();
-    json_object_set_new(lim, "max_input_tokens", json_integer(vc ? vc->max_length : 0));
-    json_object_set_new(lim, "min_options", json_integer(2));
-    json_object_set_new(lim, "max_options", json_integer(255));
-    json_object_set_new(lim, "min_levels", json_integer(2));
-    json_object_set_new(lim, "max_levels", json_integer(10));
+    json_t *lim = question_limits(vc ? vc->max_length : 0);
     json_object_set_new(lim, "max_labels", json_integer(255));
     json_object_set_new(lim, "max_inputs", json_integer(2048));
     if (vc)
@@ -190,16 +191,10 @@ static json_t *model_card(srv_http *h) {
         json_object_set_new(card, "surfaces", json_pack("[s]", "decisions"));
         json_object_set_new(card, "question_types", json_pack("[sss]", "choice", "noul", "score"));
         json_object_set_new(card, "modalities", json_pack("[s]", "text"));
-        json_t *lim = json_object();
-        json_object_set_new(lim, "max_input_tokens",
-                            json_integer(decider ? vsr_decider_max_input_tokens(decider)
-                                                    : (p->decision.max_length > 0 ? p->decision.max_length
-                                                                                  : p->config.text.max_position_embeddings)));
-        json_object_set_new(lim, "min_options", json_integer(2));
-        json_object_set_new(lim, "max_options", json_integer(255));
-        json_object_set_new(lim, "min_levels", json_integer(2));
-        json_object_set_new(lim, "max_levels", json_integer(10));
-        json_object_set_new(card, "limits", lim);
+        json_object_set_new(card, "limits",
+                            question_limits(decider ? vsr_decider_max_input_tokens(decider)
+                                                    : p->decision.max_length > 0 ? p->decision.max_length
+                                                                                 : p->config.text.max_position_embeddings));
         const char *profile = m->opts && m->opts->profile ? m->opts->profile : "exact";
         json_object_set_new(card, "profile", json_string(profile));
         json_t *profiles = json_pack("[{s:s,s:s,s:s}]", "name", "exact", "numerics", "exact", "description",

@@ -125,10 +125,9 @@ vsr_status cu_gather_rows_staged(void *ctx, const float *src, const int64_t *row
         if (sg) return sg;
     }
     twin_clobber(c, dst, sizeof(float) * (size_t)(n * D));
-    drows r; /* unused: the indices come from the table */
-    memset(&r, 0, sizeof r);
+    const drows unused = {{0}}; /* the indices come from the table */
     dim3 grid(blocks_for(D, 256) > 16 ? 16 : blocks_for(D, 256), (unsigned)n);
-    k_gather<<<grid, 256, 0, c->stream>>>(src, r, p->tab_dev + tab_off, D, dst);
+    k_gather<<<grid, 256, 0, c->stream>>>(src, unused, p->tab_dev + tab_off, D, dst);
     return cuda_check_launch(c, "gather_rows", err);
 }
 
