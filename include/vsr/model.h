@@ -61,6 +61,9 @@ int64_t vsr_model_bucket_len(int64_t tokens); /* 16..128 by 16, then 4 steps per
 int vsr_model_bucket_rows(int rows);          /* 1..4, then 2 steps per octave */
 bool vsr_model_bucketed(const vsr_model *m);
 int64_t vsr_model_padded_forwards(const vsr_model *m); /* forwards run padded to their bucket so far */
+/* The tokens a batch of `rows` rows of at most `len` tokens is budgeted at: its bucket's rows x
+ * length where the model pads, rows x len elsewhere (a NULL model: rows x len). */
+int64_t vsr_model_shape_tokens(const vsr_model *m, int rows, int64_t len);
 /* The buckets of at most max_tokens (rows x length) up to the package's longest input: writes
  * up to max_out {rows, length} pairs and returns how many there are (0 when not bucketed). */
 int vsr_model_buckets(const vsr_model *m, int64_t max_tokens, int64_t (*out)[2], int max_out);

@@ -918,6 +918,10 @@ bool vsr_model_bucketed(const vsr_model *m) { return m && m->buckets; }
 
 int64_t vsr_model_padded_forwards(const vsr_model *m) { return m ? m->padded_forwards : 0; }
 
+int64_t vsr_model_shape_tokens(const vsr_model *m, int rows, int64_t len) {
+    return m && m->buckets ? vsr_model_bucket_rows(rows) * vsr_model_bucket_len(len) : (int64_t)rows * len;
+}
+
 static uint64_t bucket_key(const vsr_model *m, int Rb, int64_t Lb, int want_logits) {
     uint64_t h = 1469598103934665603ull;
     const uint64_t vals[] = {0x6275636b6574ull /* "bucket" */, (uint64_t)Rb, (uint64_t)Lb, (uint64_t)want_logits,

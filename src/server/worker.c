@@ -273,12 +273,11 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
     }
     int64_t width = 0;
     int take = 0;
-    const bool bucketed = m->model && vsr_model_bucketed(m->model);
     while (take < n) {
         int64_t w = padded8(vsr_decision_row_tokens(&r[take]));
         int64_t nw = w > width ? w : width;
         /* the forward's shape as the model runs it: its bucket where it pads (vsr_model_bucket_*) */
-        int64_t shape = bucketed ? vsr_model_bucket_len(nw) * vsr_model_bucket_rows(take + 1) : nw * (take + 1);
+        int64_t shape = vsr_model_shape_tokens(m->model, take + 1, nw);
         if (take && (shape > m->max_batch_tokens || take >= SRV_MAX_BATCH_ROWS)) break;
         width = nw;
         take++;
