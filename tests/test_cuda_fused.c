@@ -948,7 +948,7 @@ TEST(strided_conv_and_gated_norm) {
     {
         const int Hk = 16, Hv = 48, dk = 128, dv = 128;
         int64_t st2[2] = {0, 70}, ln2[2] = {70, 58}, p2[2] = {0, 12};
-        vsr_segs s2 = {2, st2, ln2, p2};
+        vsr_segs s2 = {.n = 2, .start = st2, .len = ln2, .pos0 = p2};
         const int64_t T = 128, qs = 2 * Hk * dk + Hv * dv, bs = 2 * Hv + 6160;
         float *hq = hrand(T * qs, 1.0f), *hba = hrand(T * bs, 2.0f), *hbc = malloc(sizeof(float) * (size_t)(2 * T * Hv)),
               *hA = hrand(Hv, 1.0f), *hd = hrand(Hv, 1.0f);

@@ -8,8 +8,9 @@ wide log-normal distribution (median ~80 words, clipped to 8..1500), 1-8 questio
 
   python3 tools/bench_traffic.py --requests 256 --seed 1 > traffic.jsonl
   python3 tools/bench_traffic.py --repeated --requests 256 --seed 1 > repeated.jsonl
-     (one request at the mean state length of the varied set, with 3 questions: the reference
-      point of the c=1 target "p95 within 1.25x of the repeated request's p50")
+     (one request of the varied set's mean work: its mean rows per request as questions, over a
+      state of its mean words per row; the reference point of the c=1 target "p95 within 1.25x of
+      the repeated request's p50 at the same mean length")
 """
 import argparse
 import json
@@ -66,9 +67,16 @@ def main():
     rng = random.Random(a.seed)
     reqs = [request(rng) for _ in range(a.requests)]
     if a.repeated:
-        mean = round(sum(len(r["state"].split()) for r in reqs) / len(reqs))
+        # the same mean work as the varied set: its mean rows (questions over all states) per request,
+        # each over a state of its mean words per row
+        rows = [(len(st["state"].split()), len(st["questions"]))
+                for r in reqs for st in [r] + list(r.get("states", {}).values())]
+        n_rows = sum(q for _, q in rows)
+        mean_words = round(sum(w * q for w, q in rows) / n_rows)
+        mean_rows = max(1, round(n_rows / len(reqs)))
         rng2 = random.Random(a.seed + 1000)
-        one = {"state": state_text(rng2, mean), "questions": {f"q{i}": question(rng2, i) for i in range(3)}}
+        one = {"state": state_text(rng2, mean_words),
+               "questions": {f"q{i}": question(rng2, i) for i in range(mean_rows)}}
         reqs = [one]
     for r in reqs:
         print(json.dumps(r, ensure_ascii=False))

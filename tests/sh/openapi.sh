@@ -16,8 +16,9 @@ vsr_tmpdir
 export HF_HUB_CACHE=$T/store
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null || exit 1
 PORT=$(vsr_free_port)
-"$BIN" serve vllm-sr-c/d3-tiny --device cpu --port "$PORT" --log-level warn &
-vsr_wait_http "http://127.0.0.1:$PORT/health"
+# a worker that did not come up (or died) fails here with its log, not later as a refused connection
+vsr_start_worker vllm-sr-c/d3-tiny --device cpu --port "$PORT" --log-level warn \
+  || { echo "FAIL the worker on port $PORT did not answer /health 200 within a minute"; exit 1; }
 "$PY" - "$PORT" <<'PYEOF'
 import json, sys, urllib.request, urllib.error
 import jsonschema, yaml
@@ -92,5 +93,5 @@ for name, path, method, body, want in [
 sys.exit(1 if fails else 0)
 PYEOF
 rc=$?
-kill -TERM %1; wait
+vsr_stop_worker
 exit $rc

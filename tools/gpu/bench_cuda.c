@@ -290,15 +290,15 @@ static void run_model(const char *dir) {
     if (vsr_model_load(p, &mo, &m, &E)) die("load");
     printf("\n## whole forward of %s on %s: load %.2f s, weights %.3f GB on the device\n", dir, d->name, now() - t0,
            vsr_model_memory_bytes(m) / 1e9);
-    int shapes[4][2] = {{3, 128}, {8, 512}};
+    int shapes[8][2] = {{3, 128}, {8, 512}};
     /* VSR_BENCH_REPS (default 9, at most 9) timed forwards per setting; VSR_BENCH_SHAPES=1: 3 x 128 only
-     * (e.g. under compute-sanitizer); VSR_BENCH_E2E_SHAPES=RxL[,RxL...] (at most 4, R <= 8): those instead,
+     * (e.g. under compute-sanitizer); VSR_BENCH_E2E_SHAPES=RxL[,RxL...] (at most 8, R <= 8): those instead,
      * e.g. 1x100,3x128,8x512 (one router prompt of 100 tokens first) */
     const char *re = getenv("VSR_BENCH_REPS"), *se = getenv("VSR_BENCH_SHAPES"), *es = getenv("VSR_BENCH_E2E_SHAPES");
     int reps = re && atoi(re) > 0 && atoi(re) < REPS_E2E ? atoi(re) : REPS_E2E, n_shapes = se && atoi(se) == 1 ? 1 : 2;
     if (es && *es) {
         n_shapes = 0;
-        for (const char *q = es; *q && n_shapes < 4;) {
+        for (const char *q = es; *q && n_shapes < 8;) {
             int R = 0, L = 0, used = 0;
             if (sscanf(q, "%dx%d%n", &R, &L, &used) != 2 || R < 1 || R > 8 || L < 1) die("VSR_BENCH_E2E_SHAPES: RxL[,RxL...]");
             shapes[n_shapes][0] = R, shapes[n_shapes][1] = L, n_shapes++;

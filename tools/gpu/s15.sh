@@ -151,32 +151,41 @@ EOF
   curl -s http://127.0.0.1:18778/metrics | grep -E '^vsr_forward|^vsr_rows_per_forward' | head -12 >> "$OUT/fair.txt"
   kill -TERM $pid; wait $pid
 fi
+# fixture27 SCHEME: the 27B-shaped fixture of SCHEME at /tmp/d3-27b (the 64 GB disk holds one BF16
+# package at a time), kept between steps: a step that needs the same scheme reuses it
+fixture27() {
+  [ "$(cat /tmp/d3-27b.scheme 2>/dev/null)" = "$1" ] && [ -d /tmp/d3-27b ] && return 0
+  rm -rf /tmp/d3-27b /tmp/d3-27b.scheme
+  local t0; t0=$(date +%s)
+  $S/vllm-srun fixture /tmp/d3-27b --family decision3 --size 27b-shape --scheme "$1" --seed 0 \
+    > "$OUT/fixture27-$1.log" 2>&1 || { tail -3 "$OUT/fixture27-$1.log"; return 1; }
+  echo "$1" > /tmp/d3-27b.scheme
+  echo "fixture 27b-shape $1 written in $(( $(date +%s) - t0 )) s ($(du -sh /tmp/d3-27b | cut -f1))"
+}
+echo "host: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2" GiB memory, "$7" available"}'); $(df -h /tmp | tail -1 | awk '{print "/tmp "$2" size, "$4" free"}'); $(df -h /dev/shm | tail -1 | awk '{print "/dev/shm "$2" size, "$4" free"}')"
 if step traffic27; then
-  # issue 25 on the 27B shape (the 64 GB disk holds one BF16 package at a time): varied traffic with
-  # buckets (warm-up 8,192 tokens), exact and batching, BF16 then FP8 (fixture packages, random weights)
+  # issue 25 on the 27B shape: varied traffic with buckets (warm-up 8,192 tokens), exact and batching,
+  # BF16 then FP8 (fixture packages, random weights)
   for scheme in ${TRAFFIC27_SCHEMES:-bf16 fp8}; do
-    rm -rf /tmp/d3-27b
-    ( time $S/vllm-srun fixture /tmp/d3-27b --family decision3 --size 27b-shape --scheme $scheme --seed 0 ) \
-      > "$OUT/fixture27-$scheme.log" 2>&1 || { rc=1; tail -3 "$OUT/fixture27-$scheme.log"; continue; }
+    fixture27 $scheme || { rc=1; continue; }
     VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh 27b-h200-$scheme /tmp/d3-27b cuda:0 ${TRAFFIC_N:-64} \
       > "$OUT/traffic27-$scheme.log" 2>&1 || { rc=1; echo "traffic27 $scheme failed"; }
     echo "27B $scheme: $(grep -m1 'ready after' "$OUT/traffic27-$scheme.log")"; rm -f $OUT/27b-h200-$scheme.png
+    grep -E '^ +[0-9]+ ' "$OUT/traffic27-$scheme.log"
   done
-  rm -rf /tmp/d3-27b
 fi
 if step int4shapes; then
   # issue 25 item 4: int4 (GPTQ g128) against BF16 at the bucket shapes, 27B-shaped, one package at a time
-  for scheme in bf16 w4a16-gptq; do
-    rm -rf /tmp/d3-27b
-    $S/vllm-srun fixture /tmp/d3-27b --family decision3 --size 27b-shape --scheme $scheme --seed 0 > /dev/null 2>&1 || { rc=1; continue; }
-    # bench_cuda takes at most 4 shapes a run
-    for shapes in ${INT4_SHAPES:-1x112,1x512,1x2048,1x4096 1x256,1x1024,3x128,8x512}; do
-      VSR_BENCH_E2E_ONLY=1 VSR_BENCH_PROFILE=0 VSR_BENCH_E2E_SHAPES=$shapes \
+  for scheme in ${INT4_SCHEMES:-bf16 w4a16-gptq}; do
+    fixture27 $scheme || { rc=1; continue; }
+    mkdir -p /tmp/tune-$scheme   # autotuned (cuBLASLt and the int4 kernels), as a worker with --autotune-cache
+    # bench_cuda takes at most 8 shapes a run
+    for shapes in ${INT4_SHAPES:-1x112,1x256,1x512,1x1024,1x2048,1x4096,3x128,8x512}; do
+      VSR_AUTOTUNE_DIR=/tmp/tune-$scheme VSR_BENCH_E2E_ONLY=1 VSR_BENCH_E2E_SHAPES=$shapes \
         timeout 400 $S/bench_cuda /tmp/d3-27b >> "$OUT/int4shapes-$scheme.log" 2>&1 || rc=1
     done
     echo "== $scheme"; grep -E "whole forward|^forward" "$OUT/int4shapes-$scheme.log"
   done
-  rm -rf /tmp/d3-27b
 fi
 if step fp8switch; then
   # issue 21: a managed deployment switched from BF16 to FP8 by SIGHUP keeps serving (tools/gpu/router_fp8_switch.sh)
