@@ -145,78 +145,83 @@ int cmd_compare(int argc, char **argv) {
         return 1;
     }
 
+    /* One package at a time: A answers every request, is closed, then B loads and answers them, so
+     * that the device holds one package's weights at a time (a 27B BF16 package and its FP8 twin do
+     * not fit one 80 GB GPU together). Answers are kept on the host until both have run. */
     vsr_engine e[2];
     memset(e, 0, sizeof e);
     vsr_err err = {0};
     vsr_compare c;
     vsr_compare_init(&c);
     int rc = 1;
-    for (int k = 0; k < 2; k++) {
+    struct compare_line { int lineno; char *resp[2]; vsr_http_error he[2]; } *lines = calloc((size_t)n_lines, sizeof *lines);
+    long n_read = 0;
+    bool failed = !lines;
+    if (!lines) fprintf(stderr, "vllm-srun compare: out of memory for %ld requests\n", n_lines);
+    for (int k = 0; k < 2 && !failed; k++) {
         vsr_engine_opts o = oa;
         o.model = pkg[k];
         if (k == 1) o.revision = rev_b;
-        if (vsr_engine_prepare(&e[k], &o, &err) != VSR_OK) {
+        if (vsr_engine_prepare(&e[k], &o, &err) != VSR_OK || vsr_engine_load(&e[k], &o, &err) != VSR_OK) {
             fprintf(stderr, "vllm-srun compare: %s: %s\n", pkg[k], err.msg);
-            goto out;
-        }
-        if (vsr_engine_load(&e[k], &o, &err) != VSR_OK) {
-            fprintf(stderr, "vllm-srun compare: %s: %s\n", pkg[k], err.msg);
-            goto out;
+            failed = true;
+            break;
         }
         fprintf(stderr, "vllm-srun compare: %s = %s on %s\n", k ? "B" : "A",
                 e[k].pkg->repo[0] ? e[k].pkg->repo : e[k].pkg->path, e[k].device_id);
+        vsr_progress *prog = vsr_progress_new(k ? "compare B" : "compare A", (uint64_t)n_lines, "requests");
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        int lineno = 0;
+        long at = 0;
+        rewind(rf);
+        while (!failed && at < n_lines && (len = getline(&line, &cap, rf)) > 0) {
+            lineno++;
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+            const char *p = line;
+            while (*p == ' ' || *p == '\t') p++;
+            if (!*p) continue;
+            struct compare_line *l = &lines[at++];
+            l->lineno = lineno;
+            l->resp[k] = answer(&e[k], line, (size_t)len, &l->he[k], &err);
+            if (!l->resp[k] && !l->he[k].status) {
+                fprintf(stderr, "vllm-srun compare: line %d: %s: %s\n", lineno, k ? "B" : "A", err.msg);
+                failed = true;
+            }
+            vsr_progress_add(prog, 1);
+        }
+        vsr_progress_done(prog);
+        free(line);
+        if (k == 0) n_read = at;
+        vsr_engine_close(&e[k]); /* the next package gets the whole device */
+        memset(&e[k], 0, sizeof e[k]);
     }
-
-    vsr_progress *prog = vsr_progress_new("compare", (uint64_t)n_lines, "requests");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int lineno = 0;
     long refused = 0;
-    bool failed = false;
-    while (!failed && (len = getline(&line, &cap, rf)) > 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        const char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
-        if (!*p) continue;
-        vsr_http_error ha, hb;
-        char *ra = answer(&e[0], line, (size_t)len, &ha, &err);
-        char *rb = ra ? answer(&e[1], line, (size_t)len, &hb, &err) : NULL;
-        if (!ra && !ha.status) {
-            fprintf(stderr, "vllm-srun compare: line %d: A: %s\n", lineno, err.msg);
-            failed = true;
-        } else if (ra && !rb && !hb.status) {
-            fprintf(stderr, "vllm-srun compare: line %d: B: %s\n", lineno, err.msg);
-            failed = true;
-        } else if (!ra) {
+    for (long i = 0; i < n_read && !failed; i++) {
+        struct compare_line *l = &lines[i];
+        const char *ra = l->resp[0], *rb = l->resp[1];
+        const vsr_http_error *ha = &l->he[0], *hb = &l->he[1];
+        if (!ra) {
             /* A refused the request: B must refuse it the same way */
-            vsr_http_error hb2;
-            char *rb2 = answer(&e[1], line, (size_t)len, &hb2, &err);
-            if (rb2 || hb2.status != ha.status || strcmp(hb2.code, ha.code)) {
+            if (rb || hb->status != ha->status || strcmp(hb->code, ha->code)) {
                 fprintf(stderr, "vllm-srun compare: line %d: A refused the request (HTTP %d %s: %s) but B %s\n",
-                        lineno, ha.status, ha.code, ha.message, rb2 ? "answered it" : "refused it otherwise");
+                        l->lineno, ha->status, ha->code, ha->message, rb ? "answered it" : "refused it otherwise");
                 failed = true;
             } else {
-                fprintf(stderr, "vllm-srun compare: line %d: both refused the request (HTTP %d %s: %s)\n", lineno,
-                        ha.status, ha.code, ha.message);
+                fprintf(stderr, "vllm-srun compare: line %d: both refused the request (HTTP %d %s: %s)\n",
+                        l->lineno, ha->status, ha->code, ha->message);
                 refused++;
             }
-            free(rb2);
         } else if (!rb) {
             fprintf(stderr, "vllm-srun compare: line %d: B refused the request (HTTP %d %s: %s) but A answered it\n",
-                    lineno, hb.status, hb.code, hb.message);
+                    l->lineno, hb->status, hb->code, hb->message);
             failed = true;
-        } else if (vsr_compare_add_responses(&c, lineno, ra, rb, &err) != VSR_OK) {
+        } else if (vsr_compare_add_responses(&c, l->lineno, ra, rb, &err) != VSR_OK) {
             fprintf(stderr, "vllm-srun compare: %s\n", err.msg);
             failed = true;
         }
-        free(ra);
-        free(rb);
-        vsr_progress_add(prog, 1);
     }
-    vsr_progress_done(prog);
-    free(line);
     if (failed) goto out;
     if (vsr_compare_count(&c) == 0) {
         fprintf(stderr, "vllm-srun compare: no question was answered by both packages (%ld requests refused)\n",
@@ -249,6 +254,8 @@ int cmd_compare(int argc, char **argv) {
     rc = 0;
 out:
     for (int k = 0; k < 2; k++) vsr_engine_close(&e[k]); /* safe on a zeroed or half-prepared engine */
+    for (long i = 0; lines && i < n_lines; i++) free(lines[i].resp[0]), free(lines[i].resp[1]);
+    free(lines);
     vsr_compare_free(&c);
     fclose(rf);
     return rc;
