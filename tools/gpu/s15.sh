@@ -151,16 +151,18 @@ EOF
   curl -s http://127.0.0.1:18778/metrics | grep -E '^vsr_forward|^vsr_rows_per_forward' | head -12 >> "$OUT/fair.txt"
   kill -TERM $pid; wait $pid
 fi
-# fixture27 SCHEME: the 27B-shaped fixture of SCHEME at /tmp/d3-27b (the 64 GB disk holds one BF16
-# package at a time), kept between steps: a step that needs the same scheme reuses it
+# fixture27 SCHEME: the 27B-shaped fixture of SCHEME, written once and kept between steps (and calls on a
+# warm machine); sets F27 to its folder. BF16 (48 GB) lives in /dev/shm (128 GB there), the others in /tmp
+# (64 GB free: an FP8 and an int4 package fit together beside nothing else)
 fixture27() {
-  [ "$(cat /tmp/d3-27b.scheme 2>/dev/null)" = "$1" ] && [ -d /tmp/d3-27b ] && return 0
-  rm -rf /tmp/d3-27b /tmp/d3-27b.scheme
+  if [ "$1" = bf16 ]; then F27=/dev/shm/d3-27b-bf16; else F27=/tmp/d3-27b-$1; fi
+  [ -f "$F27/.complete" ] && return 0
+  rm -rf "$F27"
   local t0; t0=$(date +%s)
-  $S/vllm-srun fixture /tmp/d3-27b --family decision3 --size 27b-shape --scheme "$1" --seed 0 \
+  $S/vllm-srun fixture "$F27" --family decision3 --size 27b-shape --scheme "$1" --seed 0 \
     > "$OUT/fixture27-$1.log" 2>&1 || { tail -3 "$OUT/fixture27-$1.log"; return 1; }
-  echo "$1" > /tmp/d3-27b.scheme
-  echo "fixture 27b-shape $1 written in $(( $(date +%s) - t0 )) s ($(du -sh /tmp/d3-27b | cut -f1))"
+  touch "$F27/.complete"
+  echo "fixture 27b-shape $1 written in $(( $(date +%s) - t0 )) s ($(du -sh "$F27" | cut -f1))"
 }
 echo "host: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2" GiB memory, "$7" available"}'); $(df -h /tmp | tail -1 | awk '{print "/tmp "$2" size, "$4" free"}'); $(df -h /dev/shm | tail -1 | awk '{print "/dev/shm "$2" size, "$4" free"}')"
 if step traffic27; then
@@ -168,7 +170,7 @@ if step traffic27; then
   # BF16 then FP8 (fixture packages, random weights)
   for scheme in ${TRAFFIC27_SCHEMES:-bf16 fp8}; do
     fixture27 $scheme || { rc=1; continue; }
-    VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh 27b-h200-$scheme /tmp/d3-27b cuda:0 ${TRAFFIC_N:-64} \
+    VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh 27b-h200-$scheme "$F27" cuda:0 ${TRAFFIC_N:-64} \
       > "$OUT/traffic27-$scheme.log" 2>&1 || { rc=1; echo "traffic27 $scheme failed"; }
     echo "27B $scheme: $(grep -m1 'ready after' "$OUT/traffic27-$scheme.log")"; rm -f $OUT/27b-h200-$scheme.png
     grep -E '^ +[0-9]+ ' "$OUT/traffic27-$scheme.log"
@@ -182,10 +184,50 @@ if step int4shapes; then
     # bench_cuda takes at most 8 shapes a run
     for shapes in ${INT4_SHAPES:-1x112,1x256,1x512,1x1024,1x2048,1x4096,3x128,8x512}; do
       VSR_AUTOTUNE_DIR=/tmp/tune-$scheme VSR_BENCH_E2E_ONLY=1 VSR_BENCH_E2E_SHAPES=$shapes \
-        timeout 400 $S/bench_cuda /tmp/d3-27b >> "$OUT/int4shapes-$scheme.log" 2>&1 || rc=1
+        timeout 400 $S/bench_cuda "$F27" >> "$OUT/int4shapes-$scheme.log" 2>&1 || rc=1
     done
     echo "== $scheme"; grep -E "whole forward|^forward" "$OUT/int4shapes-$scheme.log"
   done
+fi
+if step q27; then
+  # issue 22 on the 27B shape: quantize --scheme fp8-dynamic of the BF16 fixture (time, peak RSS), then
+  # compare BF16 against it on cuda:0 (one package at a time), the eval column of the load-test table
+  fixture27 bf16 || rc=1
+  Q27=/tmp/d3-27b-q-fp8
+  if [ ! -f $Q27/.complete ]; then
+    rm -rf $Q27
+    /usr/bin/time -f "%e s, peak RSS %M KB" -o "$OUT/quantize27.time" $S/vllm-srun quantize "$F27" $Q27 --scheme fp8-dynamic \
+      > "$OUT/quantize27.log" 2>&1 && touch $Q27/.complete || { rc=1; tail -3 "$OUT/quantize27.log"; }
+    echo "quantize 27b-shape bf16 -> fp8-dynamic: $(cat "$OUT/quantize27.time") ($(du -sh "$F27" | cut -f1) -> $(du -sh $Q27 | cut -f1))"
+    cp $Q27/quantization_record.json "$OUT/" 2>/dev/null
+  fi
+  t0=$(date +%s)
+  $S/vllm-srun compare "$F27" $Q27 --requests tests/data/compare/requests.jsonl --device cuda:0 \
+    --json "$OUT/eval-fp8.json" > "$OUT/compare27-fp8.txt" 2> "$OUT/compare27-fp8.err" || rc=1
+  echo "compare bf16 vs fp8-dynamic (27b-shape, cuda:0) in $(( $(date +%s) - t0 )) s:"; head -12 "$OUT/compare27-fp8.txt"
+fi
+if step loadtest; then
+  # issue 22: the seed's load-test table, BF16, FP8 (quantize fp8-dynamic of it) and W4A16 (a GPTQ fixture: random
+  # weights of their own, so no eval column) 27B-shaped packages served on cuda:0 one at a time
+  SLA_MS=${SLA_MS:-500}
+  echo "| Variant | Device | Max concurrency at SLA (p95 <= $SLA_MS ms) | p95 ms | Requests/s | Eval |" > "$OUT/loadtest.md"
+  echo "|---|---|---|---|---|---|" >> "$OUT/loadtest.md"
+  for v in bf16 fp8 w4a16; do
+    case $v in bf16) fixture27 bf16; pkg=$F27 ;; fp8) pkg=/tmp/d3-27b-q-fp8 ;; w4a16) fixture27 w4a16-gptq; pkg=$F27 ;; esac
+    [ -d "$pkg" ] || { rc=1; echo "loadtest $v: no package"; continue; }
+    t0=$(date +%s)
+    $S/vllm-srun serve "$pkg" --device cuda:0 --port 18790 --served-model-name "27b-$v" --warmup-tokens ${LT_WARMUP:-4096} \
+      --max-queue 4096 > "$OUT/loadtest-serve-$v.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 3000); do [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18790/health)" = 200 ] && break; kill -0 $pid || break; sleep 0.1; done
+    ev=(); [ -f "$OUT/eval-$v.json" ] && ev=(--eval "$OUT/eval-$v.json")
+    $S/vllm-srun bench --port 18790 --sla-ms $SLA_MS --max-concurrency ${LT_MAXC:-64} --requests ${LT_REQUESTS:-64} \
+      --requests-file tests/data/compare/requests.jsonl --variant "27b-$v" "${ev[@]}" > "$OUT/loadtest-bench-$v.txt" 2>&1 || rc=1
+    grep '^| ' "$OUT/loadtest-bench-$v.txt" | tail -1 >> "$OUT/loadtest.md"
+    echo "loadtest $v: ready in $(grep -h 'ready after\|warm-up' "$OUT/loadtest-serve-$v.log" | tail -1 | cut -c1-160); total $(( $(date +%s) - t0 )) s"
+    kill -TERM $pid; wait $pid
+  done
+  cat "$OUT/loadtest.md"
 fi
 if step fp8switch; then
   # issue 21: a managed deployment switched from BF16 to FP8 by SIGHUP keeps serving (tools/gpu/router_fp8_switch.sh)
