@@ -37,4 +37,10 @@ run() { # label profile file levels
 run repeated exact "$T/repeated.jsonl" 1
 run varied exact "$T/varied.jsonl" 1,4,16,64
 run varied batching "$T/varied.jsonl" 1,4,16,64
-python3 bench/plot_traffic.py "$OUTD/$NAME.csv" "$OUTD/$NAME.lat.csv" "$OUTD/$NAME.png" "$NAME"
+# the plot: the first Python with matplotlib (pyenv's python3 may lack it where Debian's has it)
+for py in python3 /usr/bin/python3; do
+  if "$py" -c 'import matplotlib' 2>/dev/null; then
+    "$py" bench/plot_traffic.py "$OUTD/$NAME.csv" "$OUTD/$NAME.lat.csv" "$OUTD/$NAME.png" "$NAME"; exit 0
+  fi
+done
+echo "no plot: no python3 with matplotlib (apt-get install python3-matplotlib)" >&2
