@@ -169,7 +169,8 @@ if step traffic27; then
   # issue 25 on the 27B shape: varied traffic with buckets (warm-up 8,192 tokens), exact and batching,
   # BF16 then FP8 (fixture packages, random weights)
   for scheme in ${TRAFFIC27_SCHEMES:-bf16 fp8}; do
-    fixture27 $scheme || { rc=1; continue; }
+    # FP8: the package `quantize --scheme fp8-dynamic` made of the BF16 fixture (step q27) where it exists
+    if [ $scheme = fp8 ] && [ -f /tmp/d3-27b-q-fp8/.complete ]; then F27=/tmp/d3-27b-q-fp8; else fixture27 $scheme || { rc=1; continue; }; fi
     VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh 27b-h200-$scheme "$F27" cuda:0 ${TRAFFIC_N:-64} \
       > "$OUT/traffic27-$scheme.log" 2>&1 || { rc=1; echo "traffic27 $scheme failed"; }
     echo "27B $scheme: $(grep -m1 'ready after' "$OUT/traffic27-$scheme.log")"; rm -f $OUT/27b-h200-$scheme.png
@@ -210,9 +211,9 @@ if step loadtest; then
   # issue 22: the seed's load-test table, BF16, FP8 (quantize fp8-dynamic of it) and W4A16 (a GPTQ fixture: random
   # weights of their own, so no eval column) 27B-shaped packages served on cuda:0 one at a time
   SLA_MS=${SLA_MS:-500}
-  echo "| Variant | Device | Max concurrency at SLA (p95 <= $SLA_MS ms) | p95 ms | Requests/s | Eval |" > "$OUT/loadtest.md"
-  echo "|---|---|---|---|---|---|" >> "$OUT/loadtest.md"
-  for v in bf16 fp8 w4a16; do
+  [ -f "$OUT/loadtest.md" ] || { echo "| Variant | Device | Max concurrency at SLA (p95 <= $SLA_MS ms) | p95 ms | Requests/s | Eval |"
+    echo "|---|---|---|---|---|---|"; } > "$OUT/loadtest.md"
+  for v in ${LT_VARIANTS:-bf16 fp8 w4a16}; do
     case $v in bf16) fixture27 bf16; pkg=$F27 ;; fp8) pkg=/tmp/d3-27b-q-fp8 ;; w4a16) fixture27 w4a16-gptq; pkg=$F27 ;; esac
     [ -d "$pkg" ] || { rc=1; echo "loadtest $v: no package"; continue; }
     t0=$(date +%s)
