@@ -4,7 +4,7 @@
 # (the eval column), each served and load-tested with `vllm-srun bench --sla-ms` (the table row).
 # FP8 and NVFP4 are refused on this CPU by the device table, so they have no row here.
 #   bench/loadtest_cpu.sh [SIZE [SLA_MS [REQUESTS]]]   (default: small 1000 48)
-# Writes bench/loadtest/SIZE-cpu.md (the table) and the compare summaries beside it.
+# Writes bench/loadtest/SIZE-cpu.md (the table), its plot SIZE-cpu.png and the compare summaries beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-small}; SLA=${2:-1000}; N=${3:-48}
@@ -35,3 +35,11 @@ for v in bf16 w4-gptq w4-awq; do
   kill -TERM $pid; wait $pid
 done
 cat "$OUTD/$SIZE-cpu.md"
+# the plot: the first Python with matplotlib (pyenv's python3 may lack it where Debian's has it)
+for py in python3 /usr/bin/python3; do
+  if "$py" -c 'import matplotlib' 2>/dev/null; then
+    "$py" bench/plot_loadtest.py "$OUTD/$SIZE-cpu.md" "$OUTD/$SIZE-cpu.png" "$SIZE fixtures on the CPU, SLA p95 <= $SLA ms"
+    exit 0
+  fi
+done
+echo "no plot: no python3 with matplotlib (apt-get install python3-matplotlib)" >&2

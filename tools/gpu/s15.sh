@@ -229,6 +229,8 @@ if step loadtest; then
     kill -TERM $pid; wait $pid
   done
   cat "$OUT/loadtest.md"
+  python3 bench/plot_loadtest.py "$OUT/loadtest.md" "$OUT/loadtest.png" "27B-shaped fixtures, $(cut -d, -f1 "$OUT/env.txt")" \
+    >/dev/null 2>&1 || echo "loadtest: no plot (matplotlib missing here; bench/plot_loadtest.py on the table later)"
 fi
 if step fp8switch; then
   # issue 21: a managed deployment switched from BF16 to FP8 by SIGHUP keeps serving (tools/gpu/router_fp8_switch.sh)
