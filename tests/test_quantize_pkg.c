@@ -109,10 +109,58 @@ done:
     vsr_package_close(b);
 }
 
+
+/* The plan's refusals of a Linear the quantizers cannot hold, each naming the tensor: a weight not in BF16, one
+ * whose data is not 2-byte aligned in its file, NVFP4's K % 16. The tiny package's first quantized Linear is
+ * altered in memory (its mapped descriptor), one property at a time, and restored. */
+TEST(plan_refuses_unquantizable_linears) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/plan", test_tmpdir());
+    vsr_err e = {0};
+    vsr_fixture_opts fo = {.family = "decision3", .size = "tiny", .scheme = "bf16", .seed = 3};
+    CHECK_OK(vsr_fixture_write(dir, &fo, NULL, &e), e);
+    vsr_package *p = NULL;
+    CHECK_OK(vsr_package_open(dir, NULL, NULL, &p, &e), e);
+    if (!p) return;
+    CHECK_OK(vsr_package_verify(p, 1, NULL, &e), e);
+    CHECK_OK(vsr_package_map(p, &e), e);
+    qz_plan pl;
+    CHECK_OK(qz_plan_make(p, VSR_Q_NVFP4, 0, false, NULL, 0, &pl, &e), e);
+    /* the first quantized Linear of the plan, found again among the package's tensors */
+    vsr_tensor *t = NULL;
+    for (int i = 0; i < pl.n_lin && !t; i++)
+        if (pl.lin[i].quantized) t = (vsr_tensor *)pl.lin[i].w;
+    qz_plan_free(&pl);
+    CHECK(t != NULL);
+    if (!t) goto done;
+    const vsr_tensor saved = *t;
+    t->dtype = VSR_DT_F32;
+    CHECK_ERR(qz_plan_make(p, VSR_Q_NVFP4, 0, false, NULL, 0, &pl, &e), e, VSR_E_UNSUPPORTED,
+              "dtype F32; the quantizers read BF16 weights");
+    CHECK(strstr(e.msg, t->name) != NULL);
+    *t = saved;
+    t->data = (const char *)t->data + 1;
+    CHECK_ERR(qz_plan_make(p, VSR_Q_FP8_DYNAMIC, 0, false, NULL, 0, &pl, &e), e, VSR_E_UNSUPPORTED,
+              "is not aligned to its 2-byte elements; rewrite the file with the safetensors writer");
+    *t = saved;
+    t->shape[1] = saved.shape[1] - 8; /* K % 16 == 8 */
+    char want[160];
+    snprintf(want, sizeof want, "in_features %lld is not a multiple of 16; NVFP4 cannot group it (add it to --ignore)",
+             (long long)t->shape[1]);
+    CHECK_ERR(qz_plan_make(p, VSR_Q_NVFP4, 0, false, NULL, 0, &pl, &e), e, VSR_E_UNSUPPORTED, want);
+    /* the same shape is fine for FP8 (per-channel scales, no groups) */
+    CHECK_OK(qz_plan_make(p, VSR_Q_FP8_DYNAMIC, 0, false, NULL, 0, &pl, &e), e);
+    qz_plan_free(&pl);
+    *t = saved;
+done:
+    vsr_package_close(p);
+}
+
 int main(void) {
     RUN(nvfp4_rows_equal_reference);
     RUN(scheme_names);
     RUN(option_refusals);
     RUN(load_time_fp8_equals_written_package);
+    RUN(plan_refuses_unquantizable_linears);
     return test_summary();
 }
