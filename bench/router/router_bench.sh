@@ -9,21 +9,23 @@
 #   worker     POST /v1/decisions straight to the worker, the body the router sends it
 #   routed     the chat request through the router with model "auto": decision call + proxy
 # Overheads (p50): proxy = explicit - upstream; routing = routed - worker - upstream, the
-# router's own time beyond the decision call and the backend. Writes bench/router/router_cpu.csv
-# and, with matplotlib, bench/router/router_cpu.png.
+# router's own time beyond the decision call and the backend. Writes bench/router/NAME.csv
+# and, with matplotlib, bench/router/NAME.png (NAME: $ROUTER_BENCH_NAME, default router_cpu).
+# LOADGEN=path uses a load generator built elsewhere (a host without libcurl's headers).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 N1=${2:-400}
 N64=${3:-1500}
 OUT=bench/router
+NAME=${ROUTER_BENCH_NAME:-router_cpu}
 T=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
 UPSTREAM=$BUILD/tests/openai_upstream   # `make -C bench router_bench ROUTER_BUILD=$BUILD` builds what this needs
 for b in "$BUILD/vllm-srun" "$BUILD/vllm-sr" "$UPSTREAM"; do
   [ -x "$b" ] || { echo "$b is not built: make -C bench router_bench ROUTER_BUILD=$BUILD"; exit 1; }
 done
-cc -O2 -o "$T/loadgen" "$OUT/loadgen.c" -lcurl -lm
+if [ -n "${LOADGEN:-}" ]; then cp "$LOADGEN" "$T/loadgen"; else cc -O2 -o "$T/loadgen" "$OUT/loadgen.c" -lcurl -lm; fi
 P=$((20000 + RANDOM % 20000)); RP=$P; UP=$((P + 1))
 "$BUILD/vllm-srun" fixture --install-builtin vllm-sr-c/d3-tiny --store "$T/store" >/dev/null 2>&1
 VSR_NO_PROGRESS=1 "$BUILD/vllm-srun" serve vllm-sr-c/d3-tiny --store "$T/store" --device cpu --uds "$T/w.sock" --log-level warn 2>"$T/w.log" &
@@ -75,7 +77,7 @@ for C in 1 64; do
 done
 column -t "$T/res.txt"
 cat "$T/cpu.txt"
-python3 - "$T/res.txt" "$OUT/router_cpu.csv" <<'PY'
+python3 - "$T/res.txt" "$OUT/$NAME.csv" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:]]
 by = {(r[0], int(r[1])): r for r in rows}
@@ -89,5 +91,12 @@ for c in (1, 64):
     out.write(f"{c}," + ",".join(f"{v:.3f}" for v in vals) + "\n")
     print(f"{c:>2} clients: proxy overhead p50 {vals[8]:.3f} ms (p99 {vals[10]:.3f}); routing overhead beyond the decision call p50 {vals[9]:.3f} ms (p99 {vals[11]:.3f}); routed {vals[12]:.0f} req/s")
 PY
-python3 "$OUT/plot_router.py" "$OUT/router_cpu.csv" "$OUT/router_cpu.png" 2>/dev/null && echo "wrote $OUT/router_cpu.png" || echo "no plot (matplotlib missing)"
+# the plot: the first Python with matplotlib (pyenv's python3 may lack it where Debian's has it)
+plotted=0
+for py in python3 /usr/bin/python3; do
+  if [ $plotted = 0 ] && "$py" -c 'import matplotlib' 2>/dev/null; then
+    "$py" "$OUT/plot_router.py" "$OUT/$NAME.csv" "$OUT/$NAME.png" && echo "wrote $OUT/$NAME.png" && plotted=1
+  fi
+done
+[ $plotted = 1 ] || echo "no plot: no python3 with matplotlib (apt-get install python3-matplotlib)"
 grep -c . "$T/r.log" >/dev/null && grep -v '^$' "$T/r.log" | tail -3 || true

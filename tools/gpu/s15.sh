@@ -15,7 +15,8 @@
 #              its latency against the large request's forward time (Server-Timing);
 #     traffic27: the traffic bench on 27B-shaped BF16 and FP8 fixtures (TRAFFIC27_SCHEMES, TRAFFIC_N=64);
 #     int4shapes: bench_cuda's whole forward, int4 (GPTQ) against BF16, at the bucket shapes (INT4_SHAPES);
-#     fp8switch: tools/gpu/router_fp8_switch.sh (issue 21).
+#     fp8switch: tools/gpu/router_fp8_switch.sh (issue 21);
+#     routerbench: bench/router/router_bench.sh on this host's cores (issue 21), needs .gpuc/loadgen (build step).
 set -u
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = build ]; then
@@ -45,6 +46,7 @@ if [ "${1:-}" = build ]; then
   strip $S/vllm-srun $S/vllm-sr $S/test_* $S/openai_upstream $S/bench_cuda
   pwd > $S/build_root
   mkdir -p .gpuc && tar -C . -cJf .gpuc/s15.tar.xz $S
+  cc -O2 -o .gpuc/loadgen bench/router/loadgen.c -lcurl -lm
   ex=$(git rev-parse --git-path info/exclude) && for d in /.gpus/ /.gpuc/; do grep -qx "$d" "$ex" || echo "$d" >> "$ex"; done
   du -sh $S .gpuc/s15.tar.xz
   exit 0
@@ -99,6 +101,14 @@ if step vela2 || step tests; then
   else rc=1; fi
 fi
 
+if step routerbench; then
+  # issue 21: the router's added latency at 1 and 64 clients on this host's 16 cores (the CPU worker d3-tiny, the
+  # test upstream); the load generator is built on the build machine (.gpuc/loadgen: no libcurl headers here)
+  RB=/tmp/rb; mkdir -p $RB/tests; ln -sf $S/vllm-srun $S/vllm-sr $RB/; ln -sf $S/openai_upstream $RB/tests/
+  LOADGEN=$PWD/.gpuc/loadgen ROUTER_BENCH_NAME=router_gpuhost timeout 240 bash bench/router/router_bench.sh $RB 400 1500 \
+    > "$OUT/routerbench.log" 2>&1 || { rc=1; echo "routerbench failed"; }
+  cp bench/router/router_gpuhost.csv "$OUT/" 2>/dev/null; tail -8 "$OUT/routerbench.log"
+fi
 LITE=/tmp/lite
 if step traffic || step fair; then
   [ -d $LITE ] || $S/vllm-srun fixture $LITE --family decision3 --size lite --scheme bf16 --seed 0 >/dev/null
