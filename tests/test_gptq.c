@@ -6,12 +6,17 @@
  *   - an independent textbook GPTQ (OBQ updates on the explicit inverse Hessian, column by column,
  *     FP64) chooses the same integers;
  *   - on correlated inputs GPTQ's output error is well below RTN's;
- *   - dead columns, the output-error measure against X directly, refusals. */
+ *   - dead columns, the output-error measure against X directly, refusals;
+ *   - the calibration Hessian's blocked accumulation (hessian.c) equals the plain loop bit for bit,
+ *     on every ISA this CPU has, inline and over a pool, across calls and ragged shapes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/threadpool.h"
 #include "quantize/quant_internal.h"
+#include "quantize/quantize_internal.h"
 #include "test.h"
 #include "vsr/calibrate.h"
 #include "vsr/dtype.h"
@@ -311,6 +316,46 @@ TEST(refusals) {
     CHECK_ERR(st, err, VSR_E_INVALID, "the Hessian is not positive definite after dampening 0");
 }
 
+
+TEST(hessian_blocked_equals_plain_loop) {
+    static const int64_t Ks[] = {1, 7, 8, 9, 16, 17, 37, 100, 256};
+    static const int64_t Rs[] = {1, 5, 64};
+    static const char *const isas[] = {NULL, "avx2+fma", "scalar"}; /* NULL: the automatic choice (AVX-512 here) */
+    vsr_pool *pool = vsr_pool_new(3);
+    CHECK(pool != NULL);
+    test_rng_seed(11);
+    int cases = 0;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+        for (size_t ri = 0; ri < sizeof Rs / sizeof *Rs; ri++) {
+            const int64_t K = Ks[ki], R = Rs[ri];
+            double *x = malloc(sizeof *x * (size_t)(R * K)), *x2 = malloc(sizeof *x2 * (size_t)(R * K));
+            double *ref = calloc((size_t)(K * K), sizeof *ref), *got = malloc(sizeof *got * (size_t)(K * K));
+            /* full 53-bit values (products of widened floats are exact, and would hide a fused multiply-add) */
+            for (int64_t i = 0; i < R * K; i++)
+                x[i] = test_rndf() * 3.0 + test_rndf() * 1e-9, x2[i] = i % 5 ? test_rndf() / 3.0 : 0.0;
+            qz_hessian_ref(ref, x, R, K); /* two calls: the second adds to the first's sums */
+            qz_hessian_ref(ref, x2, R, K);
+            for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
+                if (vsr_gemm_force_isa(isas[ii]) != 0) continue; /* not on this CPU */
+                for (int p = 0; p < 2; p++) {
+                    memset(got, 0, sizeof *got * (size_t)(K * K));
+                    qz_hessian_add(got, x, R, K, p ? pool : NULL);
+                    qz_hessian_add(got, x2, R, K, p ? pool : NULL);
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < K; i++)
+                        for (int64_t j = i; j < K; j++) bad += memcmp(&got[i * K + j], &ref[i * K + j], sizeof(double)) != 0;
+                    CHECK_MSG(bad == 0, "K %lld rows %lld isa %s pool %d: %lld of the upper triangle differ", (long long)K,
+                              (long long)R, isas[ii] ? isas[ii] : "auto", p, (long long)bad);
+                    cases++;
+                }
+            }
+            free(x), free(x2), free(ref), free(got);
+        }
+    vsr_gemm_force_isa(NULL);
+    vsr_pool_free(pool);
+    CHECK(cases >= 2 * 9 * 3 * 2);
+}
+
 int main(void) {
     RUN(diagonal_hessian_is_round_to_nearest);
     RUN(actorder_group_g_idx_layout);
@@ -318,5 +363,6 @@ int main(void) {
     RUN(beats_rtn_on_correlated_inputs);
     RUN(dead_columns_are_zero);
     RUN(refusals);
+    RUN(hessian_blocked_equals_plain_loop);
     return test_summary();
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/threadpool.h"
+#include "quantize/quantize_internal.h"
 #include "vsr/calibrate.h"
 #include "vsr/decision.h"
 #include "vsr/hash.h"
@@ -120,27 +121,6 @@ static vsr_calib_layer *find_layer(vsr_calib *c, const char *module) {
     return NULL;
 }
 
-/* H[i][j] += sum_t x[t][i] x[t][j] for the rows i of [lo, hi); upper triangle (mirrored at the end). */
-typedef struct h_job {
-    double *H;
-    const double *x;
-    int64_t rows, K;
-} h_job;
-
-static void h_rows(void *ctx, int64_t lo, int64_t hi, int worker) {
-    (void)worker;
-    const h_job *J = ctx;
-    for (int64_t i = lo; i < hi; i++) {
-        double *h = J->H + i * J->K;
-        for (int64_t t = 0; t < J->rows; t++) {
-            const double *xt = J->x + t * J->K;
-            double xi = xt[i];
-            if (xi == 0.0) continue;
-            for (int64_t j = i; j < J->K; j++) h[j] += xi * xt[j];
-        }
-    }
-}
-
 static void on_tap(void *ctx, const char *module, const float *x, int64_t rows, int64_t K) {
     vsr_calib *c = ctx;
     if (c->st) return;
@@ -187,10 +167,7 @@ static void on_tap(void *ctx, const char *module, const float *x, int64_t rows, 
     if (s->absum)
         for (int64_t t = 0; t < rows; t++)
             for (int64_t k = 0; k < K; k++) s->absum[k] += fabs(c->xd[t * K + k]);
-    if (s->H) {
-        h_job J = {s->H, c->xd, rows, K};
-        vsr_pool_for(c->pool, K, 8, h_rows, &J);
-    }
+    if (s->H) qz_hessian_add(s->H, c->xd, rows, K, c->pool); /* upper triangle; finish() mirrors it */
 }
 
 /* ---- the calibration file ---- */

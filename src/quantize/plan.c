@@ -154,9 +154,8 @@ static vsr_status compile_recipe(const vsr_package *p, const char *const *extra,
     return VSR_OK;
 }
 
-vsr_status qz_plan_make(const vsr_package *p, vsr_qscheme s, int group, bool actorder, const char *const *extra,
-                        int n_extra, qz_plan *pl, vsr_err *err) {
-    memset(pl, 0, sizeof *pl);
+static vsr_status plan_make(const vsr_package *p, vsr_qscheme s, int group, bool actorder, const char *const *extra,
+                            int n_extra, qz_plan *pl, vsr_err *err) {
     pl->scheme = s;
     pl->group = group;
     pl->actorder = actorder;
@@ -202,6 +201,14 @@ vsr_status qz_plan_make(const vsr_package *p, vsr_qscheme s, int group, bool act
                                                "ignored)", pl->n_lin);
     qsort(pl->lin, (size_t)pl->n_lin, sizeof *pl->lin, cmp_linear);
     return VSR_OK;
+}
+
+vsr_status qz_plan_make(const vsr_package *p, vsr_qscheme s, int group, bool actorder, const char *const *extra,
+                        int n_extra, qz_plan *pl, vsr_err *err) {
+    memset(pl, 0, sizeof *pl);
+    vsr_status st = plan_make(p, s, group, actorder, extra, n_extra, pl, err);
+    if (st) qz_plan_free(pl); /* a refused plan holds nothing (freeing it again is harmless) */
+    return st;
 }
 
 void qz_plan_free(qz_plan *pl) {
