@@ -24,17 +24,21 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-typedef void (*hfn)(double *, const double *, int64_t, int64_t, vsr_pool *);
-static void ref_fn(double *H, const double *x, int64_t rows, int64_t K, vsr_pool *p) {
+typedef int (*hfn)(double *, const double *, int64_t, int64_t, vsr_pool *);
+static int ref_fn(double *H, const double *x, int64_t rows, int64_t K, vsr_pool *p) {
     (void)p;
     qz_hessian_ref(H, x, rows, K);
+    return 0;
 }
 
 static double median_s(hfn f, double *H, const double *x, int64_t rows, int64_t K, vsr_pool *p, int reps) {
     double t[5];
     for (int r = 0; r < reps; r++) {
         double a = now();
-        f(H, x, rows, K, p);
+        if (f(H, x, rows, K, p)) {
+            fprintf(stderr, "hessian_cpu: out of memory\n");
+            exit(1);
+        }
         t[r] = now() - a;
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_d);

@@ -339,8 +339,8 @@ TEST(hessian_blocked_equals_plain_loop) {
                 if (vsr_gemm_force_isa(isas[ii]) != 0) continue; /* not on this CPU */
                 for (int p = 0; p < 2; p++) {
                     memset(got, 0, sizeof *got * (size_t)(K * K));
-                    qz_hessian_add(got, x, R, K, p ? pool : NULL);
-                    qz_hessian_add(got, x2, R, K, p ? pool : NULL);
+                    CHECK(qz_hessian_add(got, x, R, K, p ? pool : NULL) == 0);
+                    CHECK(qz_hessian_add(got, x2, R, K, p ? pool : NULL) == 0);
                     int64_t bad = 0;
                     for (int64_t i = 0; i < K; i++)
                         for (int64_t j = i; j < K; j++) bad += memcmp(&got[i * K + j], &ref[i * K + j], sizeof(double)) != 0;

@@ -167,7 +167,9 @@ static void on_tap(void *ctx, const char *module, const float *x, int64_t rows, 
     if (s->absum)
         for (int64_t t = 0; t < rows; t++)
             for (int64_t k = 0; k < K; k++) s->absum[k] += fabs(c->xd[t * K + k]);
-    if (s->H) qz_hessian_add(s->H, c->xd, rows, K, c->pool); /* upper triangle; finish() mirrors it */
+    if (s->H && qz_hessian_add(s->H, c->xd, rows, K, c->pool)) /* upper triangle; finish() mirrors it */
+        c->st = vsr_err_set(&c->err, VSR_E_NOMEM, "calibration: out of memory for the packed [%lld, %lld] input of %s",
+                            (long long)rows, (long long)K, module);
 }
 
 /* ---- the calibration file ---- */
