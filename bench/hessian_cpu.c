@@ -12,7 +12,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/threadpool.h"
-#include "quantize/quantize_internal.h"
+#include "quantize/quant_internal.h"
 
 static double now(void) {
     struct timespec ts;

@@ -16,7 +16,6 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/threadpool.h"
 #include "quantize/quant_internal.h"
-#include "quantize/quantize_internal.h"
 #include "test.h"
 #include "vsr/calibrate.h"
 #include "vsr/dtype.h"
@@ -356,6 +355,37 @@ TEST(hessian_blocked_equals_plain_loop) {
     CHECK(cases >= 2 * 9 * 3 * 2);
 }
 
+
+TEST(qform_rows_equal_qform) {
+    static const int64_t Ks[] = {1, 3, 4, 9, 64, 130};
+    static const int64_t Ns[] = {1, 7, 8, 19};
+    test_rng_seed(5);
+    int cases = 0;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++) {
+            const int64_t K = Ks[ki], N = Ns[ni];
+            double *H = malloc(sizeof *H * (size_t)(K * K)), *E = malloc(sizeof *E * (size_t)(N * K));
+            double *got = malloc(sizeof *got * (size_t)N);
+            for (int64_t i = 0; i < K * K; i++) H[i] = test_rndf() + test_rndf() * 1e-9;
+            for (int64_t i = 0; i < N * K; i++) E[i] = i % 7 == 3 ? 0.0 : test_rndf() / 3.0; /* zeros are skipped */
+            for (int isa = 0; isa < 2; isa++) {
+                vsr_gemm_force_isa(isa ? "scalar" : NULL);
+                qz_qform_rows(H, E, N, K, got);
+                int64_t bad = 0;
+                for (int64_t r = 0; r < N; r++) {
+                    const double want = vsr_qform(H, E + r * K, K);
+                    bad += memcmp(&want, &got[r], sizeof want) != 0;
+                }
+                CHECK_MSG(bad == 0, "K %lld rows %lld isa %s: %lld rows differ", (long long)K, (long long)N,
+                          isa ? "scalar" : "auto", (long long)bad);
+                cases++;
+            }
+            free(H), free(E), free(got);
+        }
+    vsr_gemm_force_isa(NULL);
+    CHECK(cases == 6 * 4 * 2);
+}
+
 int main(void) {
     RUN(diagonal_hessian_is_round_to_nearest);
     RUN(actorder_group_g_idx_layout);
@@ -364,5 +394,6 @@ int main(void) {
     RUN(dead_columns_are_zero);
     RUN(refusals);
     RUN(hessian_blocked_equals_plain_loop);
+    RUN(qform_rows_equal_qform);
     return test_summary();
 }

@@ -33,17 +33,22 @@ typedef struct loss_job {
 
 static void loss_rows(void *ctx, int64_t lo, int64_t hi, int worker) {
     const loss_job *J = ctx;
-    double *e = malloc(sizeof *e * (size_t)J->K);
+    enum { R = 8 }; /* rows per H pass (qz_qform_rows) */
+    double *e = malloc(sizeof *e * (size_t)(R * J->K)), q8[R];
     if (!e) {
         J->partial[worker] = NAN;
         return;
     }
     double acc = 0.0;
-    for (int64_t n = lo; n < hi; n++) {
-        const uint16_t *w = J->w + n * J->K, *q = J->wq + n * J->K;
-        for (int64_t k = 0; k < J->K; k++)
-            e[k] = (double)vsr_bf16_to_f32(w[k]) - (double)vsr_bf16_to_f32(q[k]) * J->inv_s[k];
-        acc += vsr_qform(J->H, e, J->K);
+    for (int64_t n0 = lo; n0 < hi; n0 += R) {
+        const int64_t nr = hi - n0 < R ? hi - n0 : R;
+        for (int64_t r = 0; r < nr; r++) {
+            const uint16_t *w = J->w + (n0 + r) * J->K, *q = J->wq + (n0 + r) * J->K;
+            for (int64_t k = 0; k < J->K; k++)
+                e[r * J->K + k] = (double)vsr_bf16_to_f32(w[k]) - (double)vsr_bf16_to_f32(q[k]) * J->inv_s[k];
+        }
+        qz_qform_rows(J->H, e, nr, J->K, q8);
+        for (int64_t r = 0; r < nr; r++) acc += q8[r]; /* in row order, as one row at a time */
     }
     J->partial[worker] += acc;
     free(e);

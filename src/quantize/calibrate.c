@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/threadpool.h"
-#include "quantize/quantize_internal.h"
+#include "quantize/quant_internal.h"
 #include "vsr/calibrate.h"
 #include "vsr/decision.h"
 #include "vsr/hash.h"

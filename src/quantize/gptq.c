@@ -32,12 +32,18 @@ double vsr_qform(const double *H, const double *e, int64_t K) {
         const double *h = H + i * K;
         double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         int64_t j = 0;
+        /* products and sums rounded separately (one statement each: no compiler contracts them into fused
+         * multiply-adds), the order hessian.c's qz_qform_rows repeats bit for bit */
         for (; j + 4 <= K; j += 4) {
-            a0 += h[j] * e[j], a1 += h[j + 1] * e[j + 1];
-            a2 += h[j + 2] * e[j + 2], a3 += h[j + 3] * e[j + 3];
+            const double p0 = h[j] * e[j], p1 = h[j + 1] * e[j + 1], p2 = h[j + 2] * e[j + 2], p3 = h[j + 3] * e[j + 3];
+            a0 += p0, a1 += p1, a2 += p2, a3 += p3;
         }
-        for (; j < K; j++) a0 += h[j] * e[j];
-        acc += e[i] * ((a0 + a1) + (a2 + a3));
+        for (; j < K; j++) {
+            const double p = h[j] * e[j];
+            a0 += p;
+        }
+        const double p = e[i] * ((a0 + a1) + (a2 + a3));
+        acc += p;
     }
     return acc;
 }
@@ -279,19 +285,25 @@ typedef struct err_job {
 
 static void err_rows(void *ctx, int64_t lo, int64_t hi, int worker) {
     const err_job *J = ctx;
-    double *e = malloc(sizeof *e * (size_t)J->K);
+    enum { R = 8 }; /* rows per H pass (qz_qform_rows) */
+    double *e = malloc(sizeof *e * (size_t)(R * J->K)), q8[R];
     if (!e) {
         J->partial[worker] = NAN; /* the caller sees NaN */
         return;
     }
     double acc = 0.0;
-    for (int64_t n = lo; n < hi; n++) {
-        for (int64_t k = 0; k < J->K; k++) {
-            double q = vsr_bf16_to_f32(J->wq[n * J->K + k]);
-            if (J->ratio) q *= (double)J->ratio[k];
-            e[k] = (double)vsr_bf16_to_f32(J->w[n * J->K + k]) - q;
+    for (int64_t n0 = lo; n0 < hi; n0 += R) {
+        const int64_t nr = hi - n0 < R ? hi - n0 : R;
+        for (int64_t r = 0; r < nr; r++) {
+            const int64_t n = n0 + r;
+            for (int64_t k = 0; k < J->K; k++) {
+                double q = vsr_bf16_to_f32(J->wq[n * J->K + k]);
+                if (J->ratio) q *= (double)J->ratio[k];
+                e[r * J->K + k] = (double)vsr_bf16_to_f32(J->w[n * J->K + k]) - q;
+            }
         }
-        acc += vsr_qform(J->H, e, J->K);
+        qz_qform_rows(J->H, e, nr, J->K, q8);
+        for (int64_t r = 0; r < nr; r++) acc += q8[r]; /* in row order, as one row at a time */
     }
     J->partial[worker] += acc;
     free(e);

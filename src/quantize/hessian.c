@@ -22,7 +22,7 @@
 
 #include "backend/cpu/gemm.h" /* vsr_gemm_forced_isa: a forced ISA ("scalar", "avx2+fma") holds here too */
 #include "backend/cpu/threadpool.h"
-#include "quantize/quantize_internal.h"
+#include "quantize/quant_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -173,4 +173,56 @@ int qz_hessian_add(double *H, const double *x, int64_t rows, int64_t K, vsr_pool
     vsr_pool_for(pool, items, 4, run_items, &J);
     free(xp);
     return 0;
+}
+
+/* ---- e^T H e for many rows e (AWQ's loss, GPTQ's output error) ----
+ * vsr_qform (gptq.c) reads all of H per row: K^2 doubles, from L3 or memory once K passes ~256. Here up
+ * to 8 rows share each H row read. Per row the arithmetic is vsr_qform's exactly: for each i with
+ * e[i] != 0, four partial sums over j = 0, 4, 8, ... (+1, +2, +3) in order, the K % 4 tail into the first,
+ * ((a0 + a1) + (a2 + a3)) times e[i] added to the total; an AVX2 register holds the four partial sums
+ * (multiplies and adds separately rounded, as the scalar loop). Rows with e[i] == 0 add nothing, as
+ * vsr_qform skips them. */
+enum { QR = 8 };
+
+#ifdef HESS_X86
+__attribute__((target("avx2"))) static void qform8_avx2(const double *H, const double *E, int nr, int64_t K,
+                                                        double *out) {
+    double acc[QR] = {0};
+    const int64_t K4 = K / 4 * 4;
+    for (int64_t i = 0; i < K; i++) {
+        const double *h = H + i * K;
+        __m256d v[QR];
+        for (int r = 0; r < QR; r++) v[r] = _mm256_setzero_pd();
+        for (int64_t j = 0; j < K4; j += 4) {
+            const __m256d hv = _mm256_loadu_pd(h + j);
+            for (int r = 0; r < nr; r++) v[r] = _mm256_add_pd(v[r], _mm256_mul_pd(hv, _mm256_loadu_pd(E + r * K + j)));
+        }
+        for (int r = 0; r < nr; r++) {
+            const double *e = E + r * K;
+            if (e[i] == 0.0) continue;
+            double a[4];
+            _mm256_storeu_pd(a, v[r]);
+            for (int64_t j = K4; j < K; j++) {
+                const double p = h[j] * e[j];
+                a[0] += p;
+            }
+            const double d = (a[0] + a[1]) + (a[2] + a[3]), p = e[i] * d;
+            acc[r] += p;
+        }
+    }
+    for (int r = 0; r < nr; r++) out[r] = acc[r];
+}
+#endif
+
+void qz_qform_rows(const double *H, const double *E, int64_t nrows, int64_t K, double *out) {
+#ifdef HESS_X86
+    const char *forced = vsr_gemm_forced_isa();
+    __builtin_cpu_init();
+    if (!(forced && strcmp(forced, "scalar") == 0) && __builtin_cpu_supports("avx2")) {
+        for (int64_t r0 = 0; r0 < nrows; r0 += QR)
+            qform8_avx2(H, E + r0 * K, (int)(nrows - r0 < QR ? nrows - r0 : QR), K, out + r0);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < nrows; r++) out[r] = vsr_qform(H, E + r * K, K);
 }

@@ -56,14 +56,6 @@ typedef struct qz_plan {
 vsr_status qz_plan_make(const vsr_package *p, vsr_qscheme s, int group, bool actorder,
                         const char *const *extra, int n_extra, qz_plan *out, vsr_err *err);
 void qz_plan_free(qz_plan *pl);
-/* H [K, K] += x^T x over x [rows, K] (FP64), the upper triangle (entries below the diagonal are left
- * undefined: mirror the upper one when done), blocked and shared over the pool (NULL: inline); the same
- * bits as qz_hessian_ref, the plain loop, on every ISA (hessian.c). -1 when its packed copy of x
- * (8 rows K bytes) cannot be allocated, H untouched. */
-typedef struct vsr_pool vsr_pool;
-int qz_hessian_add(double *H, const double *x, int64_t rows, int64_t K, vsr_pool *pool);
-void qz_hessian_ref(double *H, const double *x, int64_t rows, int64_t K);
-
 /* The quantization_config object compressed-tensors 0.20.1 writes for the plan (new ref). */
 json_t *qz_config_json(const qz_plan *pl);
 
