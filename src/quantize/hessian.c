@@ -184,6 +184,29 @@ int qz_hessian_add(double *H, const double *x, int64_t rows, int64_t K, vsr_pool
  * vsr_qform skips them. */
 enum { QR = 8 };
 
+double vsr_qform(const double *H, const double *e, int64_t K) {
+    double acc = 0.0;
+    for (int64_t i = 0; i < K; i++) {
+        if (e[i] == 0.0) continue;
+        const double *h = H + i * K;
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        int64_t j = 0;
+        /* products and sums rounded separately (one statement each: no compiler contracts them into fused
+         * multiply-adds), the order hessian.c's qz_qform_rows repeats bit for bit */
+        for (; j + 4 <= K; j += 4) {
+            const double p0 = h[j] * e[j], p1 = h[j + 1] * e[j + 1], p2 = h[j + 2] * e[j + 2], p3 = h[j + 3] * e[j + 3];
+            a0 += p0, a1 += p1, a2 += p2, a3 += p3;
+        }
+        for (; j < K; j++) {
+            const double p = h[j] * e[j];
+            a0 += p;
+        }
+        const double p = e[i] * ((a0 + a1) + (a2 + a3));
+        acc += p;
+    }
+    return acc;
+}
+
 #ifdef HESS_X86
 __attribute__((target("avx2"))) static void qform8_avx2(const double *H, const double *E, int nr, int64_t K,
                                                         double *out) {
