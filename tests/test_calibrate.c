@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "quantize/quant_internal.h"
+#include "quantize/quantize_internal.h"
 #include "test.h"
 #include "vsr/calibrate.h"
 #include "vsr/dtype.h"
@@ -147,6 +148,28 @@ static bool setup_open(setup *s, const char *size) {
               "calibration file %s sha256 %s, the references' %s: remake the references with "
               "tools/llmcompressor_reference.py", s->calib_path, sha, jstr(s->gptq, "calibration", "sha256"));
     CHECK(used == s->samples);
+    /* the memory quantize checks before calibrating (from the package's decoder Linears) is what was allocated:
+     * 8 K^2 bytes per distinct Hessian */
+    qz_plan pl;
+    CHECK_OK(qz_plan_make(s->bf16, VSR_Q_FP8_DYNAMIC, 0, false, NULL, 0, &pl, &e), e);
+    const char **names = malloc(sizeof *names * (size_t)pl.n_lin);
+    int64_t *Ks = malloc(sizeof *Ks * (size_t)pl.n_lin);
+    int n = 0, n_inputs = 0;
+    for (int i = 0; i < pl.n_lin; i++)
+        if (pl.lin[i].layer >= 0) names[n] = pl.lin[i].module, Ks[n] = pl.lin[i].K, n++;
+    uint64_t predicted = vsr_calib_hessian_bytes(names, Ks, n, &n_inputs), allocated = 0;
+    int distinct = 0;
+    for (int i = 0; i < vsr_calib_count(s->calib); i++) {
+        const vsr_calib_layer *L = vsr_calib_at(s->calib, i);
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++) seen = vsr_calib_at(s->calib, j)->H == L->H;
+        if (!seen && L->H) allocated += 8u * (uint64_t)L->K * (uint64_t)L->K, distinct++;
+    }
+    CHECK_MSG(predicted == allocated && n_inputs == distinct,
+              "%s: predicted %llu bytes of Hessians for %d inputs, calibration allocated %llu for %d", size,
+              (unsigned long long)predicted, n_inputs, (unsigned long long)allocated, distinct);
+    free(names), free(Ks);
+    qz_plan_free(&pl);
     /* the same tokens: every Linear saw the references' token count */
     long long tokens = jint(s->gptq, "calibration", "tokens");
     for (int i = 0; i < vsr_calib_count(s->calib); i++) {

@@ -10,6 +10,7 @@
 
 #include "quantize/quantize_internal.h"
 #include "test.h"
+#include "vsr/calibrate.h"
 #include "vsr/dtype.h"
 #include "vsr/fixture.h"
 #include "vsr/quant.h"
@@ -156,11 +157,34 @@ done:
     vsr_package_close(p);
 }
 
+
+/* Calibration's Hessians against the host's available memory: the refusal names both and what to do. */
+TEST(calib_memory_refusal) {
+    vsr_err e = {0};
+    const uint64_t gib = 1024ull * 1024 * 1024;
+    CHECK_OK(qz_calib_memory_check(10 * gib, 4, 10 * gib, &e), e);
+    CHECK_ERR(qz_calib_memory_check(188 * gib, 256, 120 * gib, &e), e, VSR_E_NOMEM,
+              "calibration needs 188.0 GiB of host memory for the Hessians of 256 Linear inputs (8 K^2 bytes each, "
+              "every layer's held at once); this host has 120.0 GiB available: quantize with --scheme fp8-dynamic or "
+              "nvfp4 (no calibration), or on a host with more memory");
+    /* the 27B shape's layer: q/k/v and gate/up read 5,120 inputs, o_proj 6,144, down_proj 17,408 */
+    const char *mods[] = {"model.language_model.layers.3.self_attn.q_proj", "model.language_model.layers.3.self_attn.k_proj",
+                          "model.language_model.layers.3.self_attn.v_proj", "model.language_model.layers.3.self_attn.o_proj",
+                          "model.language_model.layers.3.mlp.gate_proj",    "model.language_model.layers.3.mlp.up_proj",
+                          "model.language_model.layers.3.mlp.down_proj"};
+    const int64_t Ks[] = {5120, 5120, 5120, 6144, 5120, 5120, 17408};
+    int n_inputs = 0;
+    uint64_t b = vsr_calib_hessian_bytes(mods, Ks, 7, &n_inputs);
+    CHECK(n_inputs == 4);
+    CHECK(b == 8ull * (5120ull * 5120 * 2 + 6144ull * 6144 + 17408ull * 17408));
+}
+
 int main(void) {
     RUN(nvfp4_rows_equal_reference);
     RUN(scheme_names);
     RUN(option_refusals);
     RUN(load_time_fp8_equals_written_package);
     RUN(plan_refuses_unquantizable_linears);
+    RUN(calib_memory_refusal);
     return test_summary();
 }

@@ -49,6 +49,10 @@ const vsr_calib_layer *vsr_calib_find(const vsr_calib *c, const char *module);
 int vsr_calib_count(const vsr_calib *c);
 const vsr_calib_layer *vsr_calib_at(const vsr_calib *c, int i);
 void vsr_calib_free(vsr_calib *c); /* NULL is a no-op */
+/* Host memory vsr_calib_collect takes for Hessians: 8 K^2 bytes per distinct input among the Linear
+ * modules named (siblings reading one input, such as q/k/v_proj, share one), all held until it
+ * returns; *n_inputs gets the count of distinct inputs. */
+uint64_t vsr_calib_hessian_bytes(const char *const *modules, const int64_t *K, int n, int *n_inputs);
 
 /* ---- GPTQ ----
  * GPTQ (Frantar et al. 2022) on one [N,K] weight (bf16 bits in) with Hessian H [K,K] (any

@@ -65,6 +65,25 @@ static void input_key(const char *module, char *key, size_t cap) {
     snprintf(key, cap, "%s<in>", module);
 }
 
+uint64_t vsr_calib_hessian_bytes(const char *const *modules, const int64_t *K, int n, int *n_inputs) {
+    uint64_t bytes = 0;
+    int distinct = 0;
+    for (int i = 0; i < n; i++) {
+        char key[256], other[256];
+        input_key(modules[i], key, sizeof key);
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++) {
+            input_key(modules[j], other, sizeof other);
+            seen = !strcmp(key, other);
+        }
+        if (seen) continue;
+        distinct++;
+        bytes += 8u * (uint64_t)K[i] * (uint64_t)K[i];
+    }
+    if (n_inputs) *n_inputs = distinct;
+    return bytes;
+}
+
 static slot *find_slot(vsr_calib *c, const char *key) {
     for (int i = 0; i < c->n_slots; i++)
         if (!strcmp(c->slots[i].key, key)) return &c->slots[i];

@@ -56,6 +56,9 @@ typedef struct qz_plan {
 vsr_status qz_plan_make(const vsr_package *p, vsr_qscheme s, int group, bool actorder,
                         const char *const *extra, int n_extra, qz_plan *out, vsr_err *err);
 void qz_plan_free(qz_plan *pl);
+/* The refusal when calibration's Hessians (need bytes for n_inputs Linear inputs) exceed the host's available
+ * memory; VSR_OK when they fit (writer.c checks before the calibration forward). */
+vsr_status qz_calib_memory_check(uint64_t need, int n_inputs, uint64_t avail, vsr_err *err);
 /* The quantization_config object compressed-tensors 0.20.1 writes for the plan (new ref). */
 json_t *qz_config_json(const qz_plan *pl);
 

@@ -822,6 +822,35 @@ static vsr_status open_source(qz_ctx *c, const char *src, const char *store_dir,
     return vsr_package_map(p, err);
 }
 
+vsr_status qz_calib_memory_check(uint64_t need, int n_inputs, uint64_t avail, vsr_err *err) {
+    if (need <= avail) return VSR_OK;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    return vsr_err_set(err, VSR_E_NOMEM,
+                       "calibration needs %.1f GiB of host memory for the Hessians of %d Linear inputs (8 K^2 bytes "
+                       "each, every layer's held at once); this host has %.1f GiB available: quantize with --scheme "
+                       "fp8-dynamic or nvfp4 (no calibration), or on a host with more memory",
+                       (double)need / gib, n_inputs, (double)avail / gib);
+}
+
+/* The decoder layers' Linears (those the forward's tap reports) against the host's available memory. */
+static vsr_status check_calib_memory(const qz_plan *pl, const vsr_device_list *devs, vsr_err *err) {
+    const char **names = malloc(sizeof *names * (size_t)(pl->n_lin ? pl->n_lin : 1));
+    int64_t *Ks = malloc(sizeof *Ks * (size_t)(pl->n_lin ? pl->n_lin : 1));
+    if (!names || !Ks) {
+        free(names), free(Ks);
+        return vsr_err_set(err, VSR_E_NOMEM, "quantize: out of memory");
+    }
+    int n = 0;
+    for (int i = 0; i < pl->n_lin; i++)
+        if (pl->lin[i].layer >= 0) names[n] = pl->lin[i].module, Ks[n] = pl->lin[i].K, n++;
+    int n_inputs = 0;
+    uint64_t need = vsr_calib_hessian_bytes(names, Ks, n, &n_inputs);
+    free(names), free(Ks);
+    for (int i = 0; i < devs->count; i++)
+        if (devs->dev[i].kind == VSR_DEV_CPU) return qz_calib_memory_check(need, n_inputs, devs->dev[i].mem_free, err);
+    return VSR_OK; /* no host memory figure (the CPU probe always gives one) */
+}
+
 /* Runs the calibration prompts through our own forward of the BF16 package (H5's calibrate.c). */
 static vsr_status collect(qz_ctx *c, const vsr_quantize_opts *o, vsr_calib **calib, char sha[65], int *used,
                           vsr_err *err) {
@@ -835,6 +864,7 @@ static vsr_status collect(qz_ctx *c, const vsr_quantize_opts *o, vsr_calib **cal
     if ((st = vsr_place(&devs, o->device ? o->device : "cpu", &gr, &chosen, err)))
         return vsr_err_prefix(err, "--device %s (the calibration forward)", o->device ? o->device : "cpu");
     mo.device = &devs.dev[chosen];
+    if ((st = check_calib_memory(&c->pl, &devs, err))) return st;
     bool gptq = c->pl.scheme == VSR_Q_W4A16_GPTQ;
     st = vsr_calib_collect(c->p, o->calibration, o->samples ? o->samples : DEFAULT_SAMPLES, true, !gptq, &mo, calib,
                            sha, used, err);
