@@ -63,6 +63,12 @@ static bool log_has(const char *needle) {
     pthread_mutex_unlock(&log_mu);
     return r;
 }
+/* The supervisor's log so far on stderr, when a timing check fails (what the monitor did meanwhile). */
+static void log_dump(const char *why) {
+    pthread_mutex_lock(&log_mu);
+    fprintf(stderr, "supervisor log (%s):\n%s", why, log_buf ? log_buf : "");
+    pthread_mutex_unlock(&log_mu);
+}
 static int log_count(const char *needle) {
     pthread_mutex_lock(&log_mu);
     int n = 0;
@@ -924,8 +930,11 @@ TEST(reload) {
     log_clear();
     CHECK_OK(vsr_sup_reload(s, a, ua, 2, &e), e);
     CHECK(log_has("reload: 1 replica(s) kept, 1 started, 2 retired"));
-    CHECK(vsr_sup_wait_ready(s, 5000));
-    CHECK(wait_gone(pz, 3000) && wait_gone(px2, 3000));
+    bool back = vsr_sup_wait_ready(s, 5000);
+    bool gone = wait_gone(pz, 3000) && wait_gone(px2, 3000);
+    if (!back || !gone) log_dump("the rollback: not ready in 5 s, or z and the second x not stopped in 3 s");
+    CHECK(back);
+    CHECK(gone);
     CHECK(alive(py) && last_pid("y") == py);
     char *args = NULL;
     {

@@ -12,6 +12,8 @@
 # router's own time beyond the decision call and the backend. Writes bench/router/NAME.csv
 # and, with matplotlib, bench/router/NAME.png (NAME: $ROUTER_BENCH_NAME, default router_cpu).
 # LOADGEN=path uses a load generator built elsewhere (a host without libcurl's headers).
+# ROUTER_BENCH_PIN=1: the worker on CPU 1 and the router, upstream and load generator on CPU 0 (taskset), so
+# on a 2-core machine the router's CPU is not taken from the worker's forwards (both worker paths pinned alike).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -19,6 +21,7 @@ N1=${2:-400}
 N64=${3:-1500}
 OUT=bench/router
 NAME=${ROUTER_BENCH_NAME:-router_cpu}
+if [ -n "${ROUTER_BENCH_PIN:-}" ]; then PW=(taskset -c 1); PR=(taskset -c 0); WT=(--threads 1); else PW=(); PR=(); WT=(); fi
 T=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
 UPSTREAM=$BUILD/tests/openai_upstream   # `make -C bench router_bench ROUTER_BUILD=$BUILD` builds what this needs
@@ -28,8 +31,8 @@ done
 if [ -n "${LOADGEN:-}" ]; then cp "$LOADGEN" "$T/loadgen"; else cc -O2 -o "$T/loadgen" "$OUT/loadgen.c" -lcurl -lm; fi
 P=$((20000 + RANDOM % 20000)); RP=$P; UP=$((P + 1))
 "$BUILD/vllm-srun" fixture --install-builtin vllm-sr-c/d3-tiny --store "$T/store" >/dev/null 2>&1
-VSR_NO_PROGRESS=1 "$BUILD/vllm-srun" serve vllm-sr-c/d3-tiny --store "$T/store" --device cpu --uds "$T/w.sock" --log-level warn 2>"$T/w.log" &
-"$UPSTREAM" --port "$UP" --name up 2>"$T/up.log" &
+VSR_NO_PROGRESS=1 "${PW[@]}" "$BUILD/vllm-srun" serve vllm-sr-c/d3-tiny --store "$T/store" --device cpu "${WT[@]}" --uds "$T/w.sock" --log-level warn 2>"$T/w.log" &
+"${PR[@]}" "$UPSTREAM" --port "$UP" --name up 2>"$T/up.log" &
 for _ in $(seq 200); do curl -sf --unix-socket "$T/w.sock" http://w/health >/dev/null && break; sleep 0.1; done
 Q='{"type":"choice","instructions":"Which domain does this request belong to?","criteria":{"code":"Programming","other":"Anything else"}}'
 PROMPT="Write a Python function that merges two sorted lists and explain its running time."
@@ -55,7 +58,7 @@ routing:
           - {question: domain, type: choice, instructions: Which domain does this request belong to?, criteria: {code: Programming, other: Anything else}, label: code}
       modelRefs: [{model: coder}]
 YAML
-"$BUILD/vllm-sr" serve --config "$T/r.yaml" --port "$RP" --log-level warn 2>"$T/r.log" &
+"${PR[@]}" "$BUILD/vllm-sr" serve --config "$T/r.yaml" --port "$RP" --log-level warn 2>"$T/r.log" &
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$RP/ready" >/dev/null && break; sleep 0.1; done
 echo "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"$PROMPT\"}]}" > "$T/auto.json"
 echo "{\"model\":\"coder\",\"messages\":[{\"role\":\"user\",\"content\":\"$PROMPT\"}]}" > "$T/coder.json"
@@ -68,11 +71,11 @@ echo "label clients requests rps p50_ms p90_ms p99_ms errors" > "$T/res.txt"
 for C in 1 64; do
   N=$([ "$C" = 1 ] && echo "$N1" || echo "$N64")
   W=$((C * 4))
-  "$T/loadgen" --label upstream --url "http://127.0.0.1:$UP/v1/chat/completions" --body "$T/coder.json" --clients "$C" --requests $((N * 4)) --warmup "$W" >> "$T/res.txt"
-  "$T/loadgen" --label explicit --url "http://127.0.0.1:$RP/v1/chat/completions" --body "$T/coder.json" --clients "$C" --requests $((N * 4)) --warmup "$W" >> "$T/res.txt"
-  "$T/loadgen" --label worker --url http://w/v1/decisions --uds "$T/w.sock" --body "$T/dec.json" --clients "$C" --requests "$N" --warmup "$W" >> "$T/res.txt"
+  "${PR[@]}" "$T/loadgen" --label upstream --url "http://127.0.0.1:$UP/v1/chat/completions" --body "$T/coder.json" --clients "$C" --requests $((N * 4)) --warmup "$W" >> "$T/res.txt"
+  "${PR[@]}" "$T/loadgen" --label explicit --url "http://127.0.0.1:$RP/v1/chat/completions" --body "$T/coder.json" --clients "$C" --requests $((N * 4)) --warmup "$W" >> "$T/res.txt"
+  "${PR[@]}" "$T/loadgen" --label worker --url http://w/v1/decisions --uds "$T/w.sock" --body "$T/dec.json" --clients "$C" --requests "$N" --warmup "$W" >> "$T/res.txt"
   c0=$(cpu "$RPID")
-  "$T/loadgen" --label routed --url "http://127.0.0.1:$RP/v1/chat/completions" --body "$T/auto.json" --clients "$C" --requests "$N" --warmup "$W" >> "$T/res.txt"
+  "${PR[@]}" "$T/loadgen" --label routed --url "http://127.0.0.1:$RP/v1/chat/completions" --body "$T/auto.json" --clients "$C" --requests "$N" --warmup "$W" >> "$T/res.txt"
   echo "router CPU per routed request at $C clients: $(( ( $(cpu "$RPID") - c0 ) * 10000 / (N + W) )) us" >> "$T/cpu.txt"
 done
 column -t "$T/res.txt"
