@@ -14,6 +14,7 @@
 # LOADGEN=path uses a load generator built elsewhere (a host without libcurl's headers).
 # ROUTER_BENCH_PIN=1: the worker on CPU 1 and the router, upstream and load generator on CPU 0 (taskset), so
 # on a 2-core machine the router's CPU is not taken from the worker's forwards (both worker paths pinned alike).
+# ROUTER_BENCH_PROBE=1: the worker's work per request direct and routed (below), no sweep, no CSV.
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -66,6 +67,24 @@ echo "{\"model\":\"vllm-sr-c/d3-tiny\",\"state\":[{\"role\":\"user\",\"content\"
 curl -s "http://127.0.0.1:$RP/v1/chat/completions" -d @"$T/auto.json" -D - -o /dev/null | grep -qi '^x-vsr-decision: code' \
   || { echo "the bench request is not routed by decision 'code'"; exit 1; }
 RPID=$(jobs -p | tail -1)
+if [ -n "${ROUTER_BENCH_PROBE:-}" ]; then
+  # ROUTER_BENCH_PROBE=1: instead of the sweep, the worker's own work per request (its /metrics) when called directly
+  # and through the router, 64 clients, twice each alternately: does the router add work or gaps at the worker?
+  m() { curl -s --unix-socket "$T/w.sock" http://w/metrics | awk -v k="$1" '$1 == k {print $2}'; }
+  probe() {
+    local t0 f0 s0 t1 f1 s1
+    t0=$(m vllm_srun_input_tokens_total) f0=$(m vllm_srun_forward_duration_seconds_count) s0=$(m vllm_srun_forward_duration_seconds_sum)
+    "${PR[@]}" "$T/loadgen" "$@" --clients 64 --requests 600 --warmup 64 | tail -1
+    t1=$(m vllm_srun_input_tokens_total) f1=$(m vllm_srun_forward_duration_seconds_count) s1=$(m vllm_srun_forward_duration_seconds_sum)
+    python3 -c "print('  per request: %.1f tokens, %.2f forwards, %.3f ms of forward' % (($t1-$t0)/664, ($f1-$f0)/664, ($s1-$s0)/664*1e3))"
+  }
+  echo "label clients requests rps p50_ms p90_ms p99_ms errors"
+  for _ in 1 2; do
+    probe --label worker --url http://w/v1/decisions --uds "$T/w.sock" --body "$T/dec.json"
+    probe --label routed --url "http://127.0.0.1:$RP/v1/chat/completions" --body "$T/auto.json"
+  done
+  exit 0
+fi
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "label clients requests rps p50_ms p90_ms p99_ms errors" > "$T/res.txt"
 for C in 1 64; do
