@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 T=$(mktemp -d); trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 export HF_HUB_CACHE=$T/store
 "$BIN" fixture --install-builtin vllm-sr-c/d3-tiny >/dev/null || exit 1
-PORT=$((20000 + RANDOM % 20000))
+. tests/sh/lib/common.sh
+PORT=$(vsr_free_port) # below the kernel's ephemeral ports
 TSAN_OPTIONS="halt_on_error=0" "$TS" serve vllm-sr-c/d3-tiny --device cpu --port $PORT --log-level warn --max-queue 32 2>"$T/tsan.log" &
 pid=$!
 for _ in $(seq 1 600); do [ "$(curl -s -o /dev/null -w '%{http_code}' "localhost:$PORT/health")" = 200 ] && break; sleep 0.2; done

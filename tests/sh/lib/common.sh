@@ -44,13 +44,19 @@ vsr_need_built() {
   done
 }
 
-# vsr_free_port [N]: prints a port P in 20000..39999 such that nothing listens on 127.0.0.1 at
-# P, P+1, ..., P+N-1 (N defaults to 1), found by trying to connect; up to 50 random picks, then
-# the last pick as it is (the server started on it then says why it cannot listen).
+# vsr_free_port [N]: prints a port P such that nothing listens on 127.0.0.1 at P, P+1, ..., P+N-1
+# (N defaults to 1), found by trying to connect; up to 50 random picks, then the last pick as it is
+# (the server started on it then says why it cannot listen). P is drawn from 20000 up to the
+# kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 by default), so that no outgoing
+# connection of another test can take the port between the pick and the listen (seen once:
+# "cannot listen on 127.0.0.1:33600").
 vsr_free_port() {
-  local n=${1:-1} p=0 i _
+  local n=${1:-1} p=0 i _ lo=20000 hi=32768 eph
+  if read -r eph _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && [ "$eph" -gt $((lo + 1000)) ]; then
+    hi=$eph
+  fi
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((lo + RANDOM % (hi - lo - n)))
     for ((i = 0; i < n; i++)); do
       (exec 3<>"/dev/tcp/127.0.0.1/$((p + i))") 2>/dev/null && continue 2
     done
