@@ -506,7 +506,7 @@ int main(int argc, char **argv) {
             us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
             fprintf(stderr, "%s M %lld int4 path %s\n", s.name, (long long)M, cuda_quant_last_path());
             row("int4_linear", s, M, us, by_i4, act);
-            if (M <= 256) {
+            { /* the unpack path forced (above 256 rows: the wide list's unpack candidate, the path before it) */
                 cuda_quant_force_int4_path(2);
                 us = time_us([&](int i) { CK(B.ops->linear(B.ctx, x, M, W4[i % W4.size()], y, 0, &e)); });
                 row("int4_unpack", s, M, us, by_i4, act);

@@ -60,6 +60,7 @@ int cuda_quant_force_int4_mma(int on);
 /* the wgmma int4 kernel (17-256 rows, capability 9.0, tenth pass; listed with the tile kernel), likewise */
 int cuda_quant_force_int4_wg(int on);
 int cuda_quant_force_int4_acc_sep(int on);
+int cuda_quant_force_int4_wide(int on);
 /* from src/backend/cuda/quant_fp8.cu: fp8_scaled against x / s over n draws (counts: quotients >= 2^-12 that
  * differ, e4m3 codes that differ, draws on the multiply path) */
 vsr_status cuda_fp8_div_check(struct cuda_ctx *c, uint64_t seed, int64_t n, int64_t counts[3], vsr_err *err);
@@ -217,7 +218,13 @@ TEST(int4_against_reference) {
     int4_against_reference_pass();
     cuda_quant_force_int4_bulk(was);
 }
+static int device_cc(void) { /* 90 for 9.0: read, then restored */
+    const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0);
+    cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
+    return cc;
+}
 static void int4_against_reference_pass(void) {
+    const int has_wide = device_cc() == 90; /* above 256 rows the wide list (wgmma, or the unpack candidate) */
     for (size_t ci = 0; ci < sizeof I4_CASES / sizeof I4_CASES[0]; ci++) {
         const i4case *c = &I4_CASES[ci];
         i4w w;
@@ -243,8 +250,12 @@ static void int4_against_reference_pass(void) {
                 CHECK_OK(st, e);
                 const char *path = cuda_quant_last_path();
                 int want_fused = mode == 1 || (mode == 0 && fusable && M <= 256);
-                CHECK_MSG(strstr(path, want_fused ? "int4:fused" : "int4:unpack") != NULL,
-                          "case %zu M %lld mode %d: path %s", ci, (long long)M, mode, path);
+                if (mode == 0 && fusable && M > 256 && has_wide)
+                    CHECK_MSG(strncmp(path, "int4:fused(g-", 13) == 0 || strncmp(path, "int4:unpack", 11) == 0,
+                              "case %zu M %lld: the wide list ran %s", ci, (long long)M, path);
+                else
+                    CHECK_MSG(strstr(path, want_fused ? "int4:fused" : "int4:unpack") != NULL,
+                              "case %zu M %lld mode %d: path %s", ci, (long long)M, mode, path);
                 double eb = nerr(y, refb, M * N), ef = nerr(y, ref, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %zu (N %lld K %lld g %d sym %d act %d) M %lld path %s: %.3g vs bf16-x ref",
                           ci, (long long)N, (long long)K, c->group, c->sym, c->act_order, (long long)M, path, eb);
@@ -269,13 +280,14 @@ static void int4_against_reference_pass(void) {
  * each against the reference, each bit-identical on a second run; then the index past the list is
  * refused with its number. Rows 17-256 walk the tensor-core tile kernel's list (kind 7, and on capability 9.0 the
  * wgmma kernel's, kind 8, after it) in passes 0-1 and the previous kernels' (kinds 0, 1) with it switched off in
- * pass 2. */
+ * pass 2. Rows 300 and 520 (capability 9.0, pass 0) walk the wide list: kind 8 at BT >= 128 (token blocks that overlap
+ * at the end) and the unpack candidate last. */
 TEST(int4_every_candidate) {
     static const int cases[] = {0, 1, 2, 3, 6, 7, 8}; /* GPTQ g128 (computed groups), AWQ g32 (looked-up groups),
                                                        * act-order g64, channel-wise, and the streaming cases */
-    static const int64_t rows[] = {1, 5, 8, 16, 24, 33, 100, 256};
+    static const int64_t rows[] = {1, 5, 8, 16, 24, 33, 100, 256, 300, 520};
     const size_t nc = sizeof cases / sizeof cases[0];
-    int total = 0, total_stream = 0, total_bulk = 0, total_mma = 0, total_wg = 0;
+    int total = 0, total_stream = 0, total_bulk = 0, total_mma = 0, total_wg = 0, total_wide = 0, total_wunpack = 0;
     const int bulk_was = cuda_quant_force_int4_bulk(0), mma_was = cuda_quant_force_int4_mma(1);
     const int cc = cuda_quant_test_fake_cc(GB.ctx, 0, 0); /* read, then restored */
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
@@ -301,6 +313,8 @@ TEST(int4_every_candidate) {
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             int64_t M = rows[ri], N = c->N, K = c->K;
             if (pass == 1 && M > 16) continue; /* above 16 rows passes 0 and 1 have the same list: walked once */
+            if (M > 256 && (pass != 0 || !has_wg)) continue; /* the wide list: capability 9.0, once */
+            const int want_wide = M > 256;
             /* the streaming list applies at <= 16 rows where the group of a 64-column chunk is computable */
             const int want_stream = stream && M <= 16 && c->group != 32;
             const int want_mma = pass < 2 && M > 16;
@@ -324,13 +338,18 @@ TEST(int4_every_candidate) {
                 snprintf(path, sizeof path, "%s", cuda_quant_last_path());
                 CHECK_MSG(strstr(path, "src=forced") != NULL, "path %s", path);
                 const int is_wg = strncmp(path, "int4:fused(g-", 13) == 0;
+                if (want_wide) { /* the wide list: kind 8, then the unpack candidate */
+                    const int is_unpack = strncmp(path, "int4:unpack", 11) == 0;
+                    CHECK_MSG(is_wg || is_unpack, "case %d M %lld: the wide list ran %s", cases[ci], (long long)M, path);
+                    total_wide += is_wg, total_wunpack += is_unpack;
+                } else
                 CHECK_MSG((strncmp(path, "int4:fused(t-", 13) == 0) == (want_stream && !bulk) &&
                               (strncmp(path, "int4:fused(b-", 13) == 0) == (want_stream && bulk) &&
                               (strncmp(path, "int4:fused(m-", 13) == 0 || is_wg) == want_mma && (!is_wg || has_wg),
                           "case %d M %lld stream %d bulk %d mma %d: path %s", cases[ci], (long long)M, stream, bulk,
                           want_mma, path);
                 total_stream += want_stream && !bulk, total_bulk += want_stream && bulk;
-                total_mma += want_mma && !is_wg, total_wg += is_wg;
+                total_mma += want_mma && !is_wg && !want_wide, total_wg += is_wg && !want_wide;
                 double eb = nerr(y, refb, M * N);
                 CHECK_MSG(eb <= 1e-5, "case %d M %lld %s: %.3g vs bf16-x ref", cases[ci], (long long)M, path, eb);
                 CHECK(gpu_linear(bw, x, M, K, N, NULL, y2, &e) == VSR_OK &&
@@ -372,10 +391,35 @@ TEST(int4_every_candidate) {
     CHECK(cuda_quant_force_int4_wg(-1) == -1 && cuda_quant_force_int4_wg(2) == -1);
     CHECK(cuda_quant_force_int4_wg(0) == 1 && cuda_quant_force_int4_wg(wg_was) == 0 &&
           cuda_quant_force_int4_wg(wg_was) == 1); /* the default is on */
+    CHECK(cuda_quant_force_int4_wide(-1) == -1 && cuda_quant_force_int4_wide(2) == -1);
+    if (has_wg) { /* the wide list switched off: the unpack path alone above 256 rows; back on: the list's default */
+        const i4case *c = &I4_CASES[0];
+        i4w w;
+        vsr_bweight *bw;
+        vsr_err e = {0};
+        if (i4_upload(c, "test.int4.wide", &w, &bw)) {
+            const int64_t M = 300;
+            float *x = malloc(sizeof(float) * (size_t)(M * c->K)), *y = malloc(sizeof(float) * (size_t)(M * c->N));
+            for (int64_t i = 0; i < M * c->K; i++) x[i] = frand();
+            CHECK(cuda_quant_force_int4_wide(0) == 1);
+            CHECK_OK(gpu_linear(bw, x, M, c->K, c->N, NULL, y, &e), e);
+            CHECK_MSG(strcmp(cuda_quant_last_path(), "int4:unpack+bf16") == 0, "wide off: %s", cuda_quant_last_path());
+            CHECK(cuda_quant_force_int4_wide(1) == 0);
+            CHECK_OK(gpu_linear(bw, x, M, c->K, c->N, NULL, y, &e), e);
+            CHECK_MSG(strstr(cuda_quant_last_path(), "src=default") != NULL, "wide on: %s", cuda_quant_last_path());
+            free(x), free(y);
+            GB.ops->weight_free(GB.ctx, bw);
+            i4_free(&w);
+        }
+    }
     CHECK_MSG(total_mma >= 100, "only %d tensor-core tile configurations checked", total_mma);
     CHECK_MSG(!has_wg || total_wg >= 100, "only %d wgmma configurations checked", total_wg);
+    /* the wide list: every case at both row counts ends with the unpack candidate (7 cases x 2 rows) */
+    CHECK_MSG(!has_wg || (total_wide >= 100 && total_wunpack == 14), "the wide list: %d wgmma and %d unpack runs",
+              total_wide, total_wunpack);
     printf("  int4: %d fused configurations checked (%d of the bulk-copy kernel, %d of the third pass's, %d of the "
-           "tensor-core tile kernel's, %d of the wgmma kernel's)\n", total, total_bulk, total_stream, total_mma, total_wg);
+           "tensor-core tile kernel's, %d of the wgmma kernel's, %d + %d unpack of the wide list)\n", total, total_bulk,
+           total_stream, total_mma, total_wg, total_wide, total_wunpack);
 }
 
 /* cuda_int4_linear_bf16: BF16 activations read in place (aligned), gathered (misaligned: 2 bytes off, or

@@ -297,7 +297,7 @@ typedef struct i4g_ent {
     int bt, nwg, s, rs; /* rs: A in registers */
     i4g_kern k[2];      /* [gchunks > 0] */
 } i4g_ent;
-#define I4G_N 21
+#define I4G_N 23
 extern const i4g_ent I4G_TAB[];
 
 #endif

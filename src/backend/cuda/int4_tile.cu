@@ -907,8 +907,8 @@ const i4m_ent I4M_TAB[] = {
 #undef I4M_K
 static_assert(sizeof I4M_TAB / sizeof I4M_TAB[0] == I4M_N, "I4M_N (int4_kernels.cuh) counts I4M_TAB");
 
-/* kind 8, the wgmma kernel (17-256 rows, capability 9.0): BT tokens, NWG warpgroups of 64 output rows, S stages
- * (shared memory i4g_smem_bytes: 43-161 KB); rs: A in registers (the RS form: no A buffers, so 2-4 blocks a
+/* kind 8, the wgmma kernel (17-256 rows, and above 256 rows in the wide list; capability 9.0): BT tokens, NWG
+ * warpgroups of 64 output rows, S stages (shared memory i4g_smem_bytes: 43-185 KB); rs: A in registers (the RS form: no A buffers, so 2-4 blocks a
  * multiprocessor), else the SS form */
 #define I4G_K(bt, nwg, s, rs) bt, nwg, s, rs, {k_i4_wg<bt, nwg, s, false, rs>, k_i4_wg<bt, nwg, s, true, rs>}
 const i4g_ent I4G_TAB[] = {
@@ -919,6 +919,10 @@ const i4g_ent I4G_TAB[] = {
     /* twelfth session: RS at 96 and 112 tokens, so 65-96 and 97-112 rows (a 100-token router prompt) pad less than
      * to 128 */
     {I4G_K(96, 1, 3, 1)},  {I4G_K(96, 1, 4, 1)},  {I4G_K(112, 1, 3, 1)}, {I4G_K(112, 1, 4, 1)},
+    /* eighteenth session, for the wide list (above 256 rows, i4_candidates_wide): the SS form with two warpgroups on
+     * 256 tokens and four stages, the RS form with two warpgroups on 128 (RS with two on 256: ptxas serialises its
+     * wgmma for want of registers, C7512, so it is not listed) */
+    {I4G_K(256, 2, 4, 0)}, {I4G_K(128, 2, 4, 1)},
 };
 #undef I4G_K
 static_assert(sizeof I4G_TAB / sizeof I4G_TAB[0] == I4G_N, "I4G_N (int4_kernels.cuh) counts I4G_TAB");

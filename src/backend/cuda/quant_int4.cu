@@ -88,6 +88,11 @@ CUDA_ENV_KNOB(static, quant_int4_acc_sep_on, cuda_quant_force_int4_acc_sep, "VSR
  * VSR_CUDA_INT4_WG=0 (read once) or cuda_quant_force_int4_wg(0) */
 CUDA_ENV_KNOB(static, quant_int4_wg_on, cuda_quant_force_int4_wg, "VSR_CUDA_INT4_WG", 1)
 
+/* the wide list above 256 rows (eighteenth session; capability 9.0 under --dtype auto): the wgmma kernel at BT >= 128
+ * tokens, its decode fused into the products, against the unpack path as one more candidate (i4_candidates_wide): on
+ * unless VSR_CUDA_INT4_WIDE=0 (read once) or cuda_quant_force_int4_wide(0), which keep the unpack path alone */
+CUDA_ENV_KNOB(static, quant_int4_wide_on, cuda_quant_force_int4_wide, "VSR_CUDA_INT4_WIDE", 1)
+
 
 /* ---- upload-time repacking ---- */
 
@@ -238,7 +243,9 @@ __global__ void __launch_bounds__(256) k_i4_unpack16(const uint4 *__restrict__ w
  * kind 0: k_i4_fused (staged fragments, warps split K inside a block), w warps;
  * kind 1: k_i4_shared (activations shared in shared memory, one n-tile per warp), w = NW warps;
  * kind 2: k_i4_stream; kind 5: k_i4_bulk (3 and 4 were the removed fourth and fifth passes; 6 the removed seventh
- * pass's persistent configurations); kind 7: k_i4_mma (mt = WM, w = NN warps along N, u = WN, d = its I4M_TAB entry). */
+ * pass's persistent configurations); kind 7: k_i4_mma (mt = WM, w = NN warps along N, u = WN, d = its I4M_TAB entry);
+ * kind 8: k_i4_wg (mt = BT / 8, w = its n-tiles a block, d = its I4G_TAB entry); kind 11: the unpack candidate of the wide
+ * list (unpack to BF16, then cuBLASLt: the path every row count above 256 took before the wide list). */
 
 typedef struct i4_cfg {
     int kind, mt, w, ks, u; /* u: kind 1's chunks per register group; kinds 2 and 5: n-tiles per warp (TN) */
@@ -354,9 +361,10 @@ static vsr_status i4_attrs_once(cuda_ctx *c, const void *k, unsigned *done, size
     return VSR_OK;
 }
 
-/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (248);
+/* room for every list: kinds 0-1 at most 60, kind 2 40, kind 5 48, kinds 7 and 8 (I4M_N + I4G_N) x 8 splits (264), the
+ * wide list (kind 8 at BT >= 128 x 4 splits, and the unpack candidate);
  * a list that outgrew it would be cut short, so the check below keeps theirs within it */
-#define I4_MAX_CAND 256
+#define I4_MAX_CAND 288
 #define I4M_KS_N 8 /* the splits kinds 7 and 8 list (i4_candidates_mma) */
 static_assert((I4M_N + I4G_N) * I4M_KS_N <= I4_MAX_CAND, "every kind-7 and kind-8 configuration fits the candidate list");
 typedef struct i4_run {
@@ -373,6 +381,7 @@ typedef struct i4_run {
 } i4_run;
 
 static int64_t i4_tiles(const i4_run *r, i4_cfg cfg) { /* blocks of the grid (all splits) */
+    if (cfg.kind == 11) return 1; /* the unpack candidate: no grid of its own */
     int64_t NT = r->m->Np / 16, ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
     if (cfg.kind == 2 || cfg.kind == 5) return (NT + cfg.w * cfg.u - 1) / (cfg.w * cfg.u) * cfg.ks;
     if (cfg.kind == 7 || cfg.kind == 8)
@@ -388,10 +397,35 @@ static size_t i4t_cfg_smem(const quant_wmeta *m, i4_cfg cfg, int64_t vt) {
     return i4t_smem(cfg.w, cfg.u, cfg.d, vt, per, ng);
 }
 
+/* the unpack path over staged rows (the wide list's kind 11): W unpacked to BF16 [N, Kp] into q->wtmp, then BF16 cuBLASLt
+ * over r->xb ([M, Kp]; rows read in place with ldx K < Kp are gathered to Kp first), y (+)= the product */
+static vsr_status i4_unpack_gemm(cuda_ctx *c, quant_state *q, const i4_run *r, float *y, int accumulate, vsr_err *err) {
+    const vsr_bweight *w = r->w;
+    const quant_wmeta *m = r->m;
+    const int64_t M = r->M, N = w->v.N, K = w->v.K, Np = m->Np, Kp = m->Kp, KC = Kp / 64;
+    vsr_status st;
+    const __nv_bfloat16 *xa = r->xb;
+    if (r->ldx != Kp) { /* in place (no act-order), K not a multiple of 64: q->act is free */
+        if ((st = quant_grow(c, &q->act, &q->act_bytes, sizeof(__nv_bfloat16) * (size_t)(M * Kp), "int4 activations", err)))
+            return st;
+        k_i4_gather_bf16<<<nblocks(M * Kp, 256), 256, 0, c->stream>>>(r->xb, M, K, NULL, Kp, (__nv_bfloat16 *)q->act);
+        if ((st = cuda_check_launch(c, "int4 stage rows", err))) return st;
+        xa = (const __nv_bfloat16 *)q->act;
+    }
+    if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(__nv_bfloat16) * (size_t)(N * Kp), "int4 unpacked weight", err)))
+        return st;
+    k_i4_unpack16<<<nblocks(Np / 16 * KC, 8), 256, 0, c->stream>>>(
+        (const uint4 *)w->w, (const uint32_t *)w->scale, (const int32_t *)m->dev + Kp / 16, N, Np, KC,
+        (__nv_bfloat16 *)q->wtmp);
+    if ((st = cuda_check_launch(c, "int4 unpack", err))) return st;
+    return cuda_gemm_bf16(c, xa, M, (const __nv_bfloat16 *)q->wtmp, N, Kp, y, accumulate, err);
+}
+
 static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
     quant_state *q;
     vsr_status st = quant_state_get(c, &q, err);
     if (st) return st;
+    if (cfg.kind == 11) return i4_unpack_gemm(c, q, r, y, accumulate, err); /* the wide list's unpack candidate */
     const quant_wmeta *m = r->m;
     int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
     int64_t ntg = (r->Mt + cfg.mt - 1) / cfg.mt;
@@ -465,7 +499,7 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
     if (cfg.kind == 8) {
         const int ti = cfg.d;
         const int64_t per = (KC + cfg.ks - 1) / cfg.ks;
-        if (ti < 0 || ti >= I4G_N || I4G_TAB[ti].bt != cfg.mt * 8 || r->M > I4_MAX_FUSED_ROWS || !r->xb ||
+        if (ti < 0 || ti >= I4G_N || I4G_TAB[ti].bt != cfg.mt * 8 || !r->xb ||
             ((uintptr_t)r->xb & 15) || (r->ldx & 7) || (cfg.ks - 1) * per >= KC || c->cc_major != 9 || c->cc_minor != 0)
             return vsr_err_set(err, VSR_E_INTERNAL, "int4: no wgmma kernel for entry %d mt=%d ks=%d (M %lld, capability "
                                "%d.%d)", ti, cfg.mt, cfg.ks, (long long)r->M, c->cc_major, c->cc_minor);
@@ -533,7 +567,8 @@ static vsr_status i4_launch(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, 
 /* i4_launch for the caller's y: adding into y at 17-256 rows (unless VSR_CUDA_INT4_ACC_SEP=0), the product into a
  * scratch buffer (quant_state.wtmp: unused by the fused path otherwise) and then cuda_add_into */
 static vsr_status i4_launch_y(cuda_ctx *c, const i4_run *r, i4_cfg cfg, float *y, int accumulate, vsr_err *err) {
-    if (!accumulate || r->M <= 16 || !quant_int4_acc_sep_on()) return i4_launch(c, r, cfg, y, accumulate, err);
+    /* kind 11 (cuBLASLt) adds into y itself, and its unpacked weight is the scratch buffer */
+    if (!accumulate || r->M <= 16 || cfg.kind == 11 || !quant_int4_acc_sep_on()) return i4_launch(c, r, cfg, y, accumulate, err);
     quant_state *q;
     vsr_status st = quant_state_get(c, &q, err);
     const int64_t n = r->M * r->w->v.N;
@@ -710,6 +745,55 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
             r->n++;
         }
     }
+}
+
+/* the wide list above 256 rows (capability 9.0): kind 8's entries of BT >= 128 tokens, each with splits 1, 2, 3, 4 (no
+ * split empty, >= 2 chunks each, the partials within I4_WS_CAP_FLOATS) until the grid has 2 blocks per multiprocessor,
+ * then the unpack path as one more candidate (kind 11, "unpack"), so the tuner keeps it where it is faster. Depends on
+ * the key's rows (M rounded up to 128) and the shape only. */
+static void i4_candidates_wide(cuda_ctx *c, i4_run *r, int64_t rows) {
+    static const int KSL[] = {1, 2, 3, 4};
+    const quant_wmeta *m = r->m;
+    const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
+    r->n = 0;
+    for (int ti = 0; ti < I4G_N; ti++) {
+        const int bt = I4G_TAB[ti].bt, nb = I4G_TAB[ti].nwg * 4, pc = m->gchunks > 0;
+        if (bt < 128) continue;
+        if (i4g_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4G_TAB[ti].k[pc], &g_i4g_static[ti][pc])) continue;
+        const int64_t blocks1 = (NT + nb - 1) / nb * ((rows + bt - 1) / bt);
+        for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
+            const int ks = KSL[b];
+            const int64_t per = (KC + ks - 1) / ks;
+            if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break;
+            if (ks > 1 && (int64_t)ks * rows * N > I4_WS_CAP_FLOATS) break;
+            if (b > 0 && blocks1 * KSL[b - 1] >= 2 * (int64_t)c->sm_count) break;
+            if (r->n >= I4_MAX_CAND - 1) break;
+            r->cand[r->n] = (i4_cfg){8, bt / 8, nb, ks, 1, ti};
+            snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-ks%d", bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s,
+                     I4G_TAB[ti].rs ? "r" : "", ks);
+            r->name_ptr[r->n] = r->names[r->n];
+            r->n++;
+        }
+    }
+    r->cand[r->n] = (i4_cfg){11, 0, 0, 1, 0, 0};
+    snprintf(r->names[r->n], sizeof r->names[0], "unpack");
+    r->name_ptr[r->n] = r->names[r->n];
+    r->n++;
+}
+
+/* the wide list's default (no autotune cache): I4W_DEFAULT's configuration where listed, else the unpack candidate
+ * (the list's last). Set from the tuner's choices on the H100 (bench/NOTES.md, eighteenth session). */
+static const struct {
+    int bt, nwg, s, rs, ks;
+} I4W_DEFAULT = {256, 2, 4, 0, 1};
+static int i4_default_wide(const i4_run *r) {
+    for (int i = 0; i < r->n; i++) {
+        const i4_cfg *g = &r->cand[i];
+        if (g->kind == 8 && I4G_TAB[g->d].bt == I4W_DEFAULT.bt && I4G_TAB[g->d].nwg == I4W_DEFAULT.nwg &&
+            I4G_TAB[g->d].s == I4W_DEFAULT.s && I4G_TAB[g->d].rs == I4W_DEFAULT.rs && g->ks == I4W_DEFAULT.ks)
+            return i;
+    }
+    return r->n - 1;
 }
 
 /* the default at 17-256 rows (no autotune cache), from the tuner's choices on the H200 (bench/NOTES.md):
@@ -911,6 +995,14 @@ extern "C" vsr_status cuda_int4_upload(cuda_ctx *c, const vsr_weight_view *v, vs
     return VSR_OK;
 }
 
+/* the path a fused or wide choice reports (cuda_quant_last_path): the unpack candidate as the unpack path */
+static void i4_set_path(i4_cfg cfg, const char *name, const char *src) {
+    if (cfg.kind == 11)
+        quant_set_last_path("int4:unpack+bf16(src=%s)", src);
+    else
+        quant_set_last_path("int4:fused(%s,src=%s)", name, src);
+}
+
 /* The configuration each key resolved to in this ctx (the key names the kernel family, shape and token bucket: all
  * its candidate list depends on), so that later calls skip rebuilding the list. At 17-256 rows the list holds up to
  * ~200 named configurations, tens of microseconds of host time a call: more than a small linear's kernel (kv_proj at
@@ -968,6 +1060,10 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
     const int bulk = stream && c->cc_major >= 9 && quant_int4_bulk_on();
     /* the tensor-core tile kernel (kind 7) at 17-256 rows, any groups the fused kernels take */
     const int mma = fused && M > 16 && quant_int4_mma_on();
+    /* the wide list above 256 rows (capability 9.0, --dtype auto, 16-column blocks inside one group): kind 8 fused, or
+     * the unpack path, whichever the tuner keeps */
+    const int wide = !fused && forced == 0 && quant_dtype_auto(c) && M > I4_MAX_FUSED_ROWS && m->fused_ok &&
+                     i4_wg_listed(c) && quant_int4_wide_on();
     if (fused && !stream && !mma && !x) { /* the previous fused kernels read FP32: widen (exact) */
         if ((st = quant_grow(c, &q->wtmp, &q->wtmp_bytes, sizeof(float) * (size_t)(M * K), "int4 FP32 activations", err)))
             return st;
@@ -975,14 +1071,14 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
         if ((st = cuda_check_launch(c, "int4 widen", err))) return st;
         x = (const float *)q->wtmp;
     }
-    if (fused) {
+    if (fused || wide) {
         int64_t Mt = (M + 7) / 8;
         i4_run r; /* the candidate arrays (~16 KB) are written by the list builders only when a list is built */
         r.w = w, r.m = m, r.x = x, r.xb = NULL, r.ldx = 0, r.kvalid = 0, r.M = M, r.Mt = Mt, r.n = 0;
         int64_t bucket = 1;
         while (bucket < Mt) bucket *= 2;
         char key[96];
-        if (stream || mma) {
+        if (stream || mma || wide) {
             /* BF16 rows in permuted order: the caller's in place when they are (no act-order, 16-byte
              * aligned), else one staging pass (FP32 -> BF16, or a BF16 gather) into [M, Kp] */
             if (xb && !w->g_idx && ((uintptr_t)xb & 15) == 0) {
@@ -1008,8 +1104,10 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
              * every M of the range, and a choice timed at 96 rows (BT 96, one block) is never replayed at 100 (two) */
             char rr[24] = "";
             if (mma && Mt > 8) snprintf(rr, sizeof rr, "-r%lld", (long long)((M + 15) / 16 * 16));
+            /* the wide list: kept per 128 rows ("-r512-w18": 385-512 rows), timed at the range's top */
+            if (wide) snprintf(rr, sizeof rr, "-r%lld", (long long)((M + 127) / 128 * 128));
             snprintf(key, sizeof key, "n%lld-k%lld-g%d-t%lld%s-%s", (long long)N, (long long)K, w->v.group,
-                     (long long)bucket, rr, mma ? (i4_wg_listed(c) ? "m10" : "m9")
+                     (long long)(wide ? 0 : bucket), rr, wide ? "w18" : mma ? (i4_wg_listed(c) ? "m10" : "m9")
                      : bulk ? "b6" : "v3s");
         } else {
             /* "-v2": the second pass's candidate list (a cache from the first pass is not reused) */
@@ -1019,10 +1117,12 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
         int fc = quant_forced_int4_cfg();
         const i4_memo *mo = fc < 0 ? i4_memo_find(q, key, m->gchunks > 0) : NULL;
         if (mo) { /* this key resolved before in this ctx: no list to build */
-            quant_set_last_path("int4:fused(%s,src=%s)", mo->name, mo->src);
+            i4_set_path(mo->cfg, mo->name, mo->src);
             return i4_launch_y(c, &r, mo->cfg, y, accumulate, err);
         }
-        if (!(stream || mma))
+        if (wide)
+            i4_candidates_wide(c, &r, (M + 127) / 128 * 128);
+        else if (!(stream || mma))
             i4_candidates(c, &r, bucket);
         else if (mma)
             i4_candidates_mma(c, &r, bucket);
@@ -1032,7 +1132,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
             i4_candidates_stream(c, &r, bucket);
         if (r.n == 0)
             return vsr_err_set(err, VSR_E_INTERNAL, "cuda:%d: %s: no %s int4 configuration fits (N %lld K %lld)",
-                               c->device, w->name, mma ? "tensor-core tile" : stream ? "streaming" : "fused",
+                               c->device, w->name, wide ? "wide" : mma ? "tensor-core tile" : stream ? "streaming" : "fused",
                                (long long)N, (long long)K);
         int choice = 0;
         const char *src = "default";
@@ -1042,7 +1142,8 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                    c->device, w->name, fc, key, r.n);
             choice = fc, src = "forced";
         } else if ((st = autotune_choose(c, "int4_fused", key, r.n, r.name_ptr,
-                                         mma      ? i4_default_mma(c, &r)
+                                         wide     ? i4_default_wide(&r)
+                                         : mma    ? i4_default_mma(c, &r)
                                          : bulk   ? i4_default_bulk(c, &r)
                                          : stream ? i4_default_stream(c, &r)
                                                   : i4_default(c, &r),
@@ -1050,7 +1151,7 @@ static vsr_status i4_linear_any(cuda_ctx *c, const float *x, const __nv_bfloat16
                                          sizeof(float) * (size_t)(r.M * r.w->v.N), &choice, &src, err)))
             return st;
         i4_cfg cfg = r.cand[choice];
-        quant_set_last_path("int4:fused(%s,src=%s)", r.names[choice], src);
+        i4_set_path(cfg, r.names[choice], src);
         /* remembered as the autotune remembers it: not a forced choice, nor one made inside a graph capture */
         if (fc < 0 && strcmp(src, "default(capturing)") != 0 &&
             (st = i4_memo_add(c, q, key, m->gchunks > 0, cfg, r.names[choice], src, err)))
