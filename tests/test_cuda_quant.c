@@ -293,7 +293,7 @@ TEST(int4_every_candidate) {
     cuda_quant_test_fake_cc(GB.ctx, cc / 10, cc % 10);
     const int has_bulk = cc >= 90; /* the bulk-copy kernel needs capability 9.0+ (else the third pass's runs) */
     const int has_wg = cc == 90;   /* the wgmma kernel: the build's sm_90a code */
-    const int wg_was = cuda_quant_force_int4_wg(1);
+    const int wg_was = cuda_quant_force_int4_wg(1), wide_was = cuda_quant_force_int4_wide(1);
     for (size_t cs = 0; cs < 3 * nc; cs++) {
         /* each case three times: the bulk-copy kernel's list (<= 16 rows; forced on), the third pass's
          * streaming kernel (bulk-copy off), then the previous kernels' (streaming off) */
@@ -412,6 +412,7 @@ TEST(int4_every_candidate) {
             i4_free(&w);
         }
     }
+    cuda_quant_force_int4_wide(wide_was);
     CHECK_MSG(total_mma >= 100, "only %d tensor-core tile configurations checked", total_mma);
     CHECK_MSG(!has_wg || total_wg >= 100, "only %d wgmma configurations checked", total_wg);
     /* the wide list: every case at both row counts ends with the unpack candidate (7 cases x 2 rows) */

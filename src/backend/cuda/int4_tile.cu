@@ -1,5 +1,6 @@
 /* src/backend/cuda/int4_tile.cu: the int4 W4A16 tile kernels, y[M, N] (+)= x[M, K] . dequant(W)^T for up to
- * 256 rows, the packed weights in mma.m16n8k16 A-fragment order (quant_int4.cu repacks them at upload):
+ * 256 rows (k_i4_wg at any row count: above 256 rows in the wide list), the packed weights in mma.m16n8k16
+ * A-fragment order (quant_int4.cu repacks them at upload):
  *   k_i4_fused  (kind 0) staged BF16 fragments, the block's warps split K and reduce in shared memory
  *   k_i4_shared (kind 1) activations converted straight into shared memory, one 16-row tile per warp
  *   k_i4_mma    (kind 7, 17-256 rows) blocks of NN x WN n-tiles and WM x 8 tokens, a cp.async pipeline of packed

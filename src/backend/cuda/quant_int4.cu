@@ -45,6 +45,8 @@
  * cuda_int4_linear_bf16 takes BF16 activations; cuda_int4_linear rounds FP32 to BF16 for it.
  * Adding into y (the forward's down and o/out projections) at 17-256 rows: the product is stored into a scratch
  * buffer and added by a second pass (i4_launch_y; VSR_CUDA_INT4_ACC_SEP=0 for the epilogues' own loads).
+ * Above 256 rows on capability 9.0 (eighteenth session): the wide list, kind 8 over token blocks of BT >= 128 rows and
+ * the unpack path below as one more candidate ("unpack", kind 11), timed per shape and 128 rows (i4_candidates_wide).
  * Otherwise: unpack to BF16 [N, Kp] once per call into a workspace (k_i4_unpack16, 16-byte stores)
  * and use cuBLASLt (linear.cu).
  * Files: this one holds the upload (repacking), the activation staging, the unpack path, the candidate lists,
@@ -89,9 +91,10 @@ CUDA_ENV_KNOB(static, quant_int4_acc_sep_on, cuda_quant_force_int4_acc_sep, "VSR
 CUDA_ENV_KNOB(static, quant_int4_wg_on, cuda_quant_force_int4_wg, "VSR_CUDA_INT4_WG", 1)
 
 /* the wide list above 256 rows (eighteenth session; capability 9.0 under --dtype auto): the wgmma kernel at BT >= 128
- * tokens, its decode fused into the products, against the unpack path as one more candidate (i4_candidates_wide): on
- * unless VSR_CUDA_INT4_WIDE=0 (read once) or cuda_quant_force_int4_wide(0), which keep the unpack path alone */
-CUDA_ENV_KNOB(static, quant_int4_wide_on, cuda_quant_force_int4_wide, "VSR_CUDA_INT4_WIDE", 1)
+ * tokens, its decode fused into the products, against the unpack path as one more candidate (i4_candidates_wide).
+ * OFF by default until it has run on a GPU (the session's device calls got no machine): VSR_CUDA_INT4_WIDE=1 (read
+ * once) or cuda_quant_force_int4_wide(1) turn it on; off keeps the unpack path alone */
+CUDA_ENV_KNOB(static, quant_int4_wide_on, cuda_quant_force_int4_wide, "VSR_CUDA_INT4_WIDE", 0)
 
 
 /* ---- upload-time repacking ---- */
