@@ -951,6 +951,122 @@ TEST(reload) {
     vsr_router_config_free(b);
 }
 
+/* The rollback's own placement (x on bf16) has the same replica id, so the same socket, as the
+ * retired worker of that placement, which may still be running when the rollback comes. */
+static const char *ROLL_A = "global:\n  model_catalog:\n    deployments:\n"
+                            "      x: {provider: model_runtime, artifact: /pkg/x-bf16, device: cpu}\n";
+static const char *ROLL_B = "global:\n  model_catalog:\n    deployments:\n"
+                            "      x: {provider: model_runtime, artifact: /pkg/x-fp8, device: cpu}\n";
+
+/* true when `first` is in the log and `then` after it */
+static bool log_order(const char *first, const char *then) {
+    pthread_mutex_lock(&log_mu);
+    const char *a = log_buf ? strstr(log_buf, first) : NULL;
+    bool r = a && strstr(a, then);
+    pthread_mutex_unlock(&log_mu);
+    return r;
+}
+
+/* x's replica answers /health on its socket and is ready, `rounds` health intervals from now. */
+static bool still_serving(vsr_sup *s, const vsr_sup_opts *o, int rounds, unsigned long long *id) {
+    msleep(rounds * o->health_interval_ms);
+    vsr_sup_target t;
+    if (!vsr_sup_pick(s, "x", &t)) return false;
+    char body[4096], url[600];
+    snprintf(url, sizeof url, "%s/health", t.url);
+    long code = get_uds(t.uds_path, url, body);
+    vsr_sup_release(s, &t);
+    rinfo ri = info(s, "x", 0);
+    if (id) *id = t.id;
+    return code == 200 && ri.ready && !strcmp(ri.state, "ready");
+}
+
+/* A rollback while the old worker still drains a call: that worker is still running its
+ * placement, so it goes back in service (no second worker on its socket) and the canary goes. */
+TEST(rollback_while_draining) {
+    fresh("x");
+    set_mode("x", "serve");
+    vsr_router_config *a = parse(ROLL_A), *b = parse(ROLL_B);
+    CHECK(a && b && !a->n_errors && !b->n_errors);
+    if (!a || !b || a->n_errors || b->n_errors) return;
+    const char *used[] = {"x"};
+    vsr_sup_opts o = fake_opts(tdir("st-roll-drain"));
+    vsr_err e = {0};
+    log_clear();
+    vsr_sup *s = vsr_sup_start(a, used, 1, &o, &e);
+    CHECK(s && vsr_sup_wait_ready(s, 5000));
+    if (!s) return;
+    int p1 = last_pid("x");
+    vsr_sup_target old;
+    CHECK(vsr_sup_pick(s, "x", &old)); /* in flight across both reloads */
+    CHECK_OK(vsr_sup_reload(s, b, used, 1, &e), e);
+    CHECK(vsr_sup_wait_ready(s, 5000)); /* the fp8 worker is ready; the bf16 one waits for our call */
+    int p2 = last_pid("x");
+    CHECK(spawns("x", NULL, NULL, 0) == 2 && p2 != p1 && alive(p1) && alive(p2));
+    log_clear();
+    CHECK_OK(vsr_sup_reload(s, a, used, 1, &e), e);
+    CHECK_MSG(log_has("reload: 1 replica(s) kept, 0 started, 1 retired") &&
+                  log_has("deployment x replica 0 (r-") &&
+                  log_has("): the reload brings its placement back; the retired replica returns to service"),
+              "%s", log_buf ? log_buf : "");
+    CHECK(vsr_sup_wait_ready(s, 5000));
+    bool gone = wait_gone(p2, o.grace_ms + 3000); /* x has a ready replica again: the fp8 one is retired */
+    if (!gone) log_dump("the fp8 worker still runs after the rollback");
+    CHECK(gone);
+    vsr_sup_release(s, &old);
+    unsigned long long id = 0;
+    CHECK(still_serving(s, &o, 10, &id));
+    CHECK(id == old.id && alive(p1) && spawns("x", NULL, NULL, 0) == 2 && info(s, "x", 0).restarts == 0);
+    vsr_sup_stop(s);
+    vsr_router_config_free(a);
+    vsr_router_config_free(b);
+}
+
+/* A rollback while the old worker of that placement is still stopping (here it ignores SIGTERM
+ * until SIGKILL after grace): the new worker starts once the old one is reaped, and the old one's
+ * exit does not take the new one's socket. */
+TEST(rollback_while_stopping) {
+    fresh("x");
+    set_mode("x", "ignoreterm");
+    vsr_router_config *a = parse(ROLL_A), *b = parse(ROLL_B);
+    CHECK(a && b && !a->n_errors && !b->n_errors);
+    if (!a || !b || a->n_errors || b->n_errors) return;
+    const char *used[] = {"x"};
+    vsr_sup_opts o = fake_opts(tdir("st-roll-stop"));
+    o.grace_ms = 1000;
+    vsr_err e = {0};
+    log_clear();
+    vsr_sup *s = vsr_sup_start(a, used, 1, &o, &e);
+    CHECK(s && vsr_sup_wait_ready(s, 5000));
+    if (!s) return;
+    int p1 = last_pid("x");
+    set_mode("x", "serve");
+    CHECK_OK(vsr_sup_reload(s, b, used, 1, &e), e);
+    CHECK(vsr_sup_wait_ready(s, 5000));
+    char want[160];
+    snprintf(want, sizeof want, "retired by reload; SIGTERM to worker pid %d", p1);
+    for (int i = 0; i < 300 && !log_has(want); i++) msleep(10);
+    CHECK(log_has(want) && alive(p1)); /* stopping: SIGKILL comes after grace */
+    int p2 = last_pid("x");
+    CHECK_OK(vsr_sup_reload(s, a, used, 1, &e), e);
+    CHECK(log_has("reload: 0 replica(s) kept, 1 started, 1 retired"));
+    CHECK(vsr_sup_wait_ready(s, o.grace_ms + 5000));
+    CHECK(wait_gone(p1, o.grace_ms + 3000) && wait_gone(p2, o.grace_ms + 3000));
+    int p3 = last_pid("x");
+    CHECK(spawns("x", NULL, NULL, 0) == 3 && p3 != p1 && p3 != p2);
+    char stopped[96], started[96];
+    snprintf(stopped, sizeof stopped, "worker pid %d stopped (was killed by signal 9", p1);
+    snprintf(started, sizeof started, "started worker pid %d on ", p3);
+    bool ordered = log_order(stopped, started);
+    bool serving = still_serving(s, &o, 10, NULL);
+    if (!ordered || !serving) log_dump("the rollback onto a stopping worker's socket");
+    CHECK(ordered);
+    CHECK(serving);
+    vsr_sup_stop(s);
+    vsr_router_config_free(a);
+    vsr_router_config_free(b);
+}
+
 /* A retired replica with a call that never ends is stopped after grace anyway. */
 TEST(reload_grace) {
     fresh("x"), fresh("y");
@@ -1096,6 +1212,8 @@ int main(void) {
     RUN(attached);
     RUN(round_robin);
     RUN(reload);
+    RUN(rollback_while_draining);
+    RUN(rollback_while_stopping);
     RUN(reload_grace);
     RUN(spawn_failures);
     RUN(long_state_dir);

@@ -83,6 +83,9 @@ void vsr_sup_report_failure(vsr_sup *s, const vsr_sup_target *t);
  * picked only while its deployment has no ready new replica (so a deployment switched from
  * BF16 to FP8 keeps serving while the new worker loads), then, once its picks are released (or
  * grace_ms passed), gets SIGTERM (the worker drains) and SIGKILL after grace_ms.
+ * A placement that comes back (a rollback) before its retired replica got SIGTERM takes that
+ * replica back (kept, same worker); one whose retired worker is already stopping starts a new
+ * worker once the old one is reaped (same placement, same socket).
  * On error nothing changes. */
 vsr_status vsr_sup_reload(vsr_sup *s, const vsr_router_config *c, const char *const *used,
                           int n_used, vsr_err *err);

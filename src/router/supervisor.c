@@ -610,6 +610,15 @@ static void retire_step(vsr_sup *s, int64_t now) {
 
 /* ---------------------------------------------------------------- monitor */
 
+/* Another instance of r's placement (a retired replica still stopping after a rollback reload)
+ * has a worker on r's socket: r starts once that one is reaped, since its exit removes the socket
+ * (on_exit_rep; vllm-srun removes it too) and vllm-srun refuses a path that a process listens on. */
+static bool socket_in_use(vsr_sup *s, const rep *r) {
+    for (rep *o = s->reps; o; o = o->next)
+        if (o != r && o->pid > 0 && !strcmp(o->sock, r->sock)) return true;
+    return false;
+}
+
 static void sleep_locked(vsr_sup *s, int ms) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
@@ -662,7 +671,8 @@ static void *monitor(void *arg) {
         int64_t now = now_ms();
         reap(s, now);
         for (rep *r = s->reps; r; r = r->next)
-            if (r->managed && !r->retired && r->pid <= 0 && r->st == RS_BACKOFF && now >= r->next_start_ms)
+            if (r->managed && !r->retired && r->pid <= 0 && r->st == RS_BACKOFF && now >= r->next_start_ms &&
+                !socket_in_use(s, r))
                 spawn(s, r, now);
         retire_step(s, now);
         if (h && now >= s->next_health_ms) {
@@ -858,18 +868,28 @@ vsr_status vsr_sup_reload(vsr_sup *s, const vsr_router_config *c, const char *co
         free_list(fresh);
         return st;
     }
-    /* keep: same key and replica id (placement and ordinal) among the live replicas */
+    /* keep: same key and replica id (placement and ordinal) among the live replicas, and among
+     * the retired ones not yet sent SIGTERM (a rollback while the old worker still serves or
+     * drains: it goes back in service; a second worker on its socket would lose that socket when
+     * the first one exits). At most one replica per key and id is live or such a retired one. */
     int kept = 0, added = 0, retired = 0;
     for (rep *r = s->reps; r; r = r->next) {
-        if (r->retired) continue;
+        if (r->retired && r->st == RS_STOPPING) continue;
         rep *match = NULL;
         for (rep *f = fresh; f && !match; f = f->next)
             if (!f->retired && !strcmp(f->key, r->key) && !strcmp(f->rid, r->rid)) match = f;
         if (match) {
+            if (r->retired) {
+                slog(s, "deployment %s replica %d (%s): the reload brings its placement back; the retired replica "
+                        "returns to service",
+                     r->key, r->ordinal, r->rid);
+                r->retired = false;
+                r->drain_from_ms = 0;
+            }
             r->dep_index = match->dep_index;
             match->retired = true; /* consumed */
             kept++;
-        } else {
+        } else if (!r->retired) {
             r->retired = true;
             retired++;
         }
