@@ -698,6 +698,30 @@ static void i4_candidates_bulk(cuda_ctx *c, i4_run *r, int64_t bucket) {
  * fp8_gemm_usable also needs), not switched off */
 static int i4_wg_listed(cuda_ctx *c) { return c->cc_major == 9 && c->cc_minor == 0 && quant_int4_wg_on() && fp8_gemm_usable(c); }
 
+/* kind 8's entry ti at `rows` rows into r's list: splits KSL[0..nks) (no split empty, >= 2 chunks each, the partials
+ * within I4_WS_CAP_FLOATS) until the grid has per_sm blocks per multiprocessor, while the list holds fewer than cap;
+ * false once it is full */
+static bool i4_add_wg(cuda_ctx *c, i4_run *r, int ti, int64_t rows, const int *KSL, size_t nks, int per_sm, int cap) {
+    const quant_wmeta *m = r->m;
+    const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
+    const int bt = I4G_TAB[ti].bt, nb = I4G_TAB[ti].nwg * 4; /* tokens, n-tiles a block */
+    const int64_t blocks1 = (NT + nb - 1) / nb * ((rows + bt - 1) / bt);
+    for (size_t b = 0; b < nks; b++) {
+        const int ks = KSL[b];
+        const int64_t per = (KC + ks - 1) / ks;
+        if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break;
+        if (ks > 1 && (int64_t)ks * rows * N > I4_WS_CAP_FLOATS) break;
+        if (b > 0 && blocks1 * KSL[b - 1] >= per_sm * (int64_t)c->sm_count) break;
+        if (r->n >= cap) return false;
+        r->cand[r->n] = (i4_cfg){8, bt / 8, nb, ks, 1, ti};
+        snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-ks%d", bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s,
+                 I4G_TAB[ti].rs ? "r" : "", ks);
+        r->name_ptr[r->n] = r->names[r->n];
+        r->n++;
+    }
+    return true;
+}
+
 /* kind 7's list for buckets 4-32 (17-256 rows): the table's entries of 1-4 token blocks at the bucket's rows
  * (WM <= bucket <= 4 WM), each with splits 1, 2, 3, 4, 6, 8, 12, 16 (no split empty, >= 2 chunks each)
  * until the grid has 4 blocks per multiprocessor. Depends on the bucket and shape only. */
@@ -729,24 +753,11 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
     /* kind 8 (capability 9.0: the build's sm_90a code), by the same rules: BT / 8 token tiles for WM */
     if (!i4_wg_listed(c)) return;
     for (int ti = 0; ti < I4G_N; ti++) {
-        const int mt = I4G_TAB[ti].bt / 8, nb = I4G_TAB[ti].nwg * 4; /* token tiles, n-tiles a block */
+        const int mt = I4G_TAB[ti].bt / 8; /* token tiles */
         if (mt > bucket || 4 * mt < bucket) continue;
         const int pc = m->gchunks > 0;
         if (i4g_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4G_TAB[ti].k[pc], &g_i4g_static[ti][pc])) continue;
-        const int64_t blocks1 = (NT + nb - 1) / nb * ((bucket + mt - 1) / mt);
-        for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
-            const int ks = KSL[b];
-            const int64_t per = (KC + ks - 1) / ks;
-            if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break;
-            if (ks > 1 && (int64_t)ks * bucket * 8 * N > I4_WS_CAP_FLOATS) break;
-            if (b > 0 && blocks1 * KSL[b - 1] >= 4 * (int64_t)c->sm_count) break;
-            if (r->n >= I4_MAX_CAND) return;
-            r->cand[r->n] = (i4_cfg){8, mt, nb, ks, 1, ti};
-            snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-ks%d", I4G_TAB[ti].bt, I4G_TAB[ti].nwg,
-                     I4G_TAB[ti].s, I4G_TAB[ti].rs ? "r" : "", ks);
-            r->name_ptr[r->n] = r->names[r->n];
-            r->n++;
-        }
+        if (!i4_add_wg(c, r, ti, bucket * 8, KSL, sizeof KSL / sizeof KSL[0], 4, I4_MAX_CAND)) return;
     }
 }
 
@@ -757,26 +768,12 @@ static void i4_candidates_mma(cuda_ctx *c, i4_run *r, int64_t bucket) {
 static void i4_candidates_wide(cuda_ctx *c, i4_run *r, int64_t rows) {
     static const int KSL[] = {1, 2, 3, 4};
     const quant_wmeta *m = r->m;
-    const int64_t NT = m->Np / 16, KC = m->Kp / 64, N = r->w->v.N;
     r->n = 0;
     for (int ti = 0; ti < I4G_N; ti++) {
-        const int bt = I4G_TAB[ti].bt, nb = I4G_TAB[ti].nwg * 4, pc = m->gchunks > 0;
-        if (bt < 128) continue;
+        const int pc = m->gchunks > 0;
+        if (I4G_TAB[ti].bt < 128) continue;
         if (i4g_smem(m, ti) > i4_kern_maxdyn(c, (const void *)I4G_TAB[ti].k[pc], &g_i4g_static[ti][pc])) continue;
-        const int64_t blocks1 = (NT + nb - 1) / nb * ((rows + bt - 1) / bt);
-        for (size_t b = 0; b < sizeof KSL / sizeof KSL[0]; b++) {
-            const int ks = KSL[b];
-            const int64_t per = (KC + ks - 1) / ks;
-            if (ks > 1 && ((ks - 1) * per >= KC || per < 2)) break;
-            if (ks > 1 && (int64_t)ks * rows * N > I4_WS_CAP_FLOATS) break;
-            if (b > 0 && blocks1 * KSL[b - 1] >= 2 * (int64_t)c->sm_count) break;
-            if (r->n >= I4_MAX_CAND - 1) break;
-            r->cand[r->n] = (i4_cfg){8, bt / 8, nb, ks, 1, ti};
-            snprintf(r->names[r->n], sizeof r->names[0], "g-bt%d-wg%d-s%d%s-ks%d", bt, I4G_TAB[ti].nwg, I4G_TAB[ti].s,
-                     I4G_TAB[ti].rs ? "r" : "", ks);
-            r->name_ptr[r->n] = r->names[r->n];
-            r->n++;
-        }
+        i4_add_wg(c, r, ti, rows, KSL, sizeof KSL / sizeof KSL[0], 2, I4_MAX_CAND - 1); /* room for "unpack" */
     }
     r->cand[r->n] = (i4_cfg){11, 0, 0, 1, 0, 0};
     snprintf(r->names[r->n], sizeof r->names[0], "unpack");
