@@ -91,9 +91,18 @@ stop; rc=$?; [ $rc = 0 ] && ok "SIGTERM exits 0" || bad "SIGTERM exit $rc: $(tai
 start || { bad "restart failed"; exit 1; }
 ok "restarted on the same port"
 r4=$(curl -s "$URL/v1/decisions" -d "$golden"); [ "$r4" = "$r" ] && ok "same answer after restart" || bad "answer after restart differs"
-"$BIN" bench --port "$PORT" --concurrency 64 --requests 2000 --requests-file "$REPO/tests/data/server/mixed.jsonl" --verify > "$T/bench.out" 2>&1 \
+"$BIN" bench --port "$PORT" --concurrency 64 --requests 2000 --requests-file "$REPO/tests/data/server/mixed.jsonl" --verify \
+  --csv "$T/bench.csv" > "$T/bench.out" 2>&1 \
   && grep -q "verify: concurrency 64: 2000 of 2000 answered 200 identical" "$T/bench.out" \
   && ok "64 clients x 2000 requests: $(grep '^verify' "$T/bench.out")" || bad "concurrency: $(cat "$T/bench.out")"
+# the level's device share from /metrics: under exact every request runs at least one forward of
+# its own rows, and the worker cannot be in forwards for more than the level's wall time
+python3 - "$T/bench.csv" <<'EOF' && ok "bench's forward columns: $(tail -1 "$T/bench.csv" | cut -d, -f18-)" || bad "bench forward columns: $(cat "$T/bench.csv")"
+import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[-1]
+busy, fwd, rows = float(r["device_busy_pct"]), float(r["forwards"]), float(r["rows_per_forward"])
+sys.exit(0 if 0 < busy <= 100.5 and fwd >= 2000 and 1 <= rows <= 128 else 1)
+EOF
 curl -s "$URL/health" | grep -q ready && ok "healthy after load" || bad "unhealthy after load"
 stop
 # ---- overload: a queue of 4 under 64 clients answers 429, never an unbounded queue ----

@@ -5,13 +5,16 @@
  *                   [--profile NAME] [--latencies FILE.csv]
  * --profile sets options.profile in every request; --latencies writes every request's
  * (concurrency, request index, status, latency, queue, forward) for latency CDFs.
- * Reports requests/s, p50/p95/p99 latency and the Server-Timing phases per level.
+ * Reports requests/s, p50/p95/p99 latency and the Server-Timing phases per level, and from the
+ * worker's /metrics before and after each level: the share of its wall time spent in forwards,
+ * the forwards run and their mean rows (how well batching fills the device).
  * --sla-ms searches the largest concurrency whose p95 stays at or under S ms with no error and
  * no 429 (doubling from 1, then bisecting), and prints the load-test table row: variant, device,
  * max concurrency at SLA, its p95 and requests/s, and the eval agreement `compare --json` wrote.
  * --verify first sends every distinct request alone, then checks that every
  * concurrent answer is 200 with an identical body, or 429 (overloaded). */
 #include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,6 +192,41 @@ typedef struct bench_cfg {
     FILE *lat_csv; /* --latencies, or NULL */
 } bench_cfg;
 
+/* The worker's forward counters (/metrics): seconds in forwards, forwards, rows. A level's
+ * difference over its wall time is the share of it the device spent in forwards: what batching
+ * and the scheduler leave idle between forwards, and how many rows each forward carried. */
+typedef struct fwd_counters {
+    double seconds, forwards, rows;
+    bool ok;
+} fwd_counters;
+
+static double metric_value(const char *page, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = page; (p = strstr(p, name)); p += n)
+        if ((p == page || p[-1] == '\n') && (p[n] == ' ' || p[n] == '{')) {
+            const char *v = strchr(p, ' ');
+            return v ? atof(v + 1) : NAN;
+        }
+    return NAN;
+}
+
+static fwd_counters scrape_forwards(const bench_cfg *g) {
+    fwd_counters f = {0};
+    http_conn c;
+    http_conn_init(&c, g->host, g->port, g->uds);
+    http_response r = {0};
+    char err[256];
+    if (http_request(&c, "GET", "/metrics", NULL, 0, &r, err, sizeof err) == 0 && r.status == 200) {
+        f.seconds = metric_value(r.body, "vllm_srun_forward_duration_seconds_sum");
+        f.forwards = metric_value(r.body, "vllm_srun_forward_duration_seconds_count");
+        f.rows = metric_value(r.body, "vllm_srun_batch_rows_sum");
+        f.ok = !isnan(f.seconds) && !isnan(f.forwards) && !isnan(f.rows);
+    }
+    http_response_free(&r);
+    http_conn_close(&c);
+    return f;
+}
+
 typedef struct level_result {
     int conc, n_ok, n_429, n_err, n_mismatch;
     double p95, rps;
@@ -203,10 +241,16 @@ static int run_level(const bench_cfg *g, int conc, FILE *cf, level_result *out) 
     pthread_mutex_init(&b.mu, NULL);
     b.samples = calloc((size_t)requests, sizeof *b.samples);
     pthread_t *t = calloc((size_t)conc, sizeof *t);
+    fwd_counters f0 = scrape_forwards(g);
     double t0 = now_ms();
     for (int i = 0; i < conc; i++) pthread_create(&t[i], NULL, client_main, &b);
     for (int i = 0; i < conc; i++) pthread_join(t[i], NULL);
     double wall = now_ms() - t0;
+    fwd_counters f1 = scrape_forwards(g);
+    /* NAN where /metrics could not be read (an older worker, or a router in front) */
+    double fwds = f0.ok && f1.ok ? f1.forwards - f0.forwards : NAN;
+    double busy = f0.ok && f1.ok ? 100.0 * (f1.seconds - f0.seconds) / (wall / 1e3) : NAN;
+    double rows_per = fwds > 0 ? (f1.rows - f0.rows) / fwds : NAN;
     double *lat = malloc(sizeof(double) * (size_t)requests), *ovh = malloc(sizeof(double) * (size_t)requests);
     double mean[7] = {0};
     int n = 0;
@@ -226,13 +270,13 @@ static int run_level(const bench_cfg *g, int conc, FILE *cf, level_result *out) 
         for (int i = 0; i < requests; i++)
             fprintf(g->lat_csv, "%d,%d,%d,%.3f,%.3f,%.3f\n", conc, i, b.samples[i].status, b.samples[i].latency_ms,
                     b.samples[i].phase[2], b.samples[i].phase[3]);
-    printf("%6d %7lld %6d %6d %6d %9.1f %8.2f %8.2f %8.2f | %.3f %.3f %.3f %.3f %.3f %.3f %.3f; %.3f\n", conc,
-           requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99), mean[0],
-           mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50));
+    printf("%6d %7lld %6d %6d %6d %9.1f %8.2f %8.2f %8.2f | %.3f %.3f %.3f %.3f %.3f %.3f %.3f; %.3f | %.0f %.0f %.1f\n",
+           conc, requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99),
+           mean[0], mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50), busy, fwds, rows_per);
     if (cf)
-        fprintf(cf, "%d,%lld,%d,%d,%d,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", conc,
-                requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99),
-                mean[0], mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50));
+        fprintf(cf, "%d,%lld,%d,%d,%d,%.2f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.1f,%.0f,%.2f\n",
+                conc, requests, b.n_ok, b.n_429, b.n_err, rps, pct(lat, n, 50), pct(lat, n, 95), pct(lat, n, 99),
+                mean[0], mean[1], mean[2], mean[3], mean[4], mean[5], mean[6], pct(ovh, n, 50), busy, fwds, rows_per);
     if (b.n_err || b.n_mismatch) {
         failed = 1;
         fprintf(stderr, "vllm-srun bench: concurrency %d: %d errors, %d answers differ from the same request "
@@ -429,9 +473,11 @@ int cmd_bench(int argc, char **argv) {
     if (lf) fprintf(lf, "concurrency,request,status,latency_ms,queue_ms,forward_ms\n");
     if (cf)
         fprintf(cf, "concurrency,requests,ok,overloaded,errors,rps,p50_ms,p95_ms,p99_ms,parse_ms,tokenize_ms,"
-                    "queue_ms,forward_ms,post_ms,serialize_ms,total_ms,overhead_p50_ms\n");
+                    "queue_ms,forward_ms,post_ms,serialize_ms,total_ms,overhead_p50_ms,device_busy_pct,forwards,"
+                    "rows_per_forward\n");
     printf("%6s %7s %6s %6s %6s %9s %8s %8s %8s | %s\n", "conc", "reqs", "ok", "429", "err", "req/s", "p50 ms",
-           "p95 ms", "p99 ms", "mean Server-Timing ms: parse tokenize queue forward post serialize total; overhead p50 (latency-queue-forward)");
+           "p95 ms", "p99 ms", "mean Server-Timing ms: parse tokenize queue forward post serialize total; overhead p50 (latency-queue-forward)"
+           " | in forwards %, forwards, rows per forward");
     int failed = 0;
     bench_cfg cfg = {.host = host, .uds = uds, .port = (int)port, .reqs = reqs, .n_reqs = n_reqs,
                      .requests = requests, .verify = verify, .lat_csv = lf};
