@@ -151,8 +151,9 @@ static void on_forward(void *ctx, int rows, int64_t tokens, double seconds) {
  * work queued before its expected finish is done, and a small request waits for at most one
  * forward of a large one. Between forwards every active job's deadline and cancellation are
  * checked: rows not run by the deadline answer deadline_exceeded, the rest are kept.
- * Under a coalescing profile (batching), ripe jobs' rows share forwards: longest first, packed
- * under --max-batch-tokens padded tokens; a job is ripe --batch-wait-ms after it arrived. */
+ * Under a coalescing profile (batching), the rows of every coalescing job share forwards: longest
+ * first, packed under --max-batch-tokens padded tokens, once the oldest of them has waited
+ * --batch-wait-ms (or at once when their work already fills a forward). */
 
 #define COST_SMOOTHING 0.1
 
@@ -224,8 +225,14 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
                         srv_job **failed, srv_job **tree) {
     srv_job *best = NULL;
     *wait_until = 0;
+    /* Gathering stops early once the coalescing jobs' work fills a forward. */
+    int64_t gathered = 0;
+    int gathered_rows = 0;
+    for (srv_job *j = m->active; j; j = j->next)
+        if (coalesces(m, j)) gathered += j->tokens, gathered_rows += vsr_decision_rows_left(j->dj);
+    bool full = gathered >= m->max_batch_tokens || gathered_rows >= SRV_MAX_BATCH_ROWS;
     for (srv_job *j = m->active; j; j = j->next) {
-        if (coalesces(m, j) && now - j->t_enqueue < m->batch_wait_s) {
+        if (coalesces(m, j) && !full && now - j->t_enqueue < m->batch_wait_s) {
             double ripe = j->t_enqueue + m->batch_wait_s;
             if (!*wait_until || ripe < *wait_until) *wait_until = ripe;
             continue;
@@ -247,10 +254,12 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
         if (n < 0) *failed = best;
         return n;
     }
-    /* Every ripe coalescing job's rows, longest first, packed under the token budget. */
+    /* The oldest coalescing job is ripe: every coalescing job that has arrived joins (the window
+     * bounds the oldest's wait; a job that came a moment ago does not wait for a later forward),
+     * their rows longest first, packed under the token budget. */
     int total = 0;
     for (srv_job *j = m->active; j; j = j->next)
-        if (coalesces(m, j) && now - j->t_enqueue >= m->batch_wait_s) total += vsr_decision_rows_left(j->dj);
+        if (coalesces(m, j)) total += vsr_decision_rows_left(j->dj);
     if (total > *cap) {
         vsr_row_ref *r = realloc(*rows, sizeof **rows * (size_t)total);
         if (!r) return *failed = best, -1;
@@ -258,7 +267,7 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
     }
     int n = 0;
     for (srv_job *j = m->active; j; j = j->next)
-        if (coalesces(m, j) && now - j->t_enqueue >= m->batch_wait_s) {
+        if (coalesces(m, j)) {
             int k = vsr_decision_pending(j->dj, *rows + n, total - n);
             if (k < 0) return *failed = j, -1;
             n += k;

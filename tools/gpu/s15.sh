@@ -54,7 +54,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: $0 build|run [tests] [traffic] [fair]" >&2; exit 2; }
 shift
 STEPS=${*:-tests traffic fair}
-tar -xJf .gpuc/s15.tar.xz
+tar -xJf "${S15_TARBALL:-.gpuc/s15.tar.xz}"
 S=$PWD/.gpus
 . tools/gpu/cuda_env.sh
 # everything under $OUT/s15, packed into $OUT/s15-<steps>.tgz at the end (the tool returns at most 8 files)
@@ -119,13 +119,13 @@ if step traffic; then
     m0=$(gpu_mem)
     if [ $mode = buckets ]; then env=(); else env=(VSR_BUCKETS=0); fi
     t0=$(date +%s.%N)
-    env "${env[@]}" VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh lite-h200-$mode $LITE cuda:0 ${TRAFFIC_N:-256} \
+    env "${env[@]}" VSR_BIN=$S/vllm-srun TRAFFIC_OUT=$OUT bash bench/traffic_bench.sh lite-h200-$mode${TRAFFIC_TAG:+-$TRAFFIC_TAG} $LITE cuda:0 ${TRAFFIC_N:-256} ${TRAFFIC_ARGS:-} \
       > "$OUT/traffic-$mode.log" 2>&1 || { rc=1; echo "traffic $mode failed"; tail -5 "$OUT/traffic-$mode.log"; }
     echo "traffic $mode: $(grep -m1 'ready after' "$OUT/traffic-$mode.log") (GPU memory used before start ${m0} MiB) total $(python3 -c "print(round($(date +%s.%N)-$t0))") s"
-    rm -f $OUT/lite-h200-$mode.png
+    rm -f $OUT/lite-h200-$mode${TRAFFIC_TAG:+-$TRAFFIC_TAG}.png
   done
   # warm-up alone: time and memory, buckets on vs off (the log line and nvidia-smi while ready)
-  for wt in 8192 0; do
+  for wt in $([ "${TRAFFIC_WARM:-1}" = 1 ] && echo 8192 0); do
     $S/vllm-srun serve $LITE --device cuda:0 --port 18777 --warmup-tokens $wt > "$OUT/warm-$wt.log" 2>&1 &
     pid=$!
     for _ in $(seq 1200); do [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18777/health)" = 200 ] && break; sleep 0.1; done
