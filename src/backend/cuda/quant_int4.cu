@@ -92,9 +92,10 @@ CUDA_ENV_KNOB(static, quant_int4_wg_on, cuda_quant_force_int4_wg, "VSR_CUDA_INT4
 
 /* the wide list above 256 rows (eighteenth session; capability 9.0 under --dtype auto): the wgmma kernel at BT >= 128
  * tokens, its decode fused into the products, against the unpack path as one more candidate (i4_candidates_wide).
- * OFF by default until it has run on a GPU (the session's device calls got no machine): VSR_CUDA_INT4_WIDE=1 (read
- * once) or cuda_quant_force_int4_wide(1) turn it on; off keeps the unpack path alone */
-CUDA_ENV_KNOB(static, quant_int4_wide_on, cuda_quant_force_int4_wide, "VSR_CUDA_INT4_WIDE", 0)
+ * On by default since its first run (H100, twentieth session: the whole 27B-shape int4 forward at 1 x 512 in 62.3 ms
+ * against 72.2 with the unpack path alone, bench/NOTES.md); VSR_CUDA_INT4_WIDE=0 (read once) or
+ * cuda_quant_force_int4_wide(0) keep the unpack path alone */
+CUDA_ENV_KNOB(static, quant_int4_wide_on, cuda_quant_force_int4_wide, "VSR_CUDA_INT4_WIDE", 1)
 
 
 /* ---- upload-time repacking ---- */
@@ -781,12 +782,17 @@ static void i4_candidates_wide(cuda_ctx *c, i4_run *r, int64_t rows) {
     r->n++;
 }
 
-/* the wide list's default (no autotune cache): I4W_DEFAULT's configuration where listed, else the unpack candidate
- * (the list's last). Set from the tuner's choices on the H100 (bench/NOTES.md, eighteenth session). */
+/* the wide list's default (a forward being captured, or the tuner off): I4W_DEFAULT's configuration up to
+ * I4W_FUSED_MAX_ROWS rows, else (or where it is not listed) the unpack candidate, the list's last. From the tuner's
+ * choices on the H100 (bench/NOTES.md, twentieth session): at 512 rows the RS form on 128 tokens with one warpgroup
+ * and three stages won on gate_up, down and o_proj (191 / 212 / 74 us; unpack 209 / ... ; the SS form on 256 tokens
+ * with two warpgroups 216 / 255 / 94); at 4,096 rows unpack won on all three (1,005 against 1,344 us at gate_up). */
+#define I4W_FUSED_MAX_ROWS 512
 static const struct {
     int bt, nwg, s, rs, ks;
-} I4W_DEFAULT = {256, 2, 4, 0, 1};
+} I4W_DEFAULT = {128, 1, 3, 1, 1};
 static int i4_default_wide(const i4_run *r) {
+    if (r->M > I4W_FUSED_MAX_ROWS) return r->n - 1;
     for (int i = 0; i < r->n; i++) {
         const i4_cfg *g = &r->cand[i];
         if (g->kind == 8 && I4G_TAB[g->d].bt == I4W_DEFAULT.bt && I4G_TAB[g->d].nwg == I4W_DEFAULT.nwg &&
