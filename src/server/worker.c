@@ -153,7 +153,8 @@ static void on_forward(void *ctx, int rows, int64_t tokens, double seconds) {
  * checked: rows not run by the deadline answer deadline_exceeded, the rest are kept.
  * Under a coalescing profile (batching), the rows of every coalescing job share forwards: longest
  * first, packed under --max-batch-tokens padded tokens, once the oldest of them has waited
- * --batch-wait-ms (or at once when their work already fills a forward). */
+ * --batch-wait-ms; at once when their work already fills a forward, or when a lone job finds the
+ * worker idle after a forward of one job (see plan_forward). */
 
 #define COST_SMOOTHING 0.1
 
@@ -225,14 +226,18 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
                         srv_job **failed, srv_job **tree) {
     srv_job *best = NULL;
     *wait_until = 0;
-    /* Gathering stops early once the coalescing jobs' work fills a forward. */
+    /* The window is held while requests come together: another coalescing job is here, or the last
+     * coalesced forward was shared. A request that finds the worker idle after one alone runs at once
+     * (waiting could gather nothing). Gathering stops early once the jobs' work fills a forward. */
     int64_t gathered = 0;
-    int gathered_rows = 0;
+    int gathered_rows = 0, gathered_jobs = 0;
     for (srv_job *j = m->active; j; j = j->next)
-        if (coalesces(m, j)) gathered += j->tokens, gathered_rows += vsr_decision_rows_left(j->dj);
-    bool full = gathered >= m->max_batch_tokens || gathered_rows >= SRV_MAX_BATCH_ROWS;
+        if (coalesces(m, j))
+            gathered += j->tokens, gathered_rows += vsr_decision_rows_left(j->dj), gathered_jobs++;
+    bool hold = (gathered_jobs >= 2 || m->last_batch_jobs >= 2) && gathered < m->max_batch_tokens &&
+                gathered_rows < SRV_MAX_BATCH_ROWS;
     for (srv_job *j = m->active; j; j = j->next) {
-        if (coalesces(m, j) && !full && now - j->t_enqueue < m->batch_wait_s) {
+        if (coalesces(m, j) && hold && now - j->t_enqueue < m->batch_wait_s) {
             double ripe = j->t_enqueue + m->batch_wait_s;
             if (!*wait_until || ripe < *wait_until) *wait_until = ripe;
             continue;
@@ -376,10 +381,14 @@ static void *sched_main(void *arg) {
         pthread_mutex_lock(&m->mu);
         if (tokens > 0 && st == VSR_OK)
             m->token_cost = (1 - COST_SMOOTHING) * m->token_cost + COST_SMOOTHING * dt / (double)tokens;
+        int jobs = 0;
+        bool coalesced = false;
         for (int i = 0; i < n; i++) {
             srv_job *j = (srv_job *)vsr_decision_job_owner(rows[i].job);
             if (j->forward_mark == m->forward_seq + 1) continue; /* counted once per forward */
             j->forward_mark = m->forward_seq + 1;
+            jobs++;
+            coalesced |= coalesces(m, j);
             j->forward_s += dt;
             j->forwards++;
             if (st != VSR_OK && j->st == VSR_OK) {
@@ -387,6 +396,7 @@ static void *sched_main(void *arg) {
                 j->err = err;
             }
         }
+        if (coalesced) m->last_batch_jobs = jobs;
         m->forward_seq++;
         if (st != VSR_OK) /* the jobs of a failed forward answer 500 with its reason */
             for (srv_job *j = m->active, *nx; j; j = nx) {

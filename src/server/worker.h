@@ -73,6 +73,7 @@ typedef struct srv_model {
     int queued, running, max_queue; /* queued: pending from admission until answered */
     bool coalesce;           /* --profile batching: requests asking for it share forwards */
     double batch_wait_s;     /* --batch-wait-ms */
+    int last_batch_jobs;     /* requests in the last coalesced forward: the window is held only when >= 2 */
     long long max_batch_tokens;
     double token_cost;       /* seconds per token, EMA over forwards */
     unsigned long forward_seq;

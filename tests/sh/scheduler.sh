@@ -156,4 +156,29 @@ wide=$(echo "$met" | awk '/^vllm_srun_batch_rows_bucket\{le="64"\}/{a=$2} /^vllm
 [ "${over:-1}" = 0 ] && [ "${wide:-0}" -gt 0 ] && ok "no coalesced forward above 128 rows ($wide carried 65-128)" || bad "rows per forward: over 128: $over, 65-128: $wide"
 echo "$met" | grep -q 'profile="batching"' && ok "/metrics model_info names the profile" || bad "metrics profile"
 stop
+
+# ---- the batching window is held only while requests come together ----
+# A lone request on an idle worker (nothing else waiting, the last forward not shared) runs at once,
+# however long --batch-wait-ms; a burst still shares forwards.
+start --profile batching --batch-wait-ms 3000 || { bad "batching worker (3 s window) did not start"; exit 1; }
+lone='{"state":"hi","questions":{"v":{"type":"noul","instructions":"ok?"}},"options":{"profile":"batching"}}'
+for k in 1 2; do
+  q=$(curl -s -D - -o /dev/null "$URL/v1/decisions" -d "$lone" | tr -d '\r' | sed -n 's/.*queue;dur=\([0-9.]*\).*/\1/p')
+  python3 -c "import sys; sys.exit(0 if float('${q:-9999}') < 1500 else 1)" \
+    && ok "lone batching request $k ran at once under a 3 s window (queue ${q} ms)" || bad "lone request $k waited the window: queue ${q:-?} ms"
+done
+f0=$(curl -s "$URL/metrics" | awk '/^vllm_srun_batch_rows_count/{print $2}')
+python3 - "$URL" <<'EOF2' || bad "8 concurrent batching requests did not all answer"
+import json, sys, threading, urllib.request
+url = sys.argv[1]
+def post(i):
+    b = {"state": f"message {i}", "questions": {"v": {"type": "noul", "instructions": "ok?"}}, "options": {"profile": "batching"}}
+    r = urllib.request.Request(url + "/v1/decisions", data=json.dumps(b).encode(), headers={"content-type": "application/json"})
+    json.load(urllib.request.urlopen(r, timeout=60))
+ts = [threading.Thread(target=post, args=(i,)) for i in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+EOF2
+f1=$(curl -s "$URL/metrics" | awk '/^vllm_srun_batch_rows_count/{print $2}')
+[ $((f1 - f0)) -le 3 ] && ok "a burst of 8 shared forwards under the window ($((f1 - f0)) forwards)" || bad "a burst of 8 took $((f1 - f0)) forwards"
+stop
 exit $fail
