@@ -219,6 +219,21 @@ static void retire(srv_model *m, double now) {
     }
 }
 
+/* A pending row of a coalesced forward, for its order: the turn's job first, then longest first,
+ * then as gathered (qsort is not stable; the index makes the order total). */
+typedef struct order_row {
+    vsr_row_ref ref;
+    int64_t tokens;
+    int first, idx;
+} order_row;
+
+static int cmp_order_row(const void *a, const void *b) {
+    const order_row *x = a, *y = b;
+    if (x->first != y->first) return y->first - x->first;
+    if (x->tokens != y->tokens) return x->tokens < y->tokens ? 1 : -1;
+    return x->idx - y->idx;
+}
+
 /* Picks the next forward (lock held). Returns its row count, 0 when nothing may run yet (then
  * *wait_until says when a coalescing job ripens), -1 on out of memory (job in *failed). When the
  * job whose turn it is is a Vela 2.0 job, *tree says so and 1 is returned: its next tree runs. */
@@ -228,7 +243,8 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
     *wait_until = 0;
     /* The window is held while requests come together: another coalescing job is here, or the last
      * coalesced forward was shared. A request that finds the worker idle after one alone runs at once
-     * (waiting could gather nothing). Gathering stops early once the jobs' work fills a forward. */
+     * (waiting could gather nothing); a job that has had a forward is never held again. Gathering
+     * stops early once the jobs' work fills a forward. */
     int64_t gathered = 0;
     int gathered_rows = 0, gathered_jobs = 0;
     for (srv_job *j = m->active; j; j = j->next)
@@ -237,7 +253,7 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
     bool hold = (gathered_jobs >= 2 || m->last_batch_jobs >= 2) && gathered < m->max_batch_tokens &&
                 gathered_rows < SRV_MAX_BATCH_ROWS;
     for (srv_job *j = m->active; j; j = j->next) {
-        if (coalesces(m, j) && hold && now - j->t_enqueue < m->batch_wait_s) {
+        if (coalesces(m, j) && hold && !j->t_start && now - j->t_enqueue < m->batch_wait_s) {
             double ripe = j->t_enqueue + m->batch_wait_s;
             if (!*wait_until || ripe < *wait_until) *wait_until = ripe;
             continue;
@@ -260,8 +276,10 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
         return n;
     }
     /* The oldest coalescing job is ripe: every coalescing job that has arrived joins (the window
-     * bounds the oldest's wait; a job that came a moment ago does not wait for a later forward),
-     * their rows longest first, packed under the token budget. */
+     * bounds the oldest's wait; a job that came a moment ago does not wait for a later forward).
+     * The rows of the job whose turn it is (earliest expected finish) come first, so a small
+     * request waits for at most one forward of a large one here too; then every other row, longest
+     * first (stable: request order within a length), packed under the token budget. */
     int total = 0;
     for (srv_job *j = m->active; j; j = j->next)
         if (coalesces(m, j)) total += vsr_decision_rows_left(j->dj);
@@ -270,21 +288,23 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
         if (!r) return *failed = best, -1;
         *rows = r, *cap = total;
     }
-    int n = 0;
+    int n = 0, nfirst = vsr_decision_pending(best->dj, *rows, total);
+    if (nfirst < 0) return *failed = best, -1;
+    n = nfirst;
     for (srv_job *j = m->active; j; j = j->next)
-        if (coalesces(m, j)) {
+        if (coalesces(m, j) && j != best) {
             int k = vsr_decision_pending(j->dj, *rows + n, total - n);
             if (k < 0) return *failed = j, -1;
             n += k;
         }
     vsr_row_ref *r = *rows;
-    for (int i = 1; i < n; i++) { /* insertion sort, longest first (stable: request order within a length) */
-        vsr_row_ref x = r[i];
-        int64_t tx = vsr_decision_row_tokens(&x);
-        int k = i;
-        while (k > 0 && vsr_decision_row_tokens(&r[k - 1]) < tx) r[k] = r[k - 1], k--;
-        r[k] = x;
-    }
+    order_row *ord = malloc(sizeof *ord * (size_t)(n ? n : 1));
+    if (!ord) return *failed = best, -1;
+    for (int i = 0; i < n; i++)
+        ord[i] = (order_row){r[i], vsr_decision_row_tokens(&r[i]), i < nfirst, i};
+    qsort(ord, (size_t)n, sizeof *ord, cmp_order_row);
+    for (int i = 0; i < n; i++) r[i] = ord[i].ref;
+    free(ord);
     int64_t width = 0;
     int take = 0;
     while (take < n) {

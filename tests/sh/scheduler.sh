@@ -40,6 +40,8 @@ big = {"state": "a long shared state " * 20, "questions": qs(64),
        "states": {f"s{k}": {"state": f"state number {k} " * 10, "questions": qs(64)} for k in range(63)}}
 json.dump(big, open(f"{T}/big.json", "w"))
 json.dump({"state": "hello", "questions": qs(1)}, open(f"{T}/small.json", "w"))
+json.dump(dict(big, options={"profile": "batching"}), open(f"{T}/bigb.json", "w"))
+json.dump({"state": "hello", "questions": qs(1), "options": {"profile": "batching"}}, open(f"{T}/smallb.json", "w"))
 dl = {"state": "x " * 50, "questions": qs(256), "options": {"deadline_ms": 150},
       "states": {f"s{k}": {"state": f"y{k} " * 50, "questions": qs(256)} for k in range(7)}}
 json.dump(dl, open(f"{T}/deadline.json", "w"))
@@ -134,6 +136,26 @@ same = all(x == y for x, y in zip(exact, exact2))
 print(f"{len(reqs)} concurrent requests, worst |dp| against exact {worst:.2e}; exact unchanged: {same}")
 sys.exit(0 if worst <= 0.02 and same else 1)
 EOF
+# fairness under batching: the rows of the job whose turn it is come first, so the small request's
+# row is not sorted behind the large one's longer rows
+curl -s -o "$T/bigb.out" -w '%{http_code} %{time_total}\n' "$URL/v1/decisions" -d @"$T/bigb.json" > "$T/bigb.code" &
+bigpid=$!
+sleep 0.5
+small=$(curl -s -D "$T/smallb.h" "$URL/v1/decisions" -d @"$T/smallb.json")
+if kill -0 $bigpid 2>/dev/null; then
+  echo "$small" | grep -q '"noul"' && ok "batching: a 1-question request is answered while a 4,096-question request runs ($(grep -i server-timing "$T/smallb.h" | tr -d '\r'))" || bad "batching small answer: $small"
+else
+  bad "batching: the 4,096-question request finished before the small one was answered ($(cat "$T/bigb.code"))"
+fi
+wait $bigpid
+# the small one's queue time against the large one's whole time: well under it (one forward), not all of it
+python3 - "$T/smallb.h" "$T/bigb.code" <<'EOF2' && ok "batching: the small request's queue is a fraction of the large one's time" || bad "batching: the small request waited for the large one ($(grep -i server-timing "$T/smallb.h" | tr -d '\r'); large: $(cat "$T/bigb.code"))"
+import re, sys
+q = float(re.search(r"queue;dur=([0-9.]+)", open(sys.argv[1]).read()).group(1))
+big_ms = float(open(sys.argv[2]).read().split()[1]) * 1000
+sys.exit(0 if q < big_ms / 4 else 1)
+EOF2
+grep -q '^200' "$T/bigb.code" && ok "batching: the large request is answered in full afterwards ($(cat "$T/bigb.code"))" || bad "batching large request: $(head -c 300 "$T/bigb.out")"
 # at most 128 rows per coalesced forward (the CUDA backend's sequences per call; 64 clients once
 # packed 195 rows and the H200 refused the forward): 80 concurrent requests of 8 questions
 python3 - "$URL" <<'EOF' || bad "80 concurrent batching requests did not all answer"
@@ -168,17 +190,22 @@ for k in 1 2; do
     && ok "lone batching request $k ran at once under a 3 s window (queue ${q} ms)" || bad "lone request $k waited the window: queue ${q:-?} ms"
 done
 f0=$(curl -s "$URL/metrics" | awk '/^vllm_srun_batch_rows_count/{print $2}')
-python3 - "$URL" <<'EOF2' || bad "8 concurrent batching requests did not all answer"
-import json, sys, threading, urllib.request
+# a 128-question request (one forward, run at once), and during it 7 one-question requests: those wait
+# the window together and share one forward
+python3 - "$URL" <<'EOF2' || bad "the burst's batching requests did not all answer"
+import json, sys, threading, time, urllib.request
 url = sys.argv[1]
-def post(i):
-    b = {"state": f"message {i}", "questions": {"v": {"type": "noul", "instructions": "ok?"}}, "options": {"profile": "batching"}}
+def post(i, n):
+    qs = {f"q{k}": {"type": "noul", "instructions": f"Is claim {k} polite?"} for k in range(n)}
+    b = {"state": f"message {i}", "questions": qs, "options": {"profile": "batching"}}
     r = urllib.request.Request(url + "/v1/decisions", data=json.dumps(b).encode(), headers={"content-type": "application/json"})
     json.load(urllib.request.urlopen(r, timeout=60))
-ts = [threading.Thread(target=post, args=(i,)) for i in range(8)]
-[t.start() for t in ts]; [t.join() for t in ts]
+first = threading.Thread(target=post, args=(0, 128)); first.start()
+time.sleep(0.05)
+ts = [threading.Thread(target=post, args=(i, 1)) for i in range(1, 8)]
+[t.start() for t in ts]; [t.join() for t in ts]; first.join()
 EOF2
 f1=$(curl -s "$URL/metrics" | awk '/^vllm_srun_batch_rows_count/{print $2}')
-[ $((f1 - f0)) -le 3 ] && ok "a burst of 8 shared forwards under the window ($((f1 - f0)) forwards)" || bad "a burst of 8 took $((f1 - f0)) forwards"
+[ $((f1 - f0)) -le 3 ] && ok "a burst: 1 + 7 requests in $((f1 - f0)) forwards under the window" || bad "a burst of 1 + 7 requests took $((f1 - f0)) forwards"
 stop
 exit $fail
