@@ -47,18 +47,33 @@ dl = {"state": "x " * 50, "questions": qs(256), "options": {"deadline_ms": 150},
 json.dump(dl, open(f"{T}/deadline.json", "w"))
 EOF
 
+# fair TAG LABEL: the 4,096-question request $T/big$TAG.json in the background, then 0.5 s later the
+# one-question $T/small$TAG.json: the small one is answered while the large one still runs, and its
+# queue time is well under the large one's whole time (one forward of it, not all of them).
+# Leaves $T/small$TAG.out (the small answer) and $T/big$TAG.{out,code}.
+fair() {
+  curl -s -o "$T/big$1.out" -w '%{http_code} %{time_total}\n' "$URL/v1/decisions" -d @"$T/big$1.json" > "$T/big$1.code" &
+  local bigpid=$!
+  sleep 0.5
+  curl -s -D "$T/small$1.h" -o "$T/small$1.out" "$URL/v1/decisions" -d @"$T/small$1.json"
+  if kill -0 $bigpid 2>/dev/null; then
+    grep -q '"noul"' "$T/small$1.out" && ok "$2a 1-question request is answered while a 4,096-question request runs ($(grep -i server-timing "$T/small$1.h" | tr -d '\r'))" || bad "$2small answer: $(cat "$T/small$1.out")"
+  else
+    bad "$2the 4,096-question request finished before the small one was answered ($(cat "$T/big$1.code"))"
+  fi
+  wait $bigpid
+  python3 - "$T/small$1.h" "$T/big$1.code" <<'EOF2' && ok "$2the small request's queue is a fraction of the large one's time" || bad "$2the small request waited for the large one ($(grep -i server-timing "$T/small$1.h" | tr -d '\r'); large: $(cat "$T/big$1.code"))"
+import re, sys
+q = float(re.search(r"queue;dur=([0-9.]+)", open(sys.argv[1]).read()).group(1))
+big_ms = float(open(sys.argv[2]).read().split()[1]) * 1000
+sys.exit(0 if q < big_ms / 4 else 1)
+EOF2
+}
+
 # ---- fairness: the small request does not wait for the large one ----
 start || { bad "worker did not start"; exit 1; }
-curl -s -o "$T/big.out" -w '%{http_code} %{time_total}\n' "$URL/v1/decisions" -d @"$T/big.json" > "$T/big.code" &
-bigpid=$!
-sleep 0.5
-small=$(curl -s -D "$T/small.h" "$URL/v1/decisions" -d @"$T/small.json")
-if kill -0 $bigpid 2>/dev/null; then
-  echo "$small" | grep -q '"noul"' && ok "a 1-question request is answered while a 4,096-question request runs ($(grep -i server-timing "$T/small.h" | tr -d '\r'))" || bad "small answer: $small"
-else
-  bad "the 4,096-question request finished before the small one was answered (too fast to test? $(cat "$T/big.code"))"
-fi
-wait $bigpid
+fair "" ""
+small=$(cat "$T/small.out")
 grep -q '^200' "$T/big.code" && python3 -c "
 import json,sys; r=json.load(open('$T/big.out'))
 n=len(r['answers'])+sum(len(s['answers']) for s in r['states'].values())
@@ -138,23 +153,7 @@ sys.exit(0 if worst <= 0.02 and same else 1)
 EOF
 # fairness under batching: the rows of the job whose turn it is come first, so the small request's
 # row is not sorted behind the large one's longer rows
-curl -s -o "$T/bigb.out" -w '%{http_code} %{time_total}\n' "$URL/v1/decisions" -d @"$T/bigb.json" > "$T/bigb.code" &
-bigpid=$!
-sleep 0.5
-small=$(curl -s -D "$T/smallb.h" "$URL/v1/decisions" -d @"$T/smallb.json")
-if kill -0 $bigpid 2>/dev/null; then
-  echo "$small" | grep -q '"noul"' && ok "batching: a 1-question request is answered while a 4,096-question request runs ($(grep -i server-timing "$T/smallb.h" | tr -d '\r'))" || bad "batching small answer: $small"
-else
-  bad "batching: the 4,096-question request finished before the small one was answered ($(cat "$T/bigb.code"))"
-fi
-wait $bigpid
-# the small one's queue time against the large one's whole time: well under it (one forward), not all of it
-python3 - "$T/smallb.h" "$T/bigb.code" <<'EOF2' && ok "batching: the small request's queue is a fraction of the large one's time" || bad "batching: the small request waited for the large one ($(grep -i server-timing "$T/smallb.h" | tr -d '\r'); large: $(cat "$T/bigb.code"))"
-import re, sys
-q = float(re.search(r"queue;dur=([0-9.]+)", open(sys.argv[1]).read()).group(1))
-big_ms = float(open(sys.argv[2]).read().split()[1]) * 1000
-sys.exit(0 if q < big_ms / 4 else 1)
-EOF2
+fair b "batching: "
 grep -q '^200' "$T/bigb.code" && ok "batching: the large request is answered in full afterwards ($(cat "$T/bigb.code"))" || bad "batching large request: $(head -c 300 "$T/bigb.out")"
 # at most 128 rows per coalesced forward (the CUDA backend's sequences per call; 64 clients once
 # packed 195 rows and the H200 refused the forward): 80 concurrent requests of 8 questions
