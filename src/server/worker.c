@@ -280,17 +280,15 @@ static int plan_forward(srv_model *m, double now, vsr_row_ref **rows, int *cap, 
      * The rows of the job whose turn it is (earliest expected finish) come first, so a small
      * request waits for at most one forward of a large one here too; then every other row, longest
      * first (stable: request order within a length), packed under the token budget. */
-    int total = 0;
-    for (srv_job *j = m->active; j; j = j->next)
-        if (coalesces(m, j)) total += vsr_decision_rows_left(j->dj);
+    const int total = gathered_rows; /* every coalescing job's rows left, counted above */
     if (total > *cap) {
         vsr_row_ref *r = realloc(*rows, sizeof **rows * (size_t)total);
         if (!r) return *failed = best, -1;
         *rows = r, *cap = total;
     }
-    int n = 0, nfirst = vsr_decision_pending(best->dj, *rows, total);
+    const int nfirst = vsr_decision_pending(best->dj, *rows, total);
     if (nfirst < 0) return *failed = best, -1;
-    n = nfirst;
+    int n = nfirst;
     for (srv_job *j = m->active; j; j = j->next)
         if (coalesces(m, j) && j != best) {
             int k = vsr_decision_pending(j->dj, *rows + n, total - n);
