@@ -206,5 +206,13 @@ ts = [threading.Thread(target=post, args=(i, 1)) for i in range(1, 8)]
 EOF2
 f1=$(curl -s "$URL/metrics" | awk '/^vllm_srun_batch_rows_count/{print $2}')
 [ $((f1 - f0)) -le 3 ] && ok "a burst: 1 + 7 requests in $((f1 - f0)) forwards under the window" || bad "a burst of 1 + 7 requests took $((f1 - f0)) forwards"
+# the last forward was shared (the 7), so the window is held again; but a request whose rows alone fill
+# a forward (128 rows, the most a forward carries) does not wait for it
+full=$(python3 -c "
+import json; print(json.dumps({'state': 'full', 'options': {'profile': 'batching'},
+  'questions': {f'q{k}': {'type': 'noul', 'instructions': f'Is claim {k} polite?'} for k in range(128)}}))")
+q=$(curl -s -D - -o /dev/null "$URL/v1/decisions" -d "$full" | tr -d '\r' | sed -n 's/.*queue;dur=\([0-9.]*\).*/\1/p')
+python3 -c "import sys; sys.exit(0 if float('${q:-9999}') < 1500 else 1)" \
+  && ok "a request that fills a forward is not held by the window (queue ${q} ms)" || bad "a full forward waited the window: queue ${q:-?} ms"
 stop
 exit $fail
